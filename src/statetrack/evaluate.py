@@ -1,0 +1,70 @@
+"""Length-generalization evaluation and the one definition of the score (SPEC section 3)."""
+
+from __future__ import annotations
+
+import torch
+from tqdm.auto import tqdm
+
+from statetrack.tasks import Batch, Task
+
+
+def scaled_accuracy(accuracy: float, chance: float) -> float:
+    """(acc - chance) / (1 - chance): 0 at chance, 1 when perfect (papers/000, SPEC section 2)."""
+    return (accuracy - chance) / (1.0 - chance)
+
+
+def masked_loss_and_accuracy(logits: torch.Tensor, batch: Batch):
+    """Cross-entropy and accuracy over the supervised (masked) positions only."""
+    selected = logits[batch.mask]  # [N, C]
+    targets = batch.targets[batch.mask]
+    loss = torch.nn.functional.cross_entropy(selected, targets)
+    accuracy = (selected.argmax(-1) == targets).float().mean()
+    return loss, accuracy
+
+
+@torch.no_grad()
+def predict(model, inputs: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
+    """Predicted class ids [B, T]. With `chunk_size`, the input is fed in chunks carrying the
+    model state, so memory stays constant in the length (recurrent models only)."""
+    if chunk_size is None or inputs.shape[1] <= chunk_size:
+        return model(inputs)[0].argmax(-1)
+    state, predictions = None, []
+    for start in range(0, inputs.shape[1], chunk_size):
+        logits, state = model(inputs[:, start : start + chunk_size], state)
+        predictions.append(logits.argmax(-1))
+    return torch.cat(predictions, dim=1)
+
+
+def eval_generator(seed: int, length: int) -> torch.Generator:
+    """The evaluation set at `length` is fixed by (seed, length): every model sees the same inputs."""
+    return torch.Generator().manual_seed(1_000_003 * seed + length)
+
+
+@torch.no_grad()
+def evaluate_lengths(
+    model,
+    task: Task,
+    lengths: list[int],
+    samples: int = 512,
+    batch_size: int = 256,
+    seed: int = 0,
+    chunk_size: int | None = 1024,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> list[dict]:
+    """Accuracy and scaled accuracy of `model` on `samples` fresh examples at each length."""
+    model.eval()
+    results = []
+    for length in tqdm(lengths, desc="evaluate", disable=not progress, leave=False):
+        g = eval_generator(seed, length)
+        correct = total = 0
+        for start in range(0, samples, batch_size):
+            batch = task.sample(min(batch_size, samples - start), length, g).to(device)
+            predicted = predict(model, batch.inputs, chunk_size)
+            correct += (predicted[batch.mask] == batch.targets[batch.mask]).sum().item()
+            total += batch.mask.sum().item()
+        accuracy = correct / total
+        results.append(
+            {"length": length, "accuracy": accuracy, "scaled_accuracy": scaled_accuracy(accuracy, task.chance), "samples": samples}
+        )
+    return results

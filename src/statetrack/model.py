@@ -1,0 +1,74 @@
+"""SequenceModel: embedding -> L x Block(mixer [+ MLP]) -> norm -> readout (one file, top to bottom)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward: Linear(d, e d) -> GELU -> Linear(e d, d)."""
+
+    def __init__(self, d_model: int, expand: int = 4):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, expand * d_model), nn.GELU(), nn.Linear(expand * d_model, d_model))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + mixer(norm(x)), then x + mlp(norm(x)) when `mlp`."""
+
+    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.mixer = mixer
+        self.norm2 = nn.LayerNorm(d_model) if mlp else None
+        self.mlp = MLP(d_model) if mlp else None
+
+    def forward(self, x, state=None):
+        y, state = self.mixer(self.norm1(x), state)
+        x = x + y
+        if self.mlp is not None:
+            x = x + self.mlp(self.norm2(x))
+        return x, state
+
+
+class SequenceModel(nn.Module):
+    """Token ids [B, T] -> class logits [B, T, num_classes], with a per-layer state.
+
+    `forward(tokens, state)` returns `(logits, state)`; passing the returned state with the next
+    chunk of tokens continues the sequence, which is how long inputs are evaluated in chunks.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int,
+        make_mixer: Callable[[], nn.Module],
+        d_model: int = 64,
+        num_layers: int = 1,
+        mlp: bool = True,
+    ):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.blocks = nn.ModuleList([Block(d_model, make_mixer(), mlp) for _ in range(num_layers)])
+        self.norm = nn.LayerNorm(d_model)
+        self.readout = nn.Linear(d_model, num_classes)
+
+    def forward(self, tokens: torch.Tensor, state: list | None = None):
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [B, T], got shape {tuple(tokens.shape)}")
+        state = state if state is not None else [None] * len(self.blocks)
+        x = self.embedding(tokens)  # [B, T, D]
+        new_state = []
+        for block, s in zip(self.blocks, state):
+            x, s = block(x, s)
+            new_state.append(s)
+        return self.readout(self.norm(x)), new_state
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)

@@ -1,0 +1,143 @@
+"""Task base class and the `Batch` every task produces (SPEC section 2).
+
+A task is a pure, seeded generator: `sample(batch_size, length, generator)` draws every random
+number from the `torch.Generator` it is given, so the same generator state gives the same batch.
+`length` counts the task's symbols (for arithmetic: operands), never the special tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from statetrack.errors import StatetrackError
+
+PAD, BOS, EOI = "[PAD]", "[BOS]", "[EOI]"
+SPECIALS = (PAD, BOS, EOI)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch: `inputs` [B, T] token ids, `targets` [B, T] class ids, `mask` [B, T] supervised."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+
+    def __post_init__(self):
+        if self.inputs.dim() != 2:
+            raise ValueError(f"Batch.inputs must be [B, T], got shape {tuple(self.inputs.shape)}")
+        for name in ("targets", "mask"):
+            if getattr(self, name).shape != self.inputs.shape:
+                raise ValueError(
+                    f"Batch.{name} must have the inputs' shape {tuple(self.inputs.shape)}, "
+                    f"got {tuple(getattr(self, name).shape)}"
+                )
+
+    def to(self, device) -> Batch:
+        return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
+
+
+class Task:
+    """Base of every task: vocabulary, answer classes, chance level, sampling, readable examples.
+
+    Subclasses set `name`, `summary`, `min_length`, fill `self.vocab` (token strings; index = id)
+    and `self.answers` (class labels; index = class id) in `__init__`, and implement `sample`.
+    Keyword arguments of `__init__` are the task's parameters.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    min_length: ClassVar[int] = 1
+
+    vocab: list[str]
+    answers: list[str]
+
+    # ---- what every task exposes -------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.answers)
+
+    @property
+    def chance(self) -> float:
+        """Chance accuracy: 1 / number of possible answers (SPEC section 2)."""
+        return 1.0 / self.num_classes
+
+    @property
+    def params(self) -> dict:
+        """The task's parameters (the keyword arguments of its constructor) and their values."""
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {p: getattr(self, p) for p in names}
+
+    def token_id(self, token: str) -> int:
+        return self.vocab.index(token)
+
+    def sample(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
+        raise NotImplementedError
+
+    def describe(self, batch: Batch, index: int = 0) -> str:
+        """Readable text of example `index`: the input tokens, then each supervised answer."""
+        tokens = [self.vocab[i] for i in batch.inputs[index].tolist()]
+        mask = batch.mask[index].tolist()
+        answers = [self.answers[c] for c, m in zip(batch.targets[index].tolist(), mask) if m]
+        return " ".join(tokens) + "  ->  " + " ".join(answers)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{self.name}({args})"
+
+    # ---- helpers for subclasses --------------------------------------------------------------
+    def check_length(self, length: int) -> None:
+        if not isinstance(length, int) or length < self.min_length:
+            raise StatetrackError(
+                f"task {self.name!r}: length must be an integer >= {self.min_length}, got {length!r}"
+            )
+
+    @staticmethod
+    def check_int(task: str, name: str, value, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise StatetrackError(f"task {task!r}: {name} must be an integer >= {minimum}, got {value!r}")
+        return value
+
+
+class FinalAnswerTask(Task):
+    """papers/000 format: `[BOS] s_1 ... s_n [EOI]`, one answer predicted at [EOI], loss only there.
+
+    Subclasses list their symbols in `symbols` and implement `_draw(batch_size, length, g)`
+    returning symbol indices [B, n'] (n' may differ from `length`, e.g. operators interleaved)
+    and answer class ids [B].
+    """
+
+    symbols: list[str]
+
+    def _init_vocab(self, symbols: list[str], answers: list[str]) -> None:
+        self.symbols = list(symbols)
+        self.vocab = list(SPECIALS) + self.symbols
+        self.answers = list(answers)
+
+    def _draw(self, batch_size: int, length: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def sample(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
+        self.check_length(length)
+        symbols, answers = self._draw(batch_size, length, generator)
+        offset = len(SPECIALS)
+        bos = torch.full((batch_size, 1), SPECIALS.index(BOS), dtype=torch.long)
+        eoi = torch.full((batch_size, 1), SPECIALS.index(EOI), dtype=torch.long)
+        inputs = torch.cat([bos, symbols + offset, eoi], dim=1)
+        targets = torch.zeros_like(inputs)
+        targets[:, -1] = answers
+        mask = torch.zeros_like(inputs, dtype=torch.bool)
+        mask[:, -1] = True
+        return Batch(inputs, targets, mask)
+
+    def decode_symbols(self, batch: Batch, index: int = 0) -> list[str]:
+        """The task symbols of example `index` (specials removed), for oracles and display."""
+        return [self.vocab[i] for i in batch.inputs[index].tolist() if self.vocab[i] not in SPECIALS]

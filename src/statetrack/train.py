@@ -1,0 +1,179 @@
+"""Trainer: AdamW, gradient clipping, per-batch lengths, early stopping, checkpoints, progress."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from statetrack.errors import StatetrackError
+from statetrack.evaluate import masked_loss_and_accuracy
+from statetrack.tasks import Task
+
+
+@dataclass
+class TrainConfig:
+    """Training settings. Lengths are drawn uniformly from [min_length, max_length] per batch."""
+
+    steps: int = 2000
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: tuple = (0.9, 0.999)
+    clip: float = 1.0
+    min_length: int = 3
+    max_length: int = 40
+    warmup: int = 0
+    schedule: str = "constant"  # "constant" or "cosine" (after warmup)
+    log_every: int = 50
+    val_every: int = 100
+    val_samples: int = 256
+    early_stop_loss: float | None = 1e-3  # stop once validation loss at max_length is below this
+    checkpoint_every: int = 500
+    seed: int = 0
+    device: str = "auto"
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        bad = [k for k in values if k not in names]
+        if bad:
+            raise StatetrackError(f"unknown training setting {bad[0]!r}; expected one of: {', '.join(sorted(names))}")
+        config = cls(**values)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.min_length < 1 or self.max_length < self.min_length:
+            raise StatetrackError(
+                f"training lengths must satisfy 1 <= min_length <= max_length, got [{self.min_length}, {self.max_length}]"
+            )
+        if self.schedule not in ("constant", "cosine"):
+            raise StatetrackError(f"unknown schedule {self.schedule!r}; expected one of: constant, cosine")
+        for name in ("steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise StatetrackError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' picks CUDA when present, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class Trainer:
+    """Trains `model` on `task`. Saves a checkpoint every `checkpoint_every` steps and at the end;
+    a run restarted with the same checkpoint path continues where it stopped."""
+
+    def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True):
+        config.validate()
+        task.check_length(config.min_length)
+        self.model, self.task, self.config = model, task, config
+        self.device = resolve_device(config.device)
+        self.model.to(self.device)
+        self.checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
+        self.progress = progress
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.step = 0
+        self.curve: list[dict] = []  # one row per log: step, loss, accuracy (training window means)
+        self.stopped_early = False
+        self.seconds = 0.0
+
+    def _lr_factor(self, step: int) -> float:
+        c = self.config
+        if step < c.warmup:
+            return (step + 1) / c.warmup
+        if c.schedule == "cosine":
+            progress = (step - c.warmup) / max(1, c.steps - c.warmup)
+            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def save(self, path: Path | None = None) -> None:
+        path = path or self.checkpoint_path
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "generator": self.generator.get_state(),
+                "step": self.step,
+                "curve": self.curve,
+                "stopped_early": self.stopped_early,
+                "seconds": self.seconds,
+            },
+            tmp,
+        )
+        os.replace(tmp, path)  # atomic: a kill never leaves half a checkpoint
+
+    def load(self, path: Path) -> None:
+        saved = torch.load(path, map_location=self.device, weights_only=False)
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.generator.set_state(saved["generator"])
+        self.step, self.curve = saved["step"], saved["curve"]
+        self.stopped_early, self.seconds = saved["stopped_early"], saved["seconds"]
+
+    # ---- training ------------------------------------------------------------------------------
+    def _validation_loss(self) -> float:
+        g = torch.Generator().manual_seed(self.config.seed + 7919)
+        batch = self.task.sample(self.config.val_samples, self.config.max_length, g).to(self.device)
+        self.model.eval()
+        with torch.no_grad():
+            loss, _ = masked_loss_and_accuracy(self.model(batch.inputs)[0], batch)
+        self.model.train()
+        return loss.item()
+
+    def fit(self) -> Trainer:
+        c = self.config
+        if self.checkpoint_path and self.checkpoint_path.exists():
+            self.load(self.checkpoint_path)
+        self.model.train()
+        start = time.perf_counter() - self.seconds
+        window_loss, window_acc, window_n = 0.0, 0.0, 0
+        bar = tqdm(total=c.steps, initial=self.step, desc="train", disable=not self.progress, leave=False)
+        while self.step < c.steps and not self.stopped_early:
+            length = int(torch.randint(c.min_length, c.max_length + 1, (1,), generator=self.generator))
+            batch = self.task.sample(c.batch_size, length, self.generator).to(self.device)
+            loss, accuracy = masked_loss_and_accuracy(self.model(batch.inputs)[0], batch)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss became {loss.item()} at step {self.step}")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.step += 1
+            window_loss, window_acc, window_n = window_loss + loss.item(), window_acc + accuracy.item(), window_n + 1
+            if self.step % c.log_every == 0 or self.step == c.steps:
+                self.curve.append({"step": self.step, "loss": window_loss / window_n, "accuracy": window_acc / window_n})
+                bar.set_postfix(loss=f"{window_loss / window_n:.4f}", acc=f"{window_acc / window_n:.3f}")
+                window_loss, window_acc, window_n = 0.0, 0.0, 0
+            if c.early_stop_loss is not None and self.step % c.val_every == 0:
+                self.stopped_early = self._validation_loss() < c.early_stop_loss
+            self.seconds = time.perf_counter() - start
+            if self.step % c.checkpoint_every == 0:
+                self.save()
+            bar.update(1)
+        bar.close()
+        if window_n:
+            self.curve.append({"step": self.step, "loss": window_loss / window_n, "accuracy": window_acc / window_n})
+        self.model.eval()
+        self.save()
+        return self
