@@ -21,11 +21,18 @@ SPECIALS = (PAD, BOS, EOI)
 
 @dataclass(frozen=True)
 class Batch:
-    """One batch: `inputs` [B, T] token ids, `targets` [B, T] class ids, `mask` [B, T] supervised."""
+    """One batch: `inputs` [B, T] token ids, `targets` [B, T] class ids, `mask` [B, T] supervised.
+
+    `soft_targets` (optional, default None) is a float tensor [B, T, ...] of exact target
+    distributions for tasks whose answer is a belief (PFSA-SR, papers/003): its first two
+    dimensions match `inputs`. Tasks without it leave it None; callers that only use
+    (inputs, targets, mask) are unaffected.
+    """
 
     inputs: torch.Tensor
     targets: torch.Tensor
     mask: torch.Tensor
+    soft_targets: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.inputs.dim() != 2:
@@ -36,9 +43,15 @@ class Batch:
                     f"Batch.{name} must have the inputs' shape {tuple(self.inputs.shape)}, "
                     f"got {tuple(getattr(self, name).shape)}"
                 )
+        if self.soft_targets is not None and self.soft_targets.shape[:2] != self.inputs.shape:
+            raise ValueError(
+                f"Batch.soft_targets must be [B, T, ...] with [B, T] = {tuple(self.inputs.shape)}, "
+                f"got {tuple(self.soft_targets.shape)}"
+            )
 
     def to(self, device) -> Batch:
-        return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device))
+        soft = None if self.soft_targets is None else self.soft_targets.to(device)
+        return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device), soft)
 
 
 class Task:
