@@ -1,0 +1,223 @@
+"""Command-line interface: `statetrack run | tasks | models | experiments | report | results`.
+
+Bad input (unknown names, bad values, malformed specs) prints one line naming what is valid and
+exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from statetrack.errors import StatetrackError
+
+
+def _params(pairs: list[str]) -> dict:
+    """`m=5 group=S5` -> {'m': 5, 'group': 'S5'} (values parsed as YAML scalars/lists)."""
+    from statetrack.experiments.spec import parse_override
+
+    out = {}
+    for pair in pairs:
+        path, value = parse_override(pair)
+        out[".".join(path)] = value
+    return out
+
+
+def _store(args):
+    from statetrack.store import Store
+
+    path = Path(args.store) if args.store else Path(args.results_dir) / "statetrack.db"
+    return Store(path)
+
+
+# ---- commands ------------------------------------------------------------------------------------
+def cmd_run(args) -> int:
+    from statetrack.experiments.runner import run_experiment
+    from statetrack.report import summarize, table_rows, text_table, write_report
+
+    spec, runs = run_experiment(
+        args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device, progress=not args.no_progress,
+    )
+    store = _store(args)
+    out = write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
+    print()
+    print(text_table(*table_rows(summarize(store.results(spec["name"])), "best")))
+    print(f"\nreport: {out / 'report.html'}  (and report.md)")
+    failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed"]
+    return 1 if failed else 0
+
+
+def cmd_tasks(args) -> int:
+    from statetrack.tasks import TASKS, make_task, task_parameters
+
+    if args.action in (None, "list"):
+        for name, cls in sorted(TASKS.items()):
+            params = ", ".join(f"{k}={v!r}" for k, v in task_parameters(name).items()) or "-"
+            print(f"{name:18s} {cls.summary}\n{'':18s} parameters: {params}")
+        return 0
+    if args.action == "show":
+        import torch
+
+        task = make_task(args.name, **_params(args.params))
+        length = args.length if args.length is not None else max(task.min_length, 8)
+        task.check_length(length)
+        batch = task.sample(args.count, length, torch.Generator().manual_seed(args.seed))
+        print(f"{task!r}: vocab {task.vocab_size} tokens, {task.num_classes} classes, chance {task.chance:.4f}")
+        for i in range(args.count):
+            print(task.describe(batch, i))
+        return 0
+    if args.action == "export":
+        try:
+            from statetrack.tasks.export import export_task
+        except ImportError:
+            raise StatetrackError("task export is not available in this version") from None
+        task = make_task(args.name, **_params(args.params))
+        paths = export_task(task, args.lengths, args.samples, args.out, fmt=args.format, seed=args.seed)
+        for p in paths:
+            print(p)
+        return 0
+    raise AssertionError(args.action)
+
+
+def cmd_models(args) -> int:
+    from statetrack import zoo
+
+    for name, entry in zoo.MODELS.items():
+        params = ", ".join(f"{k}={v!r}" for k, v in zoo.mixer_parameters(name).items()) or "-"
+        print(f"{name:14s} {entry.summary}\n{'':14s} parameters: {params}")
+    print(f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())}")
+    print("presets: " + ", ".join(f"{k} = {v}" for k, v in zoo.PRESETS.items()))
+    return 0
+
+
+def cmd_experiments(args) -> int:
+    from statetrack.experiments.spec import shipped_specs
+
+    for name, description in shipped_specs().items():
+        print(f"{name:22s} {' '.join(description.split())}")
+    return 0
+
+
+def _description(experiment: str) -> str:
+    from statetrack.experiments.spec import read_spec
+
+    try:
+        return read_spec(experiment).get("description", "")
+    except StatetrackError:
+        return ""
+
+
+def _known_experiment(store, experiment: str) -> None:
+    if experiment not in store.experiments():
+        known = store.experiments()
+        raise StatetrackError(
+            f"no results for experiment {experiment!r} in {store.path}; experiments with results: {', '.join(known) or 'none'}"
+        )
+
+
+def cmd_report(args) -> int:
+    from statetrack.report import write_report
+
+    store = _store(args)
+    names = store.experiments() if args.all else [args.experiment]
+    if not args.all and not args.experiment:
+        raise StatetrackError("report needs an EXPERIMENT name or --all")
+    for name in names:
+        _known_experiment(store, name)
+        out = write_report(name, store, args.results_dir, _description(name))
+        print(out / "report.html")
+    return 0
+
+
+def cmd_results(args) -> int:
+    from statetrack.report import summarize, table_rows, text_table
+
+    store = _store(args)
+    _known_experiment(store, args.experiment)
+    rows = store.results(args.experiment)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(text_table(*table_rows(summarize(rows), "best")))
+    return 0
+
+
+# ---- parser --------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="statetrack", description="State tracking and length generalization in sequence models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_store(p):
+        p.add_argument("--results-dir", default="results", help="folder for reports and checkpoints (default: results)")
+        p.add_argument("--store", default=None, help="SQLite results file (default: RESULTS_DIR/statetrack.db)")
+        return p
+
+    p = with_store(sub.add_parser("run", help="train and evaluate every run of an experiment, then report"))
+    p.add_argument("experiment", metavar="EXPERIMENT|FILE.yaml", help="a shipped experiment (see `statetrack experiments`) or a spec file")
+    p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("tasks", help="list tasks, show examples, export datasets")
+    tsub = p.add_subparsers(dest="action", metavar="ACTION")
+    tsub.add_parser("list", help="list tasks with their parameters")
+    show = tsub.add_parser("show", help="print readable examples of a task")
+    show.add_argument("name", metavar="NAME")
+    show.add_argument("params", nargs="*", metavar="param=value")
+    show.add_argument("--length", type=int, default=None, help="task length (default: 8)")
+    show.add_argument("--count", type=int, default=3, help="number of examples")
+    show.add_argument("--seed", type=int, default=0)
+    export = tsub.add_parser("export", help="write datasets to disk (CSV or JSONL)")
+    export.add_argument("name", metavar="NAME")
+    export.add_argument("params", nargs="*", metavar="param=value")
+    export.add_argument("--lengths", type=int, nargs="+", required=True)
+    export.add_argument("--samples", type=int, required=True)
+    export.add_argument("--out", required=True)
+    export.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    export.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_tasks)
+
+    p = sub.add_parser("models", help="list models, their parameters and presets")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("experiments", help="list the shipped experiments")
+    p.set_defaults(func=cmd_experiments)
+
+    p = with_store(sub.add_parser("report", help="write results/EXPERIMENT/report.{md,html}"))
+    p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
+    p.add_argument("--all", action="store_true", help="every experiment in the store")
+    p.set_defaults(func=cmd_report)
+
+    p = with_store(sub.add_parser("results", help="print an experiment's results"))
+    p.add_argument("experiment", metavar="EXPERIMENT")
+    p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
+    p.set_defaults(func=cmd_results)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # key=value pairs may come after options (`run demo --scale paper seeds=[0]`): argparse leaves
+    # them over, and they belong to the command's own key=value list.
+    listed = getattr(args, "overrides", getattr(args, "params", None))
+    for item in extra:
+        if listed is None or item.startswith("-") or "=" not in item:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        listed.append(item)
+    try:
+        return args.func(args)
+    except StatetrackError as error:
+        print(f"statetrack: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("statetrack: interrupted; finished runs are in the store, re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Runs an experiment: trains and evaluates every run of the spec, writes the store and the report."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from statetrack import zoo
+from statetrack.evaluate import evaluate_lengths
+from statetrack.experiments.spec import RunSpec, expand, load_spec
+from statetrack.store import Store
+from statetrack.tasks import make_task
+from statetrack.train import Trainer, TrainConfig
+
+
+def git_revision() -> str:
+    """The source tree's git revision (with '+dirty' for uncommitted changes), or 'unknown'."""
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10)
+        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def checkpoint_path(results_dir: Path, run: RunSpec) -> Path:
+    return Path(results_dir) / run.experiment / "checkpoints" / f"{run.id}.pt"
+
+
+def execute_run(run: RunSpec, store: Store, results_dir: Path, device: str = "auto", progress: bool = True, git_rev: str = "unknown") -> str:
+    """Train and evaluate one run; returns its final status ('done' or 'failed').
+
+    The store marks the run `running` first and `done` only together with its evaluations; an
+    exception or a non-finite loss marks it `failed` with the error, without stopping the caller.
+    """
+    store.start_run(run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config, git_rev)
+    try:
+        torch.manual_seed(run.seed)  # parameter initialisation
+        task = make_task(**run.task)
+        model = zoo.build_model(run.model, task.vocab_size, task.num_classes)
+        config = TrainConfig.from_dict({**run.train, "device": device})
+        trainer = Trainer(model, task, config, checkpoint_path(results_dir, run), progress=progress).fit()
+        start = time.perf_counter()
+        e = run.eval
+        evals = evaluate_lengths(
+            model, task, e["lengths"], samples=e["samples"], batch_size=e["batch_size"], seed=e["seed"],
+            chunk_size=e["chunk_size"] if zoo.get_entry(run.model["name"]).recurrent else None,
+            device=trainer.device, progress=progress,
+        )
+        store.finish_run(run.id, evals, trainer.curve, trainer.step, model.num_parameters(), trainer.seconds, time.perf_counter() - start)
+        return "done"
+    except KeyboardInterrupt:
+        raise
+    except Exception as error:  # recorded, and the grid goes on
+        store.fail_run(run.id, f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=5)}")
+        return "failed"
+
+
+def run_experiment(
+    name_or_path: str,
+    scale: str = "quick",
+    overrides: list[str] = (),
+    store_path: str | Path | None = None,
+    results_dir: str | Path = "results",
+    device: str = "auto",
+    progress: bool = True,
+    log=print,
+) -> tuple[dict, list[RunSpec]]:
+    """Run every unfinished run of the experiment in turn; returns (spec, runs)."""
+    spec = load_spec(name_or_path, scale, overrides)
+    runs = expand(spec)
+    results_dir = Path(results_dir)
+    store = Store(store_path or results_dir / "statetrack.db")
+    git_rev = git_revision()
+    todo = [r for r in runs if store.status(r.id) != "done"]
+    log(f"experiment {spec['name']} ({scale}): {len(runs)} runs, {len(runs) - len(todo)} already done")
+    for i, run in enumerate(todo, 1):
+        log(f"[{i}/{len(todo)}] {run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}")
+        status = execute_run(run, store, results_dir, device, progress, git_rev)
+        if status != "done":
+            log(f"  run {run.id} failed; see `statetrack results {spec['name']}` and the report")
+    return spec, runs
