@@ -1,0 +1,29 @@
+import textwrap
+
+import pytest
+
+TINY_SPEC = """
+name: tiny
+description: a tiny grid for tests
+task: {name: modadd, m: 3}
+models:
+  - {name: deltanet, eig_range: "[-1,1]", num_heads: 1}
+  - {name: lstm}
+model_defaults: {d_model: 8}
+train: {steps: %(steps)d, batch_size: 8, min_length: 2, max_length: 5, early_stop_loss: null, device: cpu, checkpoint_every: 10}
+eval: {lengths: [5, 9], samples: 16}
+lrs: [1.0e-2]
+seeds: %(seeds)s
+"""
+
+
+@pytest.fixture
+def tiny_spec(tmp_path):
+    """Write a tiny experiment spec; returns a function (steps, seeds) -> path."""
+
+    def write(steps=20, seeds="[0, 1]", name="tiny.yaml"):
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(TINY_SPEC % {"steps": steps, "seeds": seeds}))
+        return path
+
+    return write

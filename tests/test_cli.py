@@ -1,0 +1,90 @@
+"""CLI: the end-to-end path on a tiny spec, the results schema, and every error path (exit 2, one line)."""
+
+import json
+
+import pytest
+
+from statetrack.cli import main
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(list(argv))
+    except SystemExit as exit:  # argparse usage errors
+        code = exit.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_report_and_results_json(tiny_spec, tmp_path, capsys):
+    spec = str(tiny_spec(seeds="[0]"))
+    results = str(tmp_path / "r")
+    code, out, _ = run_cli(capsys, "run", spec, "--results-dir", results, "--no-progress", "train.steps=10")
+    assert code == 0
+    assert "DeltaNet [-1,1]" in out and "LSTM" in out  # the result table at the end of run
+    for name in ("report.md", "report.html", "accuracy_vs_length.png"):
+        assert (tmp_path / "r" / "tiny" / name).is_file()
+    html = (tmp_path / "r" / "tiny" / "report.html").read_text()
+    assert "data:image/png;base64," in html and "DeltaNet [-1,1]" in html
+    code, out, _ = run_cli(capsys, "results", "tiny", "--json", "--results-dir", results)
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 4
+    assert set(rows[0]) == {"model", "task", "seed", "lr", "length", "accuracy", "scaled_accuracy"}
+    assert {r["model"] for r in rows} == {"DeltaNet [-1,1]", "LSTM"}
+    assert {r["length"] for r in rows} == {5, 9}
+    code, out, _ = run_cli(capsys, "report", "tiny", "--results-dir", results)
+    assert code == 0 and "report.html" in out
+
+
+def test_listing_commands(capsys):
+    for argv in (["tasks"], ["models"], ["experiments"], ["tasks", "show", "modadd", "m=7", "--length", "4"]):
+        code, out, _ = run_cli(capsys, *argv)
+        assert code == 0 and out
+    assert "demo" in run_cli(capsys, "experiments")[1]
+    assert "[BOS]" in run_cli(capsys, "tasks", "show", "parity")[1]
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["run", "nope"], "unknown experiment 'nope'; expected one of: "),
+        (["run", "demo", "train.steps"], "not of the form key=value"),
+        (["run", "demo", "train.bogus=1"], "unknown training setting 'bogus'"),
+        (["run", "demo", "eval.lengths=[0]"], "eval.lengths must be a non-empty list of positive integers"),
+        (["run", "demo", "train.min_length=50"], "1 <= min_length <= max_length"),
+        (["run", "demo", "seeds=[]"], "'seeds' must be a non-empty list"),
+        (["run", "missing.yaml"], "experiment file 'missing.yaml' does not exist"),
+        (["tasks", "show", "nope"], "unknown task 'nope'; expected one of: "),
+        (["tasks", "show", "modadd", "m=1"], "m must be an integer >= 2"),
+        (["tasks", "show", "parity", "--length", "0"], "length must be an integer >= 1"),
+        (["results", "never-ran", "--results-dir", "{tmp}"], "no results for experiment 'never-ran'"),
+        (["report", "never-ran", "--results-dir", "{tmp}"], "no results for experiment 'never-ran'"),
+    ],
+)
+def test_error_paths(argv, expected, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert expected in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_spec_file_errors(tmp_path, capsys):
+    bad_model = tmp_path / "bad_model.yaml"
+    bad_model.write_text("task: {name: parity}\nmodels: [{name: transformerz}]\nlrs: [1e-3]\nseeds: [0]\neval: {lengths: [5]}\n")
+    code, _, err = run_cli(capsys, "run", str(bad_model), "--results-dir", str(tmp_path))
+    assert code == 2 and "unknown model 'transformerz'; expected one of: " in err and "deltanet" in err
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("task: [unclosed\n")
+    code, _, err = run_cli(capsys, "run", str(bad_yaml), "--results-dir", str(tmp_path))
+    assert code == 2 and "not valid YAML" in err
+    bad_key = tmp_path / "bad_key.yaml"
+    bad_key.write_text("task: {name: parity}\nmodel: [lstm]\nlrs: [1e-3]\nseeds: [0]\neval: {lengths: [5]}\n")
+    code, _, err = run_cli(capsys, "run", str(bad_key), "--results-dir", str(tmp_path))
+    assert code == 2 and "unknown key 'model'" in err
+
+
+def test_usage_errors_exit_2(capsys):
+    assert run_cli(capsys, "run", "demo", "--scale", "huge")[0] == 2
+    assert run_cli(capsys, "frobnicate")[0] == 2

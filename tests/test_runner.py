@@ -1,0 +1,101 @@
+"""Runner and store: stable ids, resume, failures recorded, a run killed midway."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+from statetrack.experiments import expand, load_spec
+from statetrack.experiments.runner import run_experiment
+from statetrack.store import Store
+
+
+def test_run_ids_are_stable_and_distinct(tiny_spec):
+    path = str(tiny_spec())
+    a, b = expand(load_spec(path)), expand(load_spec(path))
+    assert [r.id for r in a] == [r.id for r in b]
+    assert len({r.id for r in a}) == len(a) == 4
+    c = expand(load_spec(path, overrides=["train.steps=21"]))
+    assert not {r.id for r in a} & {r.id for r in c}
+
+
+def test_rerun_skips_finished_runs(tiny_spec, tmp_path):
+    path = str(tiny_spec())
+    logs = []
+    run_experiment(path, results_dir=tmp_path / "r", progress=False, log=logs.append)
+    store = Store(tmp_path / "r" / "statetrack.db")
+    first = {r["id"]: r["finished_at"] for r in store.runs("tiny")}
+    assert len(first) == 4 and all(r["status"] == "done" for r in store.runs("tiny"))
+    assert len(store.results("tiny")) == 8  # 4 runs x 2 lengths
+    run_experiment(path, results_dir=tmp_path / "r", progress=False, log=logs.append)
+    assert "4 runs, 4 already done" in logs[-1]
+    assert {r["id"]: r["finished_at"] for r in store.runs("tiny")} == first
+
+
+def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatch):
+    import statetrack.experiments.runner as runner
+
+    real = runner.Trainer.fit
+
+    def explode(self):
+        if self.model.blocks[0].mixer.__class__.__name__ == "LSTM":
+            raise FloatingPointError("training loss became nan at step 3")
+        return real(self)
+
+    monkeypatch.setattr(runner.Trainer, "fit", explode)
+    run_experiment(str(tiny_spec()), results_dir=tmp_path, progress=False, log=lambda *_: None)
+    runs = Store(tmp_path / "statetrack.db").runs("tiny")
+    assert sorted(r["status"] for r in runs) == ["done", "done", "failed", "failed"]
+    assert all("loss became nan" in r["error"] for r in runs if r["status"] == "failed")
+
+
+def _statuses(db):
+    try:
+        with sqlite3.connect(db, timeout=1) as c:
+            return [row[0] for row in c.execute("SELECT status FROM runs")]
+    except sqlite3.Error:
+        return []
+
+
+def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path):
+    spec = str(tiny_spec(steps=400))
+    results = tmp_path / "r"
+    db = results / "statetrack.db"
+    command = [sys.executable, "-m", "statetrack.cli", "run", spec, "--results-dir", str(results), "--no-progress"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # kill once one run is done and the next is training
+        s = _statuses(db)
+        if s.count("done") >= 1 and "running" in s:
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        raise AssertionError(f"the run never reached the second run: {_statuses(db)}")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = Store(db)
+    before = {r["id"]: r for r in store.runs("tiny")}
+    done_before = {i for i, r in before.items() if r["status"] == "done"}
+    assert done_before and any(r["status"] == "running" for r in before.values())
+    with sqlite3.connect(db) as c:  # a run that is not done has no evaluations
+        for run_id, r in before.items():
+            n = c.execute("SELECT COUNT(*) FROM evals WHERE run_id = ?", (run_id,)).fetchone()[0]
+            assert n == (2 if r["status"] == "done" else 0)
+
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    after = {r["id"]: r for r in store.runs("tiny")}
+    assert len(after) == 4 and all(r["status"] == "done" for r in after.values())
+    for run_id in done_before:  # finished runs were skipped, not redone
+        assert after[run_id]["finished_at"] == before[run_id]["finished_at"]
+    assert len(store.results("tiny")) == 8
+    rows = json.loads(subprocess.run(
+        [sys.executable, "-m", "statetrack.cli", "results", "tiny", "--json", "--results-dir", str(results)],
+        check=True, capture_output=True, text=True).stdout)
+    assert len(rows) == 8
