@@ -1,0 +1,141 @@
+"""Datasets on disk for users of other frameworks (`statetrack tasks export`).
+
+Group word problems (CSV) follow Merrill et al. 2024: one file `{group}={k}.csv` per length k,
+columns `seed,input,target`, the input and target fields space-separated element indices (our
+canonical indexing, `statetrack.tasks.groups`). Every other task (and word problems as JSONL)
+is written generically, one file `{task}={length}.csv|jsonl` per length:
+
+- CSV columns `input,target,mask`: space-separated token ids, class ids and 0/1 flags.
+- JSONL objects {"input": [...], "target": [...], "mask": [...]} plus "soft_target" (nested
+  lists [T, ...]) for tasks with belief targets.
+
+Beside them `{task}.meta.json` records the task, its parameters, vocabulary (index = token id)
+and answer classes (index = class id). Each length has its own generator, seeded from
+(seed, length), so a file does not change when other lengths are added.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import torch
+
+from statetrack.errors import StatetrackError
+from statetrack.tasks.base import Batch, Task
+
+CHUNK = 1024
+
+
+def _generator(seed: int, length: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1_000_003 * seed + length)
+
+
+def _batches(task: Task, length: int, samples: int, seed: int):
+    g = _generator(seed, length)
+    for start in range(0, samples, CHUNK):
+        yield task.sample(min(CHUNK, samples - start), length, g)
+
+
+def _ids(row) -> str:
+    return " ".join(map(str, row))
+
+
+def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt: str = "csv", seed: int = 0) -> list[Path]:
+    """Write `samples` examples of `task` at each length to `out_dir`; returns the files written.
+
+    fmt: "csv" or "jsonl". Word problems in CSV use the `{group}={k}.csv` / `seed,input,target`
+    format of Merrill et al.; everything else the generic format described in this module.
+    """
+    if fmt not in ("csv", "jsonl"):
+        raise StatetrackError(f"unknown export format {fmt!r}; expected one of: csv, jsonl")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise StatetrackError(f"samples must be an integer >= 1, got {samples!r}")
+    if not lengths:
+        raise StatetrackError("lengths must name at least one length")
+    for length in lengths:
+        task.check_length(length)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    word_problem = task.name == "word_problem"
+    paths = []
+    meta = out / f"{task.name}.meta.json"
+    meta.write_text(
+        json.dumps(
+            {"task": task.name, "params": task.params, "vocab": task.vocab, "answers": task.answers, "seed": seed, "format": fmt},
+            indent=1,
+        )
+    )
+    paths.append(meta)
+    for length in lengths:
+        if word_problem and fmt == "csv":
+            path = out / f"{task.group}={length}.csv"
+            with path.open("w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["seed", "input", "target"])
+                for batch in _batches(task, length, samples, seed):
+                    for x, y in zip(batch.inputs.tolist(), batch.targets.tolist()):
+                        writer.writerow([seed, _ids(x), _ids(y)])
+        elif fmt == "csv":
+            path = out / f"{task.name}={length}.csv"
+            with path.open("w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(["input", "target", "mask"])
+                for batch in _batches(task, length, samples, seed):
+                    for x, y, m in zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.int().tolist()):
+                        writer.writerow([_ids(x), _ids(y), _ids(m)])
+        else:
+            path = out / f"{task.name}={length}.jsonl"
+            with path.open("w") as f:
+                for batch in _batches(task, length, samples, seed):
+                    soft = None if batch.soft_targets is None else batch.soft_targets.tolist()
+                    for i, (x, y, m) in enumerate(zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.int().tolist())):
+                        row = {"input": x, "target": y, "mask": m}
+                        if soft is not None:
+                            row["soft_target"] = soft[i]
+                        f.write(json.dumps(row) + "\n")
+        paths.append(path)
+    return paths
+
+
+def _rows(path: Path, header: list[str]):
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        first = next(reader, None)
+        if first != header:
+            raise StatetrackError(f"{path}: expected the header {','.join(header)}, got {first}")
+        for line, row in enumerate(reader, 2):
+            if len(row) != len(header):
+                raise StatetrackError(f"{path}:{line}: expected {len(header)} columns, got {len(row)}")
+            try:
+                yield [list(map(int, field.split())) for field in row]
+            except ValueError:
+                raise StatetrackError(f"{path}:{line}: expected space-separated integers") from None
+
+
+def _stack(path: Path, rows: list[list[int]], what: str) -> torch.Tensor:
+    if not rows:
+        raise StatetrackError(f"{path}: no rows")
+    if len({len(r) for r in rows}) != 1:
+        raise StatetrackError(f"{path}: {what} rows have different lengths")
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def import_word_problem_csv(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read a `{group}={k}.csv` file (columns seed,input,target) -> (inputs [N, k], targets [N, k]).
+
+    Works for files written by `export_task` and by Merrill et al.'s generator (whose element
+    indexing is their own; the targets in the file are consistent with its inputs).
+    """
+    path = Path(path)
+    rows = list(_rows(path, ["seed", "input", "target"]))
+    return _stack(path, [r[1] for r in rows], "input"), _stack(path, [r[2] for r in rows], "target")
+
+
+def import_task_csv(path: str | Path) -> Batch:
+    """Read a generic `{task}={length}.csv` file (columns input,target,mask) back into a Batch."""
+    path = Path(path)
+    rows = list(_rows(path, ["input", "target", "mask"]))
+    return Batch(_stack(path, [r[0] for r in rows], "input"), _stack(path, [r[1] for r in rows], "target"),
+                 _stack(path, [r[2] for r in rows], "mask").bool())
