@@ -98,10 +98,13 @@ class _DelayedRecall(Task):
 
 @register
 class CopyMemory(_DelayedRecall):
-    __doc__ = """Copy memory (papers/002): S digits, T blanks, the indicator `:`, then S output slots.
+    """Copy memory (papers/002): S digits, T blanks, the indicator `:`, then S output slots.
 
     SPEC's layout (S + T + 1 + S tokens); papers/002 counts the indicator inside its T + 2S.
-    """ + (_DelayedRecall.__doc__ or "")
+    `vary="blanks"`: length = T, S = `pattern` (train T in 10..50, test up to 500);
+    `vary="pattern"`: length = S, T = `blanks` (train S in 2..10, test up to 100).
+    Targets: the pattern digits at the S output slots (mask there only); chance 1 / symbols.
+    """
 
     name = "copy_memory"
     summary = "copy memory: S digits, T blanks, indicator, recall S digits (papers/002); vary=blanks|pattern"
@@ -113,9 +116,13 @@ class CopyMemory(_DelayedRecall):
 
 @register
 class Denoising(_DelayedRecall):
-    __doc__ = """Denoising / selective copying (papers/002): the S digits are scattered, in order,
+    """Denoising / selective copying (papers/002): the S digits are scattered, in order,
     among S + T positions (uniformly random positions), the rest blank; then `:` and S slots.
-    """ + (_DelayedRecall.__doc__ or "")
+
+    `vary="blanks"`: length = T, S = `pattern` (train T in 10..50, test up to 500);
+    `vary="pattern"`: length = S, T = `blanks` (train S in 2..10, test up to 100).
+    Targets: the pattern digits at the S output slots (mask there only); chance 1 / symbols.
+    """
 
     name = "denoise"
     summary = "selective copying: S digits scattered among S+T blanks, indicator, recall S digits (papers/002)"
