@@ -11,8 +11,6 @@ T_s column-stochastic), which renormalises at every step and is therefore exact 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from statetrack.errors import StatetrackError
@@ -66,10 +64,6 @@ class PermutationPFSA(Task):
         self.vocab = [PAD] + [f"swap({i},{j})?" for i, j in self.pairs] + [f"p[{i}]={j}" for i in range(n) for j in range(n)]
         self.answers = [" ".join(map(str, q)) for q in self.states] if self.mode == "joint" else [str(j) for j in range(n)]
         self._reveal0 = 1 + len(self.pairs)
-
-    @property
-    def params(self) -> dict:
-        return {"n": self.n, "noise": self.noise, "reveal_prob": self.reveal_prob, "belief": self.belief}
 
     def decode_token(self, token: int) -> tuple[str, int, int]:
         """("swap", i, j) or ("reveal", position, element) for a token id."""
@@ -144,7 +138,3 @@ class PermutationPFSA(Task):
             return f"{tokens}\n  final belief (top): {belief}; hidden: [{self.answers[int(batch.targets[index, -1])]}]"
         rows = "; ".join(" ".join(f"{p:.2f}" for p in row) for row in final.tolist())
         return f"{tokens}\n  final marginals P(pos i holds j): {rows}"
-
-    @property
-    def chance(self) -> float:
-        return 1.0 / (math.factorial(self.n) if self.mode == "joint" else self.n)
