@@ -9,6 +9,7 @@ import inspect
 
 import torch
 
+from statetrack.tasks import export, groups
 from statetrack.tasks.registry import TASKS, make_task, task_parameters
 
 # (parameters, length) of the example shown for each task; default parameters unless listed.
@@ -69,6 +70,8 @@ def markdown() -> str:
         listed = ", ".join(f"`{k}={v!r}`" for k, v in params.items()) or "none"
         lines += ["", f"## `{name}`", "", inspect.cleandoc(cls.__doc__ or cls.summary), "", f"Parameters: {listed}. "
                   f"Minimum length: {make_task(name).min_length}.", "", example(name)]
+    lines += ["", "## Groups (`statetrack.tasks.groups`)", "", inspect.cleandoc(groups.__doc__ or "")]
+    lines += ["", "## Export formats (`statetrack.tasks.export`)", "", inspect.cleandoc(export.__doc__ or "")]
     return "\n".join(lines) + "\n"
 
 

@@ -2,7 +2,8 @@
 
 Public API (`statetrack.tasks.groups`):
 
-- `get_group(name)` parses `Z60`, `S5`, `A5`, `A4xZ5`, `S3xZ2xZ2` (case-insensitive) into a `Group`.
+- `get_group(name)` parses `Z60`, `S5`, `A5`, `A4xZ5`, `S3xZ2xZ2` (case-insensitive) into a `Group`
+  (orders up to `MAX_ORDER` = 1000, e.g. S6; larger names get a one-line error).
 - `Group.multiply(a, b)`, `inverse(a)`, `element_order(a)`, `cayley_table()`, `order`,
   `elements` (each element as a tuple, see below), `prefix_products(words)`.
 
