@@ -58,6 +58,7 @@ class Group:
         # inverse[a] = the b with a * b = 0
         self.inverses = (table == 0).long().argmax(dim=1)
         self._orders: torch.Tensor | None = None
+        self._index: dict | None = None
 
     # ---- the public API ----------------------------------------------------------------------
     @property
@@ -101,11 +102,11 @@ class Group:
 
     def index(self, element) -> int:
         """Canonical index of `element` (in the form of `elements`)."""
-        try:
-            return self._index[element]
-        except AttributeError:
+        if self._index is None or len(self._index) != self.order:
             self._index = {e: i for i, e in enumerate(self.elements)}
-            return self._index[element]
+        if element not in self._index:
+            raise StatetrackError(f"{element!r} is not an element of {self.name}")
+        return self._index[element]
 
     def prefix_products(self, words: torch.Tensor) -> torch.Tensor:
         """[B, T] element indices -> [B, T] prefix products g_1 * ... * g_t.
