@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import run_experiment
 from statetrack.store import Store
@@ -46,7 +48,7 @@ def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatc
         return real(self)
 
     monkeypatch.setattr(runner.Trainer, "fit", explode)
-    run_experiment(str(tiny_spec()), results_dir=tmp_path, progress=False, log=lambda *_: None)
+    run_experiment(str(tiny_spec()), results_dir=tmp_path, progress=False, workers=1, log=lambda *_: None)
     runs = Store(tmp_path / "statetrack.db").runs("tiny")
     assert sorted(r["status"] for r in runs) == ["done", "done", "failed", "failed"]
     assert all("loss became nan" in r["error"] for r in runs if r["status"] == "failed")
@@ -60,12 +62,15 @@ def _statuses(db):
         return []
 
 
-def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path):
-    spec = str(tiny_spec(steps=400))
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path, workers):
+    spec = str(tiny_spec(steps=150, seeds="[0]" if workers == "1" else "[0, 1]"))
+    expected_runs = 2 if workers == "1" else 4
     results = tmp_path / "r"
     db = results / "statetrack.db"
-    command = [sys.executable, "-m", "statetrack.cli", "run", spec, "--results-dir", str(results), "--no-progress"]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "statetrack.cli", "run", spec, "--results-dir", str(results), "--no-progress", "--workers", workers]
+    # its own process group, so the kill takes the runner and its pool workers at once
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 240
     while time.time() < deadline:  # kill once one run is done and the next is training
         s = _statuses(db)
@@ -75,7 +80,7 @@ def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path):
     else:
         proc.kill()
         raise AssertionError(f"the run never reached the second run: {_statuses(db)}")
-    os.kill(proc.pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
     with sqlite3.connect(db) as c:
@@ -91,11 +96,11 @@ def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path):
 
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
     after = {r["id"]: r for r in store.runs("tiny")}
-    assert len(after) == 4 and all(r["status"] == "done" for r in after.values())
+    assert len(after) == expected_runs and all(r["status"] == "done" for r in after.values())
     for run_id in done_before:  # finished runs were skipped, not redone
         assert after[run_id]["finished_at"] == before[run_id]["finished_at"]
-    assert len(store.results("tiny")) == 8
+    assert len(store.results("tiny")) == 2 * expected_runs
     rows = json.loads(subprocess.run(
         [sys.executable, "-m", "statetrack.cli", "results", "tiny", "--json", "--results-dir", str(results)],
         check=True, capture_output=True, text=True).stdout)
-    assert len(rows) == 8
+    assert len(rows) == 2 * expected_runs

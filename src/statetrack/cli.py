@@ -38,7 +38,8 @@ def cmd_run(args) -> int:
     from statetrack.report import summarize, table_rows, text_table, write_report
 
     spec, runs = run_experiment(
-        args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device, progress=not args.no_progress,
+        args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
+        progress=not args.no_progress, workers=args.workers,
     )
     store = _store(args)
     out = write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--workers", type=int, default=None, help="parallel runs on a local process pool (default: CPU cores; 1 on CUDA)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
     p.set_defaults(func=cmd_run)
 

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import subprocess
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import torch
 
 from statetrack import zoo
+from statetrack.errors import StatetrackError
 from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.spec import RunSpec, expand, load_spec
 from statetrack.store import Store
 from statetrack.tasks import make_task
-from statetrack.train import Trainer, TrainConfig
+from statetrack.train import Trainer, TrainConfig, resolve_device
+from tqdm.auto import tqdm
 
 
 def git_revision() -> str:
@@ -63,6 +68,17 @@ def execute_run(run: RunSpec, store: Store, results_dir: Path, device: str = "au
         return "failed"
 
 
+def default_workers(device: str = "auto") -> int:
+    """One worker per CPU core on CPU (small models run best single-threaded side by side); one on CUDA."""
+    if resolve_device(device).type == "cuda":
+        return 1
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
 def run_experiment(
     name_or_path: str,
     scale: str = "quick",
@@ -71,19 +87,40 @@ def run_experiment(
     results_dir: str | Path = "results",
     device: str = "auto",
     progress: bool = True,
+    workers: int | None = None,
     log=print,
 ) -> tuple[dict, list[RunSpec]]:
-    """Run every unfinished run of the experiment in turn; returns (spec, runs)."""
+    """Run every unfinished run of the experiment; returns (spec, runs).
+
+    With `workers` > 1 the runs go to a local process pool (each worker single-threaded when the
+    cores are shared out); every worker writes its own results to the store as it finishes.
+    """
+    if workers is not None and workers < 1:
+        raise StatetrackError(f"workers must be >= 1, got {workers}")
     spec = load_spec(name_or_path, scale, overrides)
     runs = expand(spec)
     results_dir = Path(results_dir)
     store = Store(store_path or results_dir / "statetrack.db")
     git_rev = git_revision()
     todo = [r for r in runs if store.status(r.id) != "done"]
-    log(f"experiment {spec['name']} ({scale}): {len(runs)} runs, {len(runs) - len(todo)} already done")
-    for i, run in enumerate(todo, 1):
-        log(f"[{i}/{len(todo)}] {run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}")
-        status = execute_run(run, store, results_dir, device, progress, git_rev)
-        if status != "done":
-            log(f"  run {run.id} failed; see `statetrack results {spec['name']}` and the report")
+    workers = min(workers or default_workers(device), max(1, len(todo)))
+    log(f"experiment {spec['name']} ({scale}): {len(runs)} runs, {len(runs) - len(todo)} already done"
+        + (f", {workers} workers" if workers > 1 else ""))
+    describe = lambda run: f"{run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}"  # noqa: E731
+    if workers == 1:
+        for i, run in enumerate(todo, 1):
+            log(f"[{i}/{len(todo)}] {describe(run)}")
+            if execute_run(run, store, results_dir, device, progress, git_rev) != "done":
+                log(f"  failed: {describe(run)} (the error is in the store and the report)")
+        return spec, runs
+    cores = default_workers("cpu")
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding torch threads
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(max(1, cores // workers),)) as pool:
+        futures = {pool.submit(execute_run, run, store, results_dir, device, False, git_rev): run for run in todo}
+        with tqdm(total=len(todo), desc="runs", disable=not progress) as bar:
+            for future in as_completed(futures):
+                run = futures[future]
+                status = future.result()
+                bar.write(f"{status:6s} {describe(run)}")
+                bar.update(1)
     return spec, runs
