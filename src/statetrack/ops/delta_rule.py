@@ -5,11 +5,31 @@
 with S_t in R^{d_k x d_v} per head. beta_t in (0, 1) keeps the transition's eigenvalues in [0, 1];
 beta_t in (0, 2) extends them to (-1, 1] (reflections, papers/001). The optional gate alpha_t =
 exp(g_t) gives Gated DeltaNet. Keys are expected L2-normalised (the layer does it).
+
+`delta_rule` is the chunkwise WY/UT form of SPEC 1.3 (Yang et al. 2024, "Parallelizing linear
+transformers with the delta rule over sequence length", section 3; gated form as in Gated DeltaNet,
+Yang et al. 2025, section 3.3). Within a chunk of C steps with cumulative log-gate gamma_i and
+decay Gamma_i = exp(gamma_i):
+
+    A   = strictly-lower(diag(beta) (Gamma_i / Gamma_j) K K^T),      (I + A) [W | U] = [diag(beta Gamma) K | diag(beta) V]
+    P   = lower(Q K^T (.) Gamma_i / Gamma_j)                          (diagonal included)
+    O   = (diag(Gamma) Q - P W) S + P U
+    S' = (Gamma_C I - K~^T W) S + K~^T U,                            K~ = diag(Gamma_C / Gamma) K
+
+so everything but the last line is batched over all chunks, and the chunk-to-chunk recurrence is a
+dense transition of size D_k (`dense_scan`, one fused product per chunk, reverse-scan backward).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+from statetrack.ops.dense import dense_scan
+from statetrack.ops.triangular import unit_lower_inverse
+
+DEFAULT_CHUNK_SIZE = 64
 
 
 def _check(q, k, v, beta, g, initial_state):
@@ -38,7 +58,7 @@ def delta_rule_reference(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = True,
 ):
-    """The definition: a plain loop over time.
+    """The definition: a plain loop over time (SPEC 1.3, DeltaNet / Gated DeltaNet recurrence).
 
     q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [B, T, H] in (0, 2); g: [B, T, H] log-gate or None;
     initial_state: [B, H, Dk, Dv] or None (zeros). Returns (o [B, T, H, Dv], S_T or None).
@@ -48,18 +68,99 @@ def delta_rule_reference(
     Dv = v.shape[-1]
     S = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state
     outputs = []
-    for t in range(T):
-        k_t, v_t, b_t = k[:, t], v[:, t], beta[:, t, :, None]  # [B,H,Dk], [B,H,Dv], [B,H,1]
-        if g is not None:
-            S = S * g[:, t].exp()[..., None, None]
+    gates = g.exp().unbind(1) if g is not None else [None] * T
+    # unbind, not q[:, t]: indexing makes autograd write a full-size zero gradient per step (O(T^2))
+    for q_t, k_t, v_t, b_t, a_t in zip(q.unbind(1), k.unbind(1), v.unbind(1), beta.unbind(1), gates):
+        if a_t is not None:
+            S = S * a_t[..., None, None]
         # (I - b k k^T) S + b k v^T  =  S + b k (v - S^T k)^T
         v_new = v_t - torch.einsum("bhkv,bhk->bhv", S, k_t)
-        S = S + torch.einsum("bhk,bhv->bhkv", k_t * b_t, v_new)
-        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+        S = S + torch.einsum("bhk,bhv->bhkv", k_t * b_t[..., None], v_new)
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q_t))
     o = torch.stack(outputs, dim=1) if outputs else v.new_zeros(B, 0, H, Dv)
     return o, (S if output_final_state else None)
 
 
-def delta_rule(q, k, v, beta, g=None, initial_state=None, output_final_state=True):
-    """The delta rule through the fastest available form (the reference loop until a faster one lands)."""
-    return delta_rule_reference(q, k, v, beta, g, initial_state, output_final_state)
+def chunk_layout(T: int, chunk_size: int) -> tuple[int, int]:
+    """(number of chunks n, chunk length C) with n C >= T and the least padding for at most chunk_size."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
+    n = math.ceil(T / chunk_size)
+    return n, math.ceil(T / n)
+
+
+def _to_chunks(x: torch.Tensor, n: int, C: int) -> torch.Tensor:
+    """[B, T, H, ...] -> [B, H, n, C, ...], zero-padded at the end of time."""
+    B, T, H = x.shape[:3]
+    x = x.transpose(1, 2)
+    if n * C != T:
+        x = torch.cat([x, x.new_zeros((B, H, n * C - T) + tuple(x.shape[3:]))], dim=2)
+    return x.reshape((B, H, n, C) + tuple(x.shape[3:]))
+
+
+def delta_rule_chunk(q, k, v, beta, g=None, initial_state=None, output_final_state=True, chunk_size=DEFAULT_CHUNK_SIZE):
+    """Chunkwise WY/UT form (module docstring); equal to `delta_rule_reference` to float tolerance.
+
+    Padding steps (k = v = q = beta = g = 0) are identity transitions, so T need not divide by the chunk.
+    """
+    _check(q, k, v, beta, g, initial_state)
+    B, T, H, Dk = q.shape
+    Dv = v.shape[-1]
+    S0 = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state
+    if T == 0:
+        return v.new_zeros(B, 0, H, Dv), (S0 if output_final_state else None)
+    n, C = chunk_layout(T, chunk_size)
+    qc, kc, vc = (_to_chunks(x, n, C) for x in (q, k, v))  # [B, H, n, C, D]
+    bc = _to_chunks(beta, n, C)  # [B, H, n, C]
+    upper = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)  # mask of j > i
+    kb = kc * bc[..., None]  # diag(beta) K
+    if g is None:
+        # one product for diag(beta) K K^T (its strictly lower part is used) and Q K^T; split, not
+        # slices, so that autograd joins the two gradients with one cat instead of zero-filled copies
+        A, qk = (torch.cat([kb, qc], dim=-2) @ kc.transpose(-1, -2)).split([C, C], dim=-2)
+        rhs = torch.cat([kb, vc * bc[..., None]], dim=-1)
+        P = qk.masked_fill(upper, 0)
+        q_dec, k_dec, total = qc, kc, None
+    else:
+        A, qk = (torch.cat([kb, qc], dim=-2) @ kc.transpose(-1, -2)).split([C, C], dim=-2)
+        gamma = _to_chunks(g, n, C).cumsum(-1)  # [B, H, n, C]
+        decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(upper, -math.inf).exp()  # Gamma_i / Gamma_j
+        A = A * decay
+        Gam = gamma.exp()
+        rhs = torch.cat([kb * Gam[..., None], vc * bc[..., None]], dim=-1)
+        P = qk * decay
+        q_dec = qc * Gam[..., None]
+        k_dec = kc * (gamma[..., -1:] - gamma).exp()[..., None]
+        total = Gam[..., -1]  # [B, H, n]
+    WU = unit_lower_inverse(A) @ rhs  # [W | U], [B, H, n, C, Dk + Dv]
+    PW, PU = (P @ WU).split([Dk, Dv], dim=-1)  # [B, H, n, C, Dk], [B, H, n, C, Dv]
+    q_eff = q_dec - PW
+    KW, X = (k_dec.transpose(-1, -2) @ WU).split([Dk, Dv], dim=-1)  # [B, H, n, Dk, Dk], [B, H, n, Dk, Dv]
+    M = -KW
+    if total is None:
+        M = M + torch.eye(Dk, dtype=M.dtype, device=M.device)
+    else:
+        M = M + torch.diag_embed(total[..., None].expand(B, H, n, Dk))
+    Z = B * H
+    states = dense_scan(
+        M.reshape(Z, n, Dk, Dk).transpose(0, 1),
+        X.reshape(Z, n, Dk, Dv).transpose(0, 1),
+        S0.reshape(Z, Dk, Dv),
+    )  # [n + 1, Z, Dk, Dv]
+    starts = states[:-1].transpose(0, 1).reshape(B, H, n, Dk, Dv)
+    o = torch.baddbmm(
+        PU.reshape(Z * n, C, Dv), q_eff.reshape(Z * n, C, Dk), starts.reshape(Z * n, Dk, Dv)
+    )  # [B*H*n, C, Dv]
+    o = o.reshape(B, H, n * C, Dv)[:, :, :T].transpose(1, 2)
+    final = states[-1].reshape(B, H, Dk, Dv) if output_final_state else None
+    return o, final
+
+
+def delta_rule(q, k, v, beta, g=None, initial_state=None, output_final_state=True, chunk_size=DEFAULT_CHUNK_SIZE):
+    """The delta rule (SPEC 1.3) through the chunkwise WY/UT form; same contract as the reference.
+
+    q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [B, T, H] in (0, 2); g: [B, T, H] log-gate or None;
+    initial_state: [B, H, Dk, Dv] or None. Returns (o [B, T, H, Dv], S_T or None). Differentiable
+    in every tensor argument; feeding a sequence in pieces with the state carried equals one call.
+    """
+    return delta_rule_chunk(q, k, v, beta, g, initial_state, output_final_state, chunk_size)

@@ -1,0 +1,129 @@
+"""Dense input-dependent linear recurrence h_t = A_t h_{t-1} + b_t (SPEC section 1.1), layout [B, T, H, D].
+
+The full bilinear model has A_t = sum_k x_t[k] W[:, :, k]; the CP-factored one A_t = U diag(C^T x_t) V^T
+(papers/000, eqs. 1-3); both hand `dense_transition` the materialised A_t. The state may be a vector
+h [B, H, D] or a matrix h [B, H, D, E] (E columns carried by the same A_t; the delta rule's chunk
+recurrence uses that form).
+
+Fastest correct CPU form found: one fused `baddbmm` per step in forward and one per step in a custom
+reverse-scan backward (the adjoint lambda_t = dL/dh_t + A_{t+1}^T lambda_{t+1}), with dA_t =
+lambda_t h_{t-1}^T computed afterwards as one batched product. A chunked/parallel form needs products
+A_t ... A_s, i.e. O(D^3) per step instead of O(D^2); on CPU that loses for every D worth a dense model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class _DenseScan(torch.autograd.Function):
+    """All states of h_{n+1} = M_n h_n + X_n for M [N, Z, D, D], X [N, Z, D, E], h0 [Z, D, E].
+
+    Returns hs [N + 1, Z, D, E] with hs[0] = h0. Backward is the reverse scan; memory is that of the
+    forward (the states are its output).
+    """
+
+    @staticmethod
+    def forward(ctx, M, X, h0):
+        N = M.shape[0]
+        hs = X.new_empty((N + 1,) + tuple(h0.shape))
+        hs[0] = h0
+        for n in range(N):
+            torch.baddbmm(X[n], M[n], hs[n], out=hs[n + 1])
+        ctx.save_for_backward(M, hs)
+        return hs
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_hs):
+        M, hs = ctx.saved_tensors
+        N = M.shape[0]
+        lam = torch.empty_like(grad_hs)  # lam[n] = dL/dh_n, total
+        lam[N] = grad_hs[N]
+        Mt = M.transpose(-1, -2).conj()
+        for n in range(N - 1, -1, -1):
+            torch.baddbmm(grad_hs[n], Mt[n], lam[n + 1], out=lam[n])
+        grad_M = grad_X = None
+        if ctx.needs_input_grad[0]:
+            # dM_n = lambda_{n+1} h_n^H, all n in one batched product
+            grad_M = torch.matmul(lam[1:], hs[:-1].transpose(-1, -2).conj())
+        if ctx.needs_input_grad[1]:
+            grad_X = lam[1:]
+        return grad_M, grad_X, lam[0]
+
+
+def dense_scan(M: torch.Tensor, X: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """h_{n+1} = M_n h_n + X_n over the leading axis; returns [N + 1, Z, D, E] states (hs[0] = h0).
+
+    M [N, Z, D, D], X [N, Z, D, E], h0 [Z, D, E]; differentiable in all three.
+    """
+    return _DenseScan.apply(M.contiguous(), X.contiguous(), h0.contiguous())
+
+
+def _check(A, b, initial_state):
+    if A.dim() != 5 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"A must be [B, T, H, D, D], got {tuple(A.shape)}")
+    B, T, H, D, _ = A.shape
+    if b is not None and (b.dim() not in (4, 5) or b.shape[:4] != (B, T, H, D)):
+        raise ValueError(f"b must be [B, T, H, D] = [{B}, {T}, {H}, {D}] or [B, T, H, D, E], got {tuple(b.shape)}")
+    if initial_state is not None and initial_state.shape[:3] != (B, H, D):
+        raise ValueError(f"initial_state must be [B, H, D] = [{B}, {H}, {D}] (or [B, H, D, E]), got {tuple(initial_state.shape)}")
+    if b is not None and initial_state is not None and b.dim() - 1 != initial_state.dim():
+        raise ValueError(f"b {tuple(b.shape)} and initial_state {tuple(initial_state.shape)} disagree on a vector or matrix state")
+
+
+def dense_transition_reference(
+    A: torch.Tensor,
+    b: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = True,
+):
+    """The definition, h_t = A_t h_{t-1} + b_t (SPEC 1.1; b = None for the pure model), a plain loop.
+
+    A [B, T, H, D, D]; b [B, T, H, D] (or [B, T, H, D, E]) or None; initial_state [B, H, D] (or
+    [B, H, D, E]) or None (zeros). Returns (h [B, T, H, D(, E)] = h_1..h_T, h_T or None).
+    """
+    _check(A, b, initial_state)
+    B, T, H, D, _ = A.shape
+    matrix = (b is not None and b.dim() == 5) or (initial_state is not None and initial_state.dim() == 4)
+    if initial_state is not None:
+        h = initial_state
+    else:
+        h = A.new_zeros((B, H, D, b.shape[-1]) if matrix else (B, H, D))
+    states = []
+    b_steps = b.unbind(1) if b is not None else [None] * T
+    for A_t, b_t in zip(A.unbind(1), b_steps):
+        h = A_t @ h if matrix else (A_t @ h.unsqueeze(-1)).squeeze(-1)
+        if b_t is not None:
+            h = h + b_t
+        states.append(h)
+    out = torch.stack(states, 1) if states else A.new_zeros((B, 0, H, D) + tuple(h.shape[3:]))
+    return out, (h if output_final_state else None)
+
+
+def dense_transition(
+    A: torch.Tensor,
+    b: torch.Tensor | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = True,
+):
+    """h_t = A_t h_{t-1} + b_t (SPEC 1.1) through the fused scan with the reverse-scan backward.
+
+    Same arguments and results as `dense_transition_reference`.
+    """
+    _check(A, b, initial_state)
+    B, T, H, D, _ = A.shape
+    matrix = (b is not None and b.dim() == 5) or (initial_state is not None and initial_state.dim() == 4)
+    E = (b.shape[-1] if b is not None else initial_state.shape[-1]) if matrix else 1
+    h0 = initial_state if initial_state is not None else A.new_zeros((B, H, D, E) if matrix else (B, H, D))
+    if T == 0:
+        return A.new_zeros((B, 0) + tuple(h0.shape[1:])), (h0 if output_final_state else None)
+    h0 = h0.reshape(B * H, D, E)
+    M = A.transpose(0, 1).reshape(T, B * H, D, D)
+    if b is None:
+        X = A.new_zeros(T, B * H, D, E)
+    else:
+        X = b.transpose(0, 1).reshape(T, B * H, D, E)
+    hs = dense_scan(M, X, h0)[1:]  # [T, B*H, D, E]
+    out = hs.reshape((T, B, H, D) + ((E,) if matrix else ())).transpose(0, 1)
+    return out, (out[:, -1] if output_final_state else None)

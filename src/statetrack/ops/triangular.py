@@ -1,0 +1,61 @@
+"""Inverse of a batch of unit lower-triangular matrices, (I + A)^-1 for strictly lower A.
+
+The chunkwise delta rule needs it for every chunk (the UT transform, SPEC 1.3). On CPU,
+`torch.linalg.solve_triangular` loops over the batch (one LAPACK call and one copy per matrix),
+which dominated the chunk form; here the inverse is built by block doubling, so every step is one
+batched product over all chunks:
+
+    inv([[L11, 0], [L21, L22]]) = [[L11^-1, 0], [-L22^-1 L21 L11^-1, L22^-1]].
+
+Backward: d(T)/dA with T = (I + A)^-1 gives dA = -T^T dT T^T, kept strictly lower.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _diagonal_blocks(x: torch.Tensor, size: int) -> torch.Tensor:
+    """[..., C, C] -> view [..., C / size, size, size] of the diagonal blocks."""
+    m = x.shape[-1] // size
+    blocks = x.unflatten(-1, (m, size)).unflatten(-3, (m, size))  # [..., m, s, m, s]
+    return torch.diagonal(blocks, dim1=-4, dim2=-2).movedim(-1, -3)
+
+
+def unit_lower_inverse_nograd(A: torch.Tensor) -> torch.Tensor:
+    """(I + strictly-lower(A))^-1 for A [..., C, C], by block doubling (no autograd)."""
+    C = A.shape[-1]
+    P = 1 << max(C - 1, 0).bit_length()  # next power of two; padding is an identity block
+    L = torch.zeros(A.shape[:-2] + (P, P), dtype=A.dtype, device=A.device)
+    L[..., :C, :C] = A.tril(-1)
+    inv = torch.ones(A.shape[:-2] + (P, 1, 1), dtype=A.dtype, device=A.device)  # inverses of 1x1 blocks
+    s = 1
+    while s < P:
+        L21 = _diagonal_blocks(L, 2 * s)[..., s:, :s]  # [..., P/2s, s, s]
+        D11, D22 = inv[..., 0::2, :, :], inv[..., 1::2, :, :]
+        off = -(D22 @ L21 @ D11)
+        top = torch.cat([D11, torch.zeros_like(D11)], dim=-1)
+        bottom = torch.cat([off, D22], dim=-1)
+        inv = torch.cat([top, bottom], dim=-2)  # [..., P/2s, 2s, 2s]
+        s *= 2
+    return inv.squeeze(-3)[..., :C, :C]
+
+
+class _UnitLowerInverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, A):
+        T = unit_lower_inverse_nograd(A)
+        ctx.save_for_backward(T)
+        return T
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_T):
+        (T,) = ctx.saved_tensors
+        Tt = T.transpose(-1, -2)
+        return (Tt @ grad_T @ Tt).neg_().tril_(-1)
+
+
+def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
+    """(I + strictly-lower(A))^-1 for a batch A [..., C, C]; differentiable (gradient strictly lower)."""
+    return _UnitLowerInverse.apply(A)
