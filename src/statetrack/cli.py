@@ -54,9 +54,10 @@ def cmd_tasks(args) -> int:
     from statetrack.tasks import TASKS, make_task, task_parameters
 
     if args.action in (None, "list"):
+        width = max(map(len, TASKS)) + 2
         for name, cls in sorted(TASKS.items()):
             params = ", ".join(f"{k}={v!r}" for k, v in task_parameters(name).items()) or "-"
-            print(f"{name:18s} {cls.summary}\n{'':18s} parameters: {params}")
+            print(f"{name:{width}s}{cls.summary}\n{'':{width}s}parameters: {params}")
         return 0
     if args.action == "show":
         import torch
