@@ -17,7 +17,8 @@ decay Gamma_i = exp(gamma_i):
     S' = (Gamma_C I - K~^T W) S + K~^T U,                            K~ = diag(Gamma_C / Gamma) K
 
 so everything but the last line is batched over all chunks, and the chunk-to-chunk recurrence is a
-dense transition of size D_k (`dense_scan`, one fused product per chunk, reverse-scan backward).
+dense transition of size D_k (one fused product per chunk). The backward is written by hand
+(`delta_chunk.py`): the same recurrence in reverse, then batched products.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ import math
 
 import torch
 
-from statetrack.ops.dense import dense_scan
-from statetrack.ops.triangular import unit_lower_inverse
+from statetrack.ops.delta_chunk import DeltaRuleChunk
 
-DEFAULT_CHUNK_SIZE = 64
+DEFAULT_CHUNK_SIZE = 32  # measured: 16..32 beat 64 for d = 16..32 at every T (docs/performance.md)
 
 
 def _check(q, k, v, beta, g, initial_state):
@@ -89,17 +89,8 @@ def chunk_layout(T: int, chunk_size: int) -> tuple[int, int]:
     return n, math.ceil(T / n)
 
 
-def _to_chunks(x: torch.Tensor, n: int, C: int) -> torch.Tensor:
-    """[B, T, H, ...] -> [B, H, n, C, ...], zero-padded at the end of time."""
-    B, T, H = x.shape[:3]
-    x = x.transpose(1, 2)
-    if n * C != T:
-        x = torch.cat([x, x.new_zeros((B, H, n * C - T) + tuple(x.shape[3:]))], dim=2)
-    return x.reshape((B, H, n, C) + tuple(x.shape[3:]))
-
-
 def delta_rule_chunk(q, k, v, beta, g=None, initial_state=None, output_final_state=True, chunk_size=DEFAULT_CHUNK_SIZE):
-    """Chunkwise WY/UT form (module docstring); equal to `delta_rule_reference` to float tolerance.
+    """Chunkwise WY/UT form (module docstring; backward in `delta_chunk`), equal to the reference.
 
     Padding steps (k = v = q = beta = g = 0) are identity transitions, so T need not divide by the chunk.
     """
@@ -110,50 +101,8 @@ def delta_rule_chunk(q, k, v, beta, g=None, initial_state=None, output_final_sta
     if T == 0:
         return v.new_zeros(B, 0, H, Dv), (S0 if output_final_state else None)
     n, C = chunk_layout(T, chunk_size)
-    qc, kc, vc = (_to_chunks(x, n, C) for x in (q, k, v))  # [B, H, n, C, D]
-    bc = _to_chunks(beta, n, C)  # [B, H, n, C]
-    upper = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)  # mask of j > i
-    kb = kc * bc[..., None]  # diag(beta) K
-    if g is None:
-        # one product for diag(beta) K K^T (its strictly lower part is used) and Q K^T; split, not
-        # slices, so that autograd joins the two gradients with one cat instead of zero-filled copies
-        A, qk = (torch.cat([kb, qc], dim=-2) @ kc.transpose(-1, -2)).split([C, C], dim=-2)
-        rhs = torch.cat([kb, vc * bc[..., None]], dim=-1)
-        P = qk.masked_fill(upper, 0)
-        q_dec, k_dec, total = qc, kc, None
-    else:
-        A, qk = (torch.cat([kb, qc], dim=-2) @ kc.transpose(-1, -2)).split([C, C], dim=-2)
-        gamma = _to_chunks(g, n, C).cumsum(-1)  # [B, H, n, C]
-        decay = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(upper, -math.inf).exp()  # Gamma_i / Gamma_j
-        A = A * decay
-        Gam = gamma.exp()
-        rhs = torch.cat([kb * Gam[..., None], vc * bc[..., None]], dim=-1)
-        P = qk * decay
-        q_dec = qc * Gam[..., None]
-        k_dec = kc * (gamma[..., -1:] - gamma).exp()[..., None]
-        total = Gam[..., -1]  # [B, H, n]
-    WU = unit_lower_inverse(A) @ rhs  # [W | U], [B, H, n, C, Dk + Dv]
-    PW, PU = (P @ WU).split([Dk, Dv], dim=-1)  # [B, H, n, C, Dk], [B, H, n, C, Dv]
-    q_eff = q_dec - PW
-    KW, X = (k_dec.transpose(-1, -2) @ WU).split([Dk, Dv], dim=-1)  # [B, H, n, Dk, Dk], [B, H, n, Dk, Dv]
-    M = -KW
-    if total is None:
-        M = M + torch.eye(Dk, dtype=M.dtype, device=M.device)
-    else:
-        M = M + torch.diag_embed(total[..., None].expand(B, H, n, Dk))
-    Z = B * H
-    states = dense_scan(
-        M.reshape(Z, n, Dk, Dk).transpose(0, 1),
-        X.reshape(Z, n, Dk, Dv).transpose(0, 1),
-        S0.reshape(Z, Dk, Dv),
-    )  # [n + 1, Z, Dk, Dv]
-    starts = states[:-1].transpose(0, 1).reshape(B, H, n, Dk, Dv)
-    o = torch.baddbmm(
-        PU.reshape(Z * n, C, Dv), q_eff.reshape(Z * n, C, Dk), starts.reshape(Z * n, Dk, Dv)
-    )  # [B*H*n, C, Dv]
-    o = o.reshape(B, H, n * C, Dv)[:, :, :T].transpose(1, 2)
-    final = states[-1].reshape(B, H, Dk, Dv) if output_final_state else None
-    return o, final
+    o, final = DeltaRuleChunk.apply(q, k, v, beta, g, S0, n, C)
+    return o, (final if output_final_state else None)
 
 
 def delta_rule(q, k, v, beta, g=None, initial_state=None, output_final_state=True, chunk_size=DEFAULT_CHUNK_SIZE):

@@ -5,9 +5,11 @@ The full bilinear model has A_t = sum_k x_t[k] W[:, :, k]; the CP-factored one A
 h [B, H, D] or a matrix h [B, H, D, E] (E columns carried by the same A_t; the delta rule's chunk
 recurrence uses that form).
 
-Fastest correct CPU form found: one fused `baddbmm` per step in forward and one per step in a custom
-reverse-scan backward (the adjoint lambda_t = dL/dh_t + A_{t+1}^T lambda_{t+1}), with dA_t =
-lambda_t h_{t-1}^T computed afterwards as one batched product. A chunked/parallel form needs products
+Fastest correct CPU form found: a plain sequential scan with a custom reverse-scan backward (the
+adjoint lambda_t = dL/dh_t + A_{t+1}^T lambda_{t+1}), dA_t = lambda_t h_{t-1}^T computed afterwards
+as one batched product. Vector states step through the strided A[:, t] with a broadcast product
+and a row sum (no copy of the large A, which costs more than the arithmetic); matrix states use
+one fused `baddbmm` per step in time-major layout. A chunked/parallel form needs products
 A_t ... A_s, i.e. O(D^3) per step instead of O(D^2); on CPU that loses for every D worth a dense model.
 """
 
@@ -50,6 +52,40 @@ class _DenseScan(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_X = lam[1:]
         return grad_M, grad_X, lam[0]
+
+
+class _DenseVectorScan(torch.autograd.Function):
+    """All states of h_{t+1} = A_t h_t + X_t in the user layout: A [B, T, H, D, D], X and h0 [B, (T,) H, D].
+
+    Returns hs [B, T + 1, H, D] (hs[:, 0] = h0). Each step is one broadcast product and a row sum over
+    the strided A[:, t] (no copy of the large A); the backward is the reverse scan, and
+    dA_t = lambda_{t+1} h_t^H is one broadcast product written straight into A's layout.
+    """
+
+    @staticmethod
+    def forward(ctx, A, X, h0):
+        B, T, H, D, _ = A.shape
+        hs = X.new_empty(B, T + 1, H, D)
+        hs[:, 0] = h0
+        for t in range(T):
+            torch.sum(A[:, t] * hs[:, t, :, None, :], dim=-1, out=hs[:, t + 1])
+            hs[:, t + 1] += X[:, t]
+        ctx.save_for_backward(A, hs)
+        return hs
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_hs):
+        A, hs = ctx.saved_tensors
+        T = A.shape[1]
+        Ac = A.conj()
+        lam = torch.empty_like(hs)
+        lam[:, T] = grad_hs[:, T]
+        for t in range(T - 1, -1, -1):
+            torch.sum(Ac[:, t] * lam[:, t + 1, :, :, None], dim=-2, out=lam[:, t])  # A_t^H lambda_{t+1}
+            lam[:, t] += grad_hs[:, t]
+        grad_A = lam[:, 1:, :, :, None] * hs[:, :-1, :, None, :].conj() if ctx.needs_input_grad[0] else None
+        return grad_A, lam[:, 1:], lam[:, 0]
 
 
 def dense_scan(M: torch.Tensor, X: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
@@ -118,6 +154,10 @@ def dense_transition(
     h0 = initial_state if initial_state is not None else A.new_zeros((B, H, D, E) if matrix else (B, H, D))
     if T == 0:
         return A.new_zeros((B, 0) + tuple(h0.shape[1:])), (h0 if output_final_state else None)
+    if not matrix:
+        X = b if b is not None else A.new_zeros(B, T, H, D)
+        out = _DenseVectorScan.apply(A, X, h0)[:, 1:]
+        return out, (out[:, -1] if output_final_state else None)
     h0 = h0.reshape(B * H, D, E)
     M = A.transpose(0, 1).reshape(T, B * H, D, D)
     if b is None:
@@ -125,5 +165,5 @@ def dense_transition(
     else:
         X = b.transpose(0, 1).reshape(T, B * H, D, E)
     hs = dense_scan(M, X, h0)[1:]  # [T, B*H, D, E]
-    out = hs.reshape((T, B, H, D) + ((E,) if matrix else ())).transpose(0, 1)
+    out = hs.reshape(T, B, H, D, E).transpose(0, 1)
     return out, (out[:, -1] if output_final_state else None)
