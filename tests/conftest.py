@@ -1,6 +1,11 @@
 import textwrap
 
 import pytest
+import torch
+
+# The models in tests are tiny: one thread is faster than two, and stays fast when the machine is
+# shared (CI runs on 2 cores).
+torch.set_num_threads(1)
 
 TINY_SPEC = """
 name: tiny
