@@ -14,7 +14,20 @@ from typing import Callable
 from torch import nn
 
 from statetrack.errors import StatetrackError, unknown
-from statetrack.layers import LSTM, DeltaNet
+from statetrack.layers import (
+    GLA,
+    IDS4,
+    LSTM,
+    S4D,
+    CausalSelfAttention,
+    DeltaNet,
+    DeltaProduct,
+    GatedDeltaNet,
+    Mamba,
+    Mamba2,
+    mLSTM,
+    sLSTM,
+)
 from statetrack.model import SequenceModel
 
 MODEL_DEFAULTS = {"d_model": 64, "num_layers": 1, "mlp": True}
@@ -29,17 +42,50 @@ class ModelEntry:
 
 
 MODELS: dict[str, ModelEntry] = {
+    "transformer": ModelEntry(
+        CausalSelfAttention,
+        "GPT-2 style causal Transformer (pre-LN, MLP x4, GELU); positional none | sinusoidal | rope; KV cache",
+        lambda s: "Transformer" + {"none": "", "sinusoidal": " (sinusoidal)", "rope": " (RoPE)"}[s["positional"]],
+        recurrent=False,
+    ),
+    "lstm": ModelEntry(LSTM, "LSTM baseline (torch.nn.LSTM)", lambda s: "LSTM"),
+    "mlstm": ModelEntry(mLSTM, "mLSTM (xLSTM matrix memory, exponential input gate)", lambda s: "mLSTM"),
+    "slstm": ModelEntry(sLSTM, "sLSTM (xLSTM scalar memory with recurrent connections; nonlinear)", lambda s: "sLSTM"),
+    "mamba": ModelEntry(
+        Mamba,
+        "Mamba (selective S6 block); eig_range [0,1] or [-1,1] (a = 2 exp(-dt A) - 1, papers/001)",
+        lambda s: f"Mamba {s['eig_range']}",
+    ),
+    "mamba2": ModelEntry(
+        Mamba2, "Mamba-2 (scalar decay per head, matrix state); eig_range [0,1] or [-1,1]", lambda s: f"Mamba-2 {s['eig_range']}"
+    ),
+    "s4d": ModelEntry(S4D, "S4D (time-invariant complex diagonal SSM, S4D-Lin init)", lambda s: "S4D"),
+    "ids4": ModelEntry(IDS4, "IDS4 (S4D with input-dependent complex transition)", lambda s: "IDS4"),
+    "gla": ModelEntry(GLA, "Gated linear attention (diagonal decay per key dimension)", lambda s: "GLA"),
     "deltanet": ModelEntry(
         DeltaNet,
         "DeltaNet (delta rule, matrix state per head); eig_range [0,1] or [-1,1] (papers/001)",
         lambda s: f"DeltaNet {s['eig_range']}",
     ),
-    "lstm": ModelEntry(LSTM, "LSTM baseline (torch.nn.LSTM)", lambda s: "LSTM"),
+    "gated_deltanet": ModelEntry(
+        GatedDeltaNet,
+        "Gated DeltaNet (delta rule with a scalar decay per head); eig_range [0,1] or [-1,1]",
+        lambda s: f"Gated DeltaNet {s['eig_range']}",
+    ),
+    "deltaproduct": ModelEntry(
+        DeltaProduct,
+        "DeltaProduct_{n_h} (n_h Householder micro-steps per token); eig_range [0,1] or [-1,1] (papers/001)",
+        lambda s: f"DeltaProduct_{s['n_h']} {s['eig_range']}",
+    ),
 }
 
 PRESETS: dict[str, dict] = {
     "deltanet-neg": {"name": "deltanet", "eig_range": "[-1,1]"},
     "deltanet-pos": {"name": "deltanet", "eig_range": "[0,1]"},
+    "mamba-neg": {"name": "mamba", "eig_range": "[-1,1]"},
+    "mamba-pos": {"name": "mamba", "eig_range": "[0,1]"},
+    "deltaproduct-2": {"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]"},
+    "transformer-rope": {"name": "transformer", "positional": "rope"},
 }
 
 

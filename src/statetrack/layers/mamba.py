@@ -1,0 +1,126 @@
+"""Selective state-space mixers: Mamba (S6) and Mamba-2 (SPEC 1.2), both with the eigenvalue-range
+switch of papers/001.
+
+Both run their recurrence through the diagonal scan op h_t = a_t * h_{t-1} + b_t.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from statetrack.layers.common import (
+    CausalConv1d,
+    Spectral,
+    check_eig_range,
+    check_input,
+    decay_to_range,
+    inverse_softplus,
+    log_uniform_dt,
+)
+from statetrack.ops import diagonal_scan
+
+
+class Mamba(Spectral, nn.Module):
+    """Mamba block (Gu & Dao 2023) with the selective S6 scan, per channel c and state n:
+
+        h_t[c, n] = a_t[c, n] h_{t-1}[c, n] + dt_t[c] B_t[n] u_t[c],   y_t[c] = sum_n C_t[n] h_t[c, n] + D[c] u_t[c]
+        a_t = exp(-dt_t[c] exp(A_log[c, n]))          eig_range "[0,1]"
+        a_t = 2 exp(-dt_t[c] exp(A_log[c, n])) - 1    eig_range "[-1,1]"  (papers/001, eq. for Mamba)
+
+    dt = softplus(W_dt x + b_dt) through a rank-`dt_rank` bottleneck. Block: in-projection to
+    2 * expand * d_model (u, z), causal depthwise conv (d_conv), SiLU, the scan, y * silu(z),
+    out-projection. Init: A_log = log(1..N), dt log-uniform in [1e-3, 1e-1] via b_dt.
+    State: (conv state [B, d_conv - 1, E], h [B, E, N]), E = expand * d_model.
+    """
+
+    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank: int | None = None, eig_range: str = "[0,1]"):
+        super().__init__()
+        self.d_model, self.d_state, self.eig_range = d_model, d_state, check_eig_range(eig_range)
+        inner = expand * d_model
+        self.dt_rank = dt_rank or math.ceil(d_model / 16)
+        self.in_proj = nn.Linear(d_model, 2 * inner, bias=False)
+        self.conv = CausalConv1d(inner, d_conv)
+        self.x_proj = nn.Linear(inner, self.dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(self.dt_rank, inner, bias=True)
+        with torch.no_grad():
+            self.dt_proj.bias.copy_(inverse_softplus(log_uniform_dt(inner)))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(inner, 1))  # [E, N]
+        self.D = nn.Parameter(torch.ones(inner))
+        self.out_proj = nn.Linear(inner, d_model, bias=False)
+
+    def _inputs(self, x, conv_state=None):
+        """u [B, T, E] after conv + SiLU, gate z, transition a [B, T, E, N], dt [B, T, E], B_t, C_t [B, T, N]."""
+        u, z = self.in_proj(x).chunk(2, dim=-1)
+        u, conv_state = self.conv(u, conv_state)
+        u = F.silu(u)
+        dt_low, B_t, C_t = self.x_proj(u).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.softplus(self.dt_proj(dt_low))  # [B, T, E]
+        a = decay_to_range(torch.exp(-dt[..., None] * self.A_log.exp()), self.eig_range)  # [B, T, E, N]
+        return u, z, a, dt, B_t, C_t, conv_state
+
+    def forward(self, x: torch.Tensor, state=None):
+        check_input(x, self.d_model, "Mamba")
+        conv_state, h0 = state if state is not None else (None, None)
+        u, z, a, dt, B_t, C_t, conv_state = self._inputs(x, conv_state)
+        b = (dt * u)[..., None] * B_t[:, :, None, :]  # [B, T, E, N]
+        h, h_last = diagonal_scan(a, b, h0)
+        y = torch.einsum("bten,btn->bte", h, C_t) + self.D * u
+        return self.out_proj(y * F.silu(z)), (conv_state, h_last)
+
+    def transition_eigenvalues(self, x):
+        """The diagonal transitions a_t [B, T, E, N] (their own eigenvalues)."""
+        return self._inputs(x)[2]
+
+
+class Mamba2(Spectral, nn.Module):
+    """Mamba-2 (Dao & Gu 2024): the selective scan with one scalar decay per head (SPEC 1.2),
+
+        H_t = a_t H_{t-1} + dt_t x_t B_t^T  (H_t in R^{P x N} per head),   y_t = H_t C_t + D x_t,
+        a_t = exp(-dt_t exp(A_log)) in (0, 1), or 2 exp(.) - 1 in (-1, 1) for eig_range "[-1,1]".
+
+    Block: in-projection to (z, x, B, C, dt), causal conv over (x, B, C), SiLU, the scan,
+    RMSNorm(y * silu(z)), out-projection. State: (conv state, H [B, heads, P, N]).
+    """
+
+    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, head_dim: int = 16, d_conv: int = 4, eig_range: str = "[0,1]"):
+        super().__init__()
+        self.d_model, self.d_state, self.eig_range = d_model, d_state, check_eig_range(eig_range)
+        inner = expand * d_model
+        if inner % head_dim:
+            raise ValueError(f"expand * d_model = {inner} is not divisible by head_dim {head_dim}")
+        self.inner, self.head_dim, self.num_heads = inner, head_dim, inner // head_dim
+        self.in_proj = nn.Linear(d_model, 2 * inner + 2 * d_state + self.num_heads, bias=False)
+        self.conv = CausalConv1d(inner + 2 * d_state, d_conv)
+        self.dt_bias = nn.Parameter(inverse_softplus(log_uniform_dt(self.num_heads)))
+        self.A_log = nn.Parameter(torch.log(torch.linspace(1, 16, self.num_heads)))
+        self.D = nn.Parameter(torch.ones(self.num_heads))
+        self.norm = nn.RMSNorm(inner)
+        self.out_proj = nn.Linear(inner, d_model, bias=False)
+
+    def _inputs(self, x, conv_state=None):
+        z, xbc, dt = self.in_proj(x).split([self.inner, self.inner + 2 * self.d_state, self.num_heads], dim=-1)
+        xbc, conv_state = self.conv(xbc, conv_state)
+        u, B_t, C_t = F.silu(xbc).split([self.inner, self.d_state, self.d_state], dim=-1)
+        dt = F.softplus(dt + self.dt_bias)  # [B, T, H]
+        a = decay_to_range(torch.exp(-dt * self.A_log.exp()), self.eig_range)  # [B, T, H]
+        return z, u, B_t, C_t, dt, a, conv_state
+
+    def forward(self, x: torch.Tensor, state=None):
+        check_input(x, self.d_model, "Mamba2")
+        conv_state, h0 = state if state is not None else (None, None)
+        z, u, B_t, C_t, dt, a, conv_state = self._inputs(x, conv_state)
+        B, T, _ = x.shape
+        u = u.view(B, T, self.num_heads, self.head_dim)  # [B, T, H, P]
+        b = (dt[..., None] * u)[..., None] * B_t[:, :, None, None, :]  # [B, T, H, P, N]
+        h, h_last = diagonal_scan(a[..., None, None].expand_as(b), b, h0)
+        y = torch.einsum("bthpn,btn->bthp", h, C_t) + self.D[:, None] * u
+        y = self.norm(y.reshape(B, T, self.inner) * F.silu(z))
+        return self.out_proj(y), (conv_state, h_last)
+
+    def transition_eigenvalues(self, x):
+        """The scalar decay of each head, a_t [B, T, H] (transition a_t I)."""
+        return self._inputs(x)[5]
