@@ -19,7 +19,7 @@ def run_cli(capsys, *argv):
 def test_run_report_and_results_json(tiny_spec, tmp_path, capsys):
     spec = str(tiny_spec(seeds="[0]"))
     results = str(tmp_path / "r")
-    code, out, _ = run_cli(capsys, "run", spec, "--results-dir", results, "--no-progress", "train.steps=10")
+    code, out, _ = run_cli(capsys, "run", spec, "--results-dir", results, "--no-progress", "--workers", "1", "train.steps=10")
     assert code == 0
     assert "DeltaNet [-1,1]" in out and "LSTM" in out  # the result table at the end of run
     for name in ("report.md", "report.html", "accuracy_vs_length.png"):
@@ -34,6 +34,10 @@ def test_run_report_and_results_json(tiny_spec, tmp_path, capsys):
     assert {r["length"] for r in rows} == {5, 9}
     code, out, _ = run_cli(capsys, "report", "tiny", "--results-dir", results)
     assert code == 0 and "report.html" in out
+    code, out, _ = run_cli(capsys, "report", "--all", "--results-dir", results)
+    index = tmp_path / "r" / "index.html"
+    assert code == 0 and str(index) in out
+    assert '<a href="tiny/report.html">tiny</a>' in index.read_text()
 
 
 def test_listing_commands(capsys):
@@ -54,6 +58,8 @@ def test_listing_commands(capsys):
         (["run", "demo", "train.min_length=50"], "1 <= min_length <= max_length"),
         (["run", "demo", "seeds=[]"], "'seeds' must be a non-empty list"),
         (["run", "missing.yaml"], "experiment file 'missing.yaml' does not exist"),
+        (["run", "demo", "selection.lr=best"], "unknown selection.lr 'best'; expected one of: best_mean, best_max"),
+        (["run", "demo", "--address", "auto"], "--address joins a Ray cluster; use it with --backend ray"),
         (["tasks", "show", "nope"], "unknown task 'nope'; expected one of: "),
         (["tasks", "show", "modadd", "m=1"], "m must be an integer >= 2"),
         (["tasks", "show", "parity", "--length", "0"], "length must be an integer >= 1"),

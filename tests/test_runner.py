@@ -48,10 +48,20 @@ def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatc
         return real(self)
 
     monkeypatch.setattr(runner.Trainer, "fit", explode)
-    run_experiment(str(tiny_spec()), results_dir=tmp_path, progress=False, workers=1, log=lambda *_: None)
-    runs = Store(tmp_path / "statetrack.db").runs("tiny")
+    spec, logs = str(tiny_spec()), []
+    run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
+    store = Store(tmp_path / "statetrack.db")
+    runs = store.runs("tiny")
     assert sorted(r["status"] for r in runs) == ["done", "done", "failed", "failed"]
     assert all("loss became nan" in r["error"] for r in runs if r["status"] == "failed")
+    # a re-run with retry_failed=False (--skip-failed) leaves them; the default retries exactly them
+    run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append, retry_failed=False)
+    assert "4 runs, 2 already done, 2 failed before (skipped)" in logs[-1]
+    assert [r["finished_at"] for r in store.runs("tiny")] == [r["finished_at"] for r in runs]
+    monkeypatch.setattr(runner.Trainer, "fit", real)
+    run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
+    assert "4 runs, 2 already done, 2 failed before (retried)" in logs[-3]
+    assert all(r["status"] == "done" and r["error"] is None for r in store.runs("tiny"))
 
 
 def _statuses(db):
@@ -64,13 +74,14 @@ def _statuses(db):
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path, workers):
-    spec = str(tiny_spec(steps=150, seeds="[0]" if workers == "1" else "[0, 1]"))
+    spec = str(tiny_spec(steps=80, seeds="[0]" if workers == "1" else "[0, 1]"))
     expected_runs = 2 if workers == "1" else 4
     results = tmp_path / "r"
     db = results / "statetrack.db"
     command = [sys.executable, "-m", "statetrack.cli", "run", spec, "--results-dir", str(results), "--no-progress", "--workers", workers]
     # its own process group, so the kill takes the runner and its pool workers at once
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
     deadline = time.time() + 240
     while time.time() < deadline:  # kill once one run is done and the next is training
         s = _statuses(db)
@@ -94,11 +105,15 @@ def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path, workers):
             n = c.execute("SELECT COUNT(*) FROM evals WHERE run_id = ?", (run_id,)).fetchone()[0]
             assert n == (2 if r["status"] == "done" else 0)
 
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    killed_at = time.time()
+    rerun = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600, env=env)
+    assert f"{expected_runs} runs, {len(done_before)} already done" in rerun.stdout
     after = {r["id"]: r for r in store.runs("tiny")}
     assert len(after) == expected_runs and all(r["status"] == "done" for r in after.values())
     for run_id in done_before:  # finished runs were skipped, not redone
         assert after[run_id]["finished_at"] == before[run_id]["finished_at"]
+    for run_id in set(after) - done_before:  # and exactly the others ran now
+        assert after[run_id]["finished_at"] > killed_at
     assert len(store.results("tiny")) == 2 * expected_runs
     rows = json.loads(subprocess.run(
         [sys.executable, "-m", "statetrack.cli", "results", "tiny", "--json", "--results-dir", str(results)],

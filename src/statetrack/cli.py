@@ -35,18 +35,22 @@ def _store(args):
 # ---- commands ------------------------------------------------------------------------------------
 def cmd_run(args) -> int:
     from statetrack.experiments.runner import run_experiment
-    from statetrack.report import summarize, table_rows, text_table, write_report
+    from statetrack.report import describe_selection, experiment_summary, table_rows, text_table, write_report
 
     spec, runs = run_experiment(
         args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
-        progress=not args.no_progress, workers=args.workers,
+        progress=not args.no_progress, workers=args.workers, backend=args.backend, address=args.address,
+        gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, retry_failed=not args.skip_failed,
     )
     store = _store(args)
     out = write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
+    summary = experiment_summary(store, spec["name"])
     print()
-    print(text_table(*table_rows(summarize(store.results(spec["name"])), "best")))
+    print(text_table(*table_rows(summary, "headline")))
+    print(f"({describe_selection(summary[0]['selection'] if summary else None)})")
     print(f"\nreport: {out / 'report.html'}  (and report.md)")
-    failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed"]
+    ids = {r.id for r in runs}
+    failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed" and r["id"] in ids]
     return 1 if failed else 0
 
 
@@ -120,29 +124,30 @@ def _known_experiment(store, experiment: str) -> None:
 
 
 def cmd_report(args) -> int:
-    from statetrack.report import write_report
+    from statetrack.report import write_index, write_report
 
     store = _store(args)
-    names = store.experiments() if args.all else [args.experiment]
     if not args.all and not args.experiment:
         raise StatetrackError("report needs an EXPERIMENT name or --all")
+    names = store.experiments() if args.all else [args.experiment]
     for name in names:
         _known_experiment(store, name)
         out = write_report(name, store, args.results_dir, _description(name))
         print(out / "report.html")
+    if args.all:
+        print(write_index(store, args.results_dir))
     return 0
 
 
 def cmd_results(args) -> int:
-    from statetrack.report import summarize, table_rows, text_table
+    from statetrack.report import experiment_summary, planned_ids, table_rows, text_table
 
     store = _store(args)
     _known_experiment(store, args.experiment)
-    rows = store.results(args.experiment)
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(store.results(args.experiment, planned_ids(store, args.experiment)), indent=1))
     else:
-        print(text_table(*table_rows(summarize(rows), "best")))
+        print(text_table(*table_rows(experiment_summary(store, args.experiment), "headline")))
     return 0
 
 
@@ -161,7 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--workers", type=int, default=None, help="parallel runs on a local process pool (default: CPU cores; 1 on CUDA)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); ray: CPUs of a local Ray instance")
+    p.add_argument("--backend", default="local", choices=["local", "ray"],
+                   help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')")
+    p.add_argument("--address", default=None, help="ray: join the cluster at this address (e.g. auto, or HEAD_IP:6379); default: a local Ray instance")
+    p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)")
+    p.add_argument("--tensorboard", default=None, metavar="DIR", help="also write each finished run's curves as TensorBoard events under DIR")
+    p.add_argument("--skip-failed", action="store_true", help="on a re-run, leave runs that failed before as they are (default: retry them)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
     p.set_defaults(func=cmd_run)
 
@@ -192,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_store(sub.add_parser("report", help="write results/EXPERIMENT/report.{md,html}"))
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
-    p.add_argument("--all", action="store_true", help="every experiment in the store")
+    p.add_argument("--all", action="store_true", help="every experiment in the store, and results/index.html linking them")
     p.set_defaults(func=cmd_report)
 
     p = with_store(sub.add_parser("results", help="print an experiment's results"))

@@ -1,8 +1,13 @@
-"""Reports: the paper-style table (scaled accuracy per model x length), plots, Markdown and HTML.
+"""Reports: the paper-style table after selection, per-seed spread, plots, Markdown and HTML.
 
-Selection (papers/001 protocol, "best over learning rates, mean and max over seeds"): for each
-model and task, the learning rate with the highest mean scaled accuracy (over seeds and lengths)
-is kept; the "best seed" row is that lr's run with the highest mean scaled accuracy over lengths.
+Selection is one rule, `summarize`, read from the spec's `selection` (experiments/spec.py):
+- criterion: a run's score. `mean_scaled`: mean scaled accuracy over the evaluation lengths.
+  `extrapolation` (papers/002): the longest test length L with accuracy >= threshold (0.9) at L and
+  at every shorter test length (0 when none); ties are broken by mean scaled accuracy.
+- lr: `best_mean` keeps the learning rate whose mean score over seeds is highest (papers/000, 002);
+  `best_max` the one whose best seed scores highest (best over seeds x lrs, Deletang et al.).
+- seeds: the headline figure at that lr: `mean` (± std, papers/002) or `max` (the best seed).
+papers/001 reports both: the report always shows the best seed and mean ± std beside the headline.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import base64
 import html
 import statistics
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,54 +24,144 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from statetrack.experiments.spec import SELECTION_DEFAULTS, selection_of  # noqa: E402
 from statetrack.store import Store  # noqa: E402
 
 
-def summarize(rows: list[dict]) -> list[dict]:
+def extrapolation_length(accuracy: dict, threshold: float = 0.9) -> int:
+    """papers/002: the longest test length whose accuracy, and that of every shorter one, is >= threshold."""
+    reached = 0
+    for length in sorted(accuracy):
+        if accuracy[length] < threshold:
+            break
+        reached = length
+    return reached
+
+
+def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
+    """A run's score as a tuple compared lexicographically: (criterion value, tie-breaker)."""
+    mean_scaled = statistics.mean(scaled.values())
+    if selection["criterion"] == "extrapolation":
+        return (extrapolation_length(accuracy, selection["threshold"]), mean_scaled)
+    return (mean_scaled,)
+
+
+def _mean_score(scores: list[tuple]) -> tuple:
+    return tuple(statistics.mean(parts) for parts in zip(*scores))
+
+
+def describe_selection(selection: dict) -> str:
+    selection = {**SELECTION_DEFAULTS, **(selection or {})}
+    score = ("longest test length with accuracy >= {:g} there and at every shorter length".format(selection["threshold"])
+             if selection["criterion"] == "extrapolation" else "mean scaled accuracy over lengths")
+    lr = "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
+    seeds = "mean ± std over seeds" if selection["seeds"] == "mean" else "the best seed"
+    return f"score = {score}; lr with {lr}; headline = {seeds}"
+
+
+def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     """Rows of `Store.results` -> one entry per (task, model) with the selected figures.
 
-    Each entry: task, model, lr, lengths, best (per-length scaled accuracy of the best seed),
-    best_seed, mean and std (per length, over seeds at the selected lr), seeds.
+    Each entry: task, model, lr (selected), lengths, seeds, selection, score (the headline's
+    criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
+    best and best_seed, mean and std (per length over seeds at the selected lr), per_seed
+    ({seed: {scaled, accuracy, score}} at that lr) and lr_scores ({lr: score under the lr rule}).
     """
-    runs: dict = defaultdict(dict)  # (task, model, lr, seed) -> {length: scaled}
+    selection = {**SELECTION_DEFAULTS, **(selection or {})}
+    runs: dict = defaultdict(lambda: ({}, {}))  # (task, model, lr, seed) -> ({length: scaled}, {length: accuracy})
     for r in rows:
-        runs[(r["task"], r["model"], r["lr"], r["seed"])][r["length"]] = r["scaled_accuracy"]
-    groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model) -> lr -> seed -> {length: s}
-    for (task, model, lr, seed), per_length in runs.items():
-        groups[(task, model)][lr][seed] = per_length
+        scaled, accuracy = runs[(r["task"], r["model"], r["lr"], r["seed"])]
+        scaled[r["length"]] = r["scaled_accuracy"]
+        accuracy[r["length"]] = r.get("accuracy", r["scaled_accuracy"])
+    groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model) -> lr -> seed -> per-seed record
+    for (task, model, lr, seed), (scaled, accuracy) in runs.items():
+        groups[(task, model)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "score": run_score(scaled, accuracy, selection)}
     summary = []
     for (task, model), by_lr in groups.items():
         def lr_score(lr):
-            return statistics.mean(statistics.mean(v.values()) for v in by_lr[lr].values())
+            scores = [s["score"] for s in by_lr[lr].values()]
+            return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
 
-        lr = max(by_lr, key=lr_score)
+        lr_scores = {lr: lr_score(lr) for lr in sorted(by_lr)}
+        lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
         seeds = by_lr[lr]
-        best_seed = max(seeds, key=lambda s: statistics.mean(seeds[s].values()))
-        lengths = sorted(set().union(*[set(v) for v in seeds.values()]))
-        per_length = {n: [seeds[s][n] for s in seeds if n in seeds[s]] for n in lengths}
+        best_seed = max(sorted(seeds), key=lambda s: seeds[s]["score"])
+        lengths = sorted(set().union(*[set(v["scaled"]) for v in seeds.values()]))
+        per_length = {n: [v["scaled"][n] for v in seeds.values() if n in v["scaled"]] for n in lengths}
+        mean = {n: statistics.mean(v) for n, v in per_length.items()}
+        best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
+        by_mean = selection["seeds"] == "mean"
         summary.append({
-            "task": task, "model": model, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "best_seed": best_seed,
-            "best": {n: seeds[best_seed].get(n) for n in lengths},
-            "mean": {n: statistics.mean(v) for n, v in per_length.items()},
+            "task": task, "model": model, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
+            "score": (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0],
+            "headline": mean if by_mean else best,
+            "best_seed": best_seed, "best": best, "mean": mean,
             "std": {n: statistics.pstdev(v) for n, v in per_length.items()},
+            "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
+            "lr_scores": {x: score[0] for x, score in lr_scores.items()},
         })
     return sorted(summary, key=lambda e: (e["task"], e["model"]))
+
+
+def planned_ids(store: Store, experiment: str) -> set[str] | None:
+    """Ids of the runs the experiment's latest plan expects (None for a store written before plans)."""
+    plan = store.plan(experiment)
+    return None if plan is None else {r["id"] for r in plan["runs"]}
+
+
+def experiment_summary(store: Store, experiment: str, selection: dict | None = None) -> list[dict]:
+    """`summarize` of the experiment's planned runs, under the selection rule of its spec."""
+    plan = store.plan(experiment)
+    if selection is None and plan is not None:
+        selection = selection_of(plan["spec"])
+    return summarize(store.results(experiment, planned_ids(store, experiment)), selection)
 
 
 def _fmt(value) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def table_rows(summary: list[dict], which: str = "best") -> tuple[list[str], list[list[str]]]:
+def _score_header(summary: list[dict]) -> str:
+    criterion = summary[0]["selection"]["criterion"] if summary else "mean_scaled"
+    return "extrapolates to" if criterion == "extrapolation" else "score"
+
+
+def _fmt_score(entry: dict, score: float) -> str:
+    return f"{score:g}" if entry["selection"]["criterion"] == "extrapolation" else f"{score:.3f}"
+
+
+def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str], list[list[str]]]:
+    """The paper-style table: `headline` (after selection, with the score), `best` (best seed) or
+    `mean` (mean ± std over seeds); scaled accuracy per evaluation length."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
-    header = ["task", "model", "lr"] + [str(n) for n in lengths]
+    header = ["task", "model", "lr"] + ([_score_header(summary)] if which == "headline" else []) + [str(n) for n in lengths]
     body = []
     for e in summary:
-        if which == "best":
-            cells = [_fmt(e["best"].get(n)) for n in lengths]
-        else:
+        spread = which == "mean" or (which == "headline" and e["selection"]["seeds"] == "mean")
+        if spread:
             cells = ["-" if n not in e["mean"] else f"{e['mean'][n]:.3f} ± {e['std'][n]:.3f}" for n in lengths]
-        body.append([e["task"], e["model"], f"{e['lr']:g}"] + cells)
+        else:
+            cells = [_fmt(e["best"].get(n)) for n in lengths]
+        body.append([e["task"], e["model"], f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
+    return header, body
+
+
+def seed_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per seed at the selected lr: the spread behind the headline."""
+    lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
+    header = ["task", "model", "lr", "seed", _score_header(summary)] + [str(n) for n in lengths]
+    body = [[e["task"], e["model"], f"{e['lr']:g}", str(seed) + (" *" if seed == e["best_seed"] else ""), _fmt_score(e, r["score"])]
+            + [_fmt(r["scaled"].get(n)) for n in lengths]
+            for e in summary for seed, r in e["per_seed"].items()]
+    return header, body
+
+
+def lr_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Each learning rate's score under the lr rule; the selected one is marked."""
+    lrs = sorted(set().union(*[set(e["lr_scores"]) for e in summary])) if summary else []
+    header = ["task", "model"] + [f"lr {lr:g}" for lr in lrs]
+    body = [[e["task"], e["model"]] + ["-" if lr not in e["lr_scores"] else _fmt_score(e, e["lr_scores"][lr]) + (" *" if lr == e["lr"] else "")
+                                       for lr in lrs] for e in summary]
     return header, body
 
 
@@ -81,17 +177,30 @@ def text_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body])
 
 
+def html_table(header: list[str], body: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
 def plot_accuracy_vs_length(summary: list[dict], path: Path) -> Path:
+    """Per task: each model's headline line, its mean ± std band and faint per-seed lines."""
     tasks = sorted({e["task"] for e in summary})
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         for e in (e for e in summary if e["task"] == task):
             xs = e["lengths"]
-            ax.plot(xs, [e["best"][n] for n in xs], marker="o", label=f"{e['model']} (best seed)")
+            label = "mean over seeds" if e["selection"]["seeds"] == "mean" else "best seed"
+            (line,) = ax.plot(xs, [e["headline"][n] for n in xs], marker="o", label=f"{e['model']} lr={e['lr']:g} ({label})")
+            for r in e["per_seed"].values():
+                ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=line.get_color(), lw=0.6, alpha=0.35)
             lo = [e["mean"][n] - e["std"][n] for n in xs]
             hi = [e["mean"][n] + e["std"][n] for n in xs]
-            ax.fill_between(xs, lo, hi, alpha=0.15)
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
         ax.set_xscale("log")
+        lengths = sorted({n for e in summary if e["task"] == task for n in e["lengths"]})
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.minorticks_off()
         ax.set_ylim(-0.1, 1.05)
         ax.axhline(0.0, color="grey", lw=0.5)
         ax.set_xlabel("evaluation length")
@@ -120,53 +229,127 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     return path
 
 
-def write_report(experiment: str, store: Store, results_dir: str | Path = "results", description: str = "") -> Path:
-    """Write results/<experiment>/report.md, report.html and the PNG plots; returns the folder."""
+def missing_runs(store: Store, experiment: str) -> list[dict]:
+    """Planned runs that are not done: {model, task, lr, seed, status, error}, status one of
+    'not started', 'running or interrupted', 'failed'."""
+    plan = store.plan(experiment)
+    if plan is None:
+        return [{**r, "status": "running or interrupted" if r["status"] == "running" else r["status"]}
+                for r in store.runs(experiment) if r["status"] != "done"]
+    stored = {r["id"]: r for r in store.runs(experiment)}
+    missing = []
+    for r in plan["runs"]:
+        row = stored.get(r["id"])
+        if row is None or row["status"] != "done":
+            status = "not started" if row is None else "running or interrupted" if row["status"] == "running" else "failed"
+            missing.append({**r, "status": status, "error": row["error"] if row else None})
+    return missing
+
+
+def _missing_line(r: dict) -> str:
+    error = f" ({r['error'].splitlines()[0]})" if r.get("error") else ""
+    return f"{r['model']} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}{error}"
+
+
+def write_report(experiment: str, store: Store, results_dir: str | Path = "results", description: str = "",
+                 selection: dict | None = None) -> Path:
+    """Write results/<experiment>/report.md, report.html and the PNG plots; returns the folder.
+
+    The report covers the runs of the experiment's latest plan (what the last `statetrack run`
+    expanded) and lists those that are missing; the selection rule is the spec's unless given.
+    """
     out = Path(results_dir) / experiment
     out.mkdir(parents=True, exist_ok=True)
-    summary = summarize(store.results(experiment))
-    runs = store.runs(experiment)
+    plan = store.plan(experiment)
+    if plan is not None:
+        description = description or plan["spec"].get("description", "")
+        selection = selection or selection_of(plan["spec"])
+    summary = experiment_summary(store, experiment, selection)
+    ids = planned_ids(store, experiment)
+    all_runs = store.runs(experiment)
+    runs = [r for r in all_runs if ids is None or r["id"] in ids]
+    others = len(all_runs) - len(runs)
+    missing = missing_runs(store, experiment)
+    expected = len(plan["runs"]) if plan else len(runs)
     plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png")] if summary else []
-    if runs:
+    if any(r["status"] == "done" for r in runs):
         plots.append(plot_curves(store, [r for r in runs if r["status"] == "done"], out / "training_curves.png"))
-    best = table_rows(summary, "best")
-    mean = table_rows(summary, "mean")
-    unfinished = [r for r in runs if r["status"] != "done"]
+    rule = describe_selection(selection)
+    tables = [
+        ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline")),
+        ("Scaled accuracy, best seed", "", table_rows(summary, "best")),
+        ("Scaled accuracy, mean ± std over seeds", "", table_rows(summary, "mean")),
+        ("Per seed at the selected lr", "* marks the best seed", seed_rows(summary)),
+        ("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)),
+    ]
+    run_header = ["model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
     run_rows = [
         [r["model"], r["task"], f"{r['lr']:g}", str(r["seed"]), r["status"], str(r["steps"] or "-"),
-         f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["git_rev"] or "-"]
+         f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
         for r in runs
     ]
-    run_header = ["model", "task", "lr", "seed", "status", "steps", "train s", "params", "git"]
+    scale = f" at scale {plan['scale']}" if plan and plan.get("scale") else ""
+    status_line = (f"{expected - len(missing)} of {expected} runs done{scale}"
+                   + (f"; {others} other runs of this experiment in the store belong to other configurations" if others else ""))
 
-    md = [f"# {experiment}", "", description.strip(), "",
-          "## Scaled accuracy, best seed (lr selected on mean scaled accuracy)", "", markdown_table(*best), "",
-          "## Scaled accuracy, mean ± std over seeds", "", markdown_table(*mean), ""]
+    md = [f"# {experiment}", "", description.strip(), "", status_line, ""]
+    for title, note, table in tables:
+        md += [f"## {title}", ""] + ([note, ""] if note else []) + [markdown_table(*table), ""]
     md += [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    if unfinished:
-        md += ["## Unfinished runs", ""] + [f"- {r['model']} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}"
-                                            + (f" ({r['error'].splitlines()[0]})" if r["error"] else "") for r in unfinished] + [""]
+    if missing:
+        md += [f"## Missing runs ({len(missing)})", ""] + [f"- {_missing_line(r)}" for r in missing] + [""]
     md += ["## Runs", "", markdown_table(run_header, run_rows), ""]
     (out / "report.md").write_text("\n".join(md))
-
-    def html_table(header, body):
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-        rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
     images = "".join(
         f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in plots
     )
-    unfinished_html = "".join(f"<li>{html.escape(r['model'])} / {html.escape(r['task'])} seed={r['seed']}: {r['status']}</li>" for r in unfinished)
+    sections = "".join(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else "") + html_table(*table)
+                       for title, note, table in tables)
+    missing_html = "".join(f"<li>{html.escape(_missing_line(r))}</li>" for r in missing)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(experiment)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
-<h1>{html.escape(experiment)}</h1><p>{html.escape(description)}</p>
-<h2>Scaled accuracy, best seed</h2>{html_table(*best)}
-<h2>Scaled accuracy, mean ± std over seeds</h2>{html_table(*mean)}
+<style>{STYLE}</style></head><body>
+<h1>{html.escape(experiment)}</h1><p>{html.escape(description)}</p><p>{html.escape(status_line)}</p>
+{sections}
 {images}
-{"<h2>Unfinished runs</h2><ul>" + unfinished_html + "</ul>" if unfinished else ""}
+{f"<h2>Missing runs ({len(missing)})</h2><ul>" + missing_html + "</ul>" if missing else ""}
 <h2>Runs</h2>{html_table(run_header, run_rows)}
 </body></html>"""
     (out / "report.html").write_text(page)
     return out
+
+
+STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}")
+
+
+def write_index(store: Store, results_dir: str | Path = "results") -> Path:
+    """results/index.html (and index.md): every experiment in the store, linked to its report, with
+    how many of its planned runs are done, failed and missing."""
+    results_dir = Path(results_dir)
+    header = ["experiment", "scale", "done", "expected", "failed", "missing", "planned", "description"]
+    rows, links = [], []
+    for name in store.experiments():
+        plan = store.plan(name)
+        missing = missing_runs(store, name)
+        runs = store.runs(name)
+        expected = len(plan["runs"]) if plan else len(runs)
+        failed = sum(1 for r in missing if r["status"] == "failed")
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan["created_at"])) if plan and plan["created_at"] else "-"
+        description = " ".join(str((plan["spec"] if plan else {}).get("description", "")).split())
+        rows.append([name, (plan or {}).get("scale") or "-", str(expected - len(missing)), str(expected), str(failed),
+                     str(len(missing) - failed), when, description])
+        links.append(f"{name}/report.html")
+    md = ["# statetrack results", ""] + [markdown_table(header, [[f"[{r[0]}]({link})"] + r[1:] for r, link in zip(rows, links)]), ""]
+    (results_dir / "index.md").write_text("\n".join(md))
+    body = "".join(
+        f'<tr><td><a href="{html.escape(link)}">{html.escape(r[0])}</a></td>' + "".join(f"<td>{html.escape(c)}</td>" for c in r[1:]) + "</tr>"
+        for r, link in zip(rows, links)
+    )
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>statetrack results</title>
+<style>{STYLE}</style></head><body><h1>statetrack results</h1>
+<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>"""
+    path = results_dir / "index.html"
+    path.write_text(page)
+    return path

@@ -4,6 +4,8 @@ A spec names one or more tasks, a list of models, training and evaluation settin
 and seeds. The base of the file is the `quick` scale; `scales: {paper: {...}}` holds what changes at
 the papers' sizes (merged key by key). Lists of models x tasks x lrs x seeds expand to runs with
 stable ids: the same configuration always has the same id, which is how a re-run skips finished work.
+`selection: {lr, seeds, criterion, threshold}` says how the report reads the grid (SELECTION_CHOICES;
+report.summarize applies it); it is not part of any run's id, so changing it retrains nothing.
 """
 
 from __future__ import annotations
@@ -34,9 +36,18 @@ TOP_LEVEL_KEYS = {
     "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed",
     "lrs": "learning rates",
     "seeds": "seeds",
+    "selection": "how the report picks a learning rate and aggregates seeds: {lr, seeds, criterion, threshold}",
     "scales": "per-scale overrides",
 }
 EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
+# The report's selection rule (report.summarize applies it; it never changes which runs are trained,
+# so it is not part of a run's id). Valid values of each setting, the default first.
+SELECTION_CHOICES = {
+    "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
+    "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
+    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (see report.run_score)
+}
+SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
 
 
 def shipped_specs() -> dict[str, str]:
@@ -130,6 +141,25 @@ def check_spec(spec: dict) -> None:
     lengths = eval_spec.get("lengths")
     if not isinstance(lengths, list) or not lengths or not all(isinstance(n, int) and n >= 1 for n in lengths):
         raise StatetrackError(f"experiment {spec['name']!r}: eval.lengths must be a non-empty list of positive integers, got {lengths!r}")
+    selection_of(spec)
+
+
+def selection_of(spec: dict) -> dict:
+    """The spec's selection rule with defaults filled in, checked (one-line error naming valid values)."""
+    given = spec.get("selection") or {}
+    if not isinstance(given, dict):
+        raise StatetrackError(f"experiment {spec.get('name')!r}: selection must be a mapping with keys: {', '.join(SELECTION_DEFAULTS)}")
+    bad = [k for k in given if k not in SELECTION_DEFAULTS]
+    if bad:
+        raise StatetrackError(f"unknown selection setting {bad[0]!r}; expected one of: {', '.join(SELECTION_DEFAULTS)}")
+    selection = {**SELECTION_DEFAULTS, **given}
+    for key, choices in SELECTION_CHOICES.items():
+        if selection[key] not in choices:
+            raise StatetrackError(f"unknown selection.{key} {selection[key]!r}; expected one of: {', '.join(choices)}")
+    threshold = selection["threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise StatetrackError(f"selection.threshold must be a number in (0, 1], got {threshold!r}")
+    return selection
 
 
 @dataclass(frozen=True)
@@ -176,12 +206,13 @@ def expand(spec: dict) -> list[RunSpec]:
     defaults = spec.get("model_defaults") or {}
     models = [zoo.resolve({**defaults, **({"name": m} if isinstance(m, str) else m)}) for m in spec["models"]]
     eval_spec = {**EVAL_DEFAULTS, **(spec.get("eval") or {})}
-    runs = []
+    runs = {}  # by id: a value listed twice is one run
     for task in tasks:
         for model in models:
             for lr in spec["lrs"]:
                 for seed in spec["seeds"]:
                     train = {**(spec.get("train") or {}), "lr": float(lr), "seed": int(seed)}
                     TrainConfig.from_dict(train)  # validate early
-                    runs.append(RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr)))
-    return runs
+                    run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr))
+                    runs.setdefault(run.id, run)
+    return list(runs.values())

@@ -1,0 +1,168 @@
+"""Where the runs of a sweep execute: a local process pool or a Ray cluster.
+
+Both backends run `runner.train_and_evaluate` on a worker and hand its outcome (a small dict of
+evaluations, curve and timings, or the error) back to the driver, and only the driver writes the
+SQLite store. So the store lives on the driver's disk, one process writes it, and a Ray cluster
+needs no shared filesystem. Checkpoints are the exception: a worker writes them under the results
+folder when it can (shared filesystem or same machine: an interrupted run resumes from its last
+checkpoint), otherwise under its own temporary folder.
+
+A backend has `slots` (how many runs the driver keeps in flight), `submit(run) -> handle`,
+`wait(handles) -> finished handles`, `outcome(handle) -> dict` and `close(cancel)`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+
+from statetrack.errors import StatetrackError
+from statetrack.experiments.spec import RunSpec
+
+BACKENDS = ("local", "ray")
+
+
+def available_cores() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def failed_outcome(error: str) -> dict:
+    return {"status": "failed", "error": error, "host": None}
+
+
+def _init_worker(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)  # small models run best single-threaded side by side, and deterministically
+
+
+def _run_in_worker(run: RunSpec, results_dir: str, device: str, threads: int) -> dict:
+    from statetrack.experiments.runner import train_and_evaluate
+
+    return train_and_evaluate(run, results_dir, device, progress=False, threads=threads)
+
+
+class LocalBackend:
+    """A process pool on this machine (spawned, not forked: the driver may hold torch threads)."""
+
+    name = "local"
+
+    def __init__(self, workers: int, results_dir: Path, device: str):
+        self.slots = workers
+        self.threads = max(1, available_cores() // workers)
+        self.results_dir, self.device = str(results_dir), device
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_init_worker, initargs=(self.threads,))
+
+    def describe(self) -> str:
+        return f"local pool, {self.slots} workers x {self.threads} threads"
+
+    def submit(self, run: RunSpec):
+        return self.pool.submit(_run_in_worker, run, self.results_dir, self.device, self.threads)
+
+    def wait(self, handles: list) -> list:
+        return list(wait(handles, return_when=FIRST_COMPLETED)[0])
+
+    def outcome(self, handle) -> dict:
+        try:
+            return handle.result()
+        except Exception as error:  # a worker killed under it (out of memory, say): the pool is broken
+            return failed_outcome(f"{type(error).__name__}: {error} (the worker process died)")
+
+    def close(self, cancel: bool = False) -> None:
+        self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+
+
+def _checkpoint_root(results_dir: str) -> str:
+    """The results folder when this node can write it, else a node-local temporary folder."""
+    import tempfile
+
+    try:
+        Path(results_dir).mkdir(parents=True, exist_ok=True)
+        probe = Path(results_dir) / f".probe-{socket.gethostname()}-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+        return results_dir
+    except OSError:
+        return str(Path(tempfile.gettempdir()) / "statetrack-results")
+
+
+def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int) -> dict:
+    return _run_in_worker(run, _checkpoint_root(results_dir), device, threads)
+
+
+class RayBackend:
+    """One Ray task per run. `address`: join that cluster ('auto' finds one started on this machine
+    with `ray start`); None starts a local Ray instance with `num_cpus` CPUs. A Ray instance that is
+    already initialised in this process is used as it is (and left running)."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None, num_cpus: int | None, results_dir: Path, device: str,
+                 cpus_per_run: float = 1, gpus_per_run: float | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise StatetrackError("the ray backend needs Ray: pip install 'statetrack[ray]'") from None
+        self.ray = ray
+        self.started = not ray.is_initialized()
+        if self.started:
+            try:
+                if address:
+                    ray.init(address=address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=num_cpus or available_cores(), include_dashboard=False, log_to_driver=False)
+            except ConnectionError as error:
+                raise StatetrackError(f"cannot join the Ray cluster at {address!r}: {error}") from None
+        resources = ray.cluster_resources()
+        cluster_gpus = resources.get("GPU", 0)
+        if gpus_per_run is None:
+            gpus_per_run = 1 if cluster_gpus and device != "cpu" else 0
+        problem = (f"--gpus-per-run {gpus_per_run:g}, but the Ray cluster has no GPUs" if gpus_per_run and not cluster_gpus
+                   else "--device cuda, but the Ray cluster has no GPUs (or --gpus-per-run is 0)" if device == "cuda" and not gpus_per_run
+                   else None)
+        if problem:
+            self.close()
+            raise StatetrackError(problem)
+        self.cpus_per_run, self.gpus_per_run = cpus_per_run, gpus_per_run
+        self.cluster_cpus, self.cluster_gpus = resources.get("CPU", 0), cluster_gpus
+        # A worker with a GPU gets CUDA_VISIBLE_DEVICES from Ray, so device 'auto' finds exactly its GPU;
+        # without one, Ray hides the GPUs and 'auto' means CPU.
+        self.task = ray.remote(_ray_task).options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=2)
+        self.results_dir, self.device = str(Path(results_dir).resolve()), device
+        self.threads = max(1, int(cpus_per_run))
+        self.slots = float("inf")  # every run goes to Ray's scheduler at once (an autoscaler sees the demand)
+
+    def describe(self) -> str:
+        return (f"ray, cluster of {self.cluster_cpus:g} CPUs and {self.cluster_gpus:g} GPUs, "
+                f"{self.cpus_per_run:g} CPU and {self.gpus_per_run:g} GPU per run")
+
+    def submit(self, run: RunSpec):
+        return self.task.remote(run, self.results_dir, self.device, self.threads)
+
+    def wait(self, handles: list) -> list:
+        return self.ray.wait(handles, num_returns=1)[0]
+
+    def outcome(self, handle) -> dict:
+        try:
+            return self.ray.get(handle)
+        except self.ray.exceptions.RayError as error:  # the worker or its node died, after Ray's retries
+            return failed_outcome(f"{type(error).__name__}: {str(error).strip().splitlines()[0]}")
+
+    def close(self, cancel: bool = False) -> None:
+        if self.started:
+            self.ray.shutdown()
+
+
+def make_backend(name: str, workers: int | None, results_dir: Path, device: str, address: str | None = None,
+                 gpus_per_run: float | None = None):
+    if name not in BACKENDS:
+        raise StatetrackError(f"unknown backend {name!r}; expected one of: {', '.join(BACKENDS)}")
+    if name == "local":
+        if address:
+            raise StatetrackError("--address joins a Ray cluster; use it with --backend ray")
+        return LocalBackend(workers, results_dir, device)
+    return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run)

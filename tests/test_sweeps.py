@@ -1,0 +1,198 @@
+"""Sweeps: selection rules, the local and Ray backends agree run for run, plans and missing runs,
+the index page, TensorBoard events, and the clear errors for missing optional packages."""
+
+import sqlite3
+import sys
+import textwrap
+
+import pytest
+
+from statetrack.errors import StatetrackError
+from statetrack.experiments import expand, load_spec
+from statetrack.experiments.runner import run_experiment, tensorboard_dir
+from statetrack.report import extrapolation_length, missing_runs, summarize, write_index, write_report
+from statetrack.store import Store
+
+# 2 models x 2 lrs x 2 seeds, a few steps each; curves logged every 5 steps.
+GRID_SPEC = """
+name: grid
+description: a 2 x 2 x 2 grid for backend tests
+task: {name: modadd, m: 3}
+models:
+  - {name: deltanet, eig_range: "[-1,1]", num_heads: 1}
+  - {name: lstm}
+model_defaults: {d_model: 8}
+train: {steps: 15, batch_size: 8, min_length: 2, max_length: 5, early_stop_loss: null, device: cpu, log_every: 5}
+eval: {lengths: [5, 9], samples: 64}
+lrs: [1.0e-2, 3.0e-3]
+seeds: [0, 1]
+selection: {lr: best_max, seeds: max}
+"""
+
+
+# ---- selection: one rule, checked against figures worked out by hand ---------------------------------
+def _rows(table):
+    """{(lr, seed): {length: accuracy}} -> Store.results rows (chance 0, so scaled == accuracy)."""
+    return [{"task": "t", "model": "m", "lr": lr, "seed": seed, "length": n, "accuracy": a, "scaled_accuracy": a}
+            for (lr, seed), per_length in table.items() for n, a in per_length.items()]
+
+
+# lr 0.1: steady, both seeds good to length 20, fail at 40.   mean scaled 0.75 / 0.74
+# lr 0.01: one brilliant seed (all lengths), one poor seed.    mean scaled 0.97 / 0.30
+GRID = {
+    (0.1, 0): {10: 1.0, 20: 0.95, 40: 0.3, 80: 0.75},
+    (0.1, 1): {10: 1.0, 20: 0.91, 40: 0.3, 80: 0.75},
+    (0.01, 0): {10: 0.97, 20: 0.97, 40: 0.97, 80: 0.97},
+    (0.01, 1): {10: 0.5, 20: 0.2, 40: 0.2, 80: 0.3},
+}
+
+
+def test_extrapolation_counts_only_unbroken_prefix():
+    assert extrapolation_length({10: 1.0, 20: 0.95, 40: 0.5, 80: 0.99}) == 20  # 80 is good but 40 is not
+    assert extrapolation_length({10: 0.89, 20: 1.0}) == 0
+    assert extrapolation_length({20: 0.9, 10: 0.95}) == 20  # order of the dict does not matter
+    assert extrapolation_length({10: 0.85, 20: 0.8}, threshold=0.8) == 20
+
+
+@pytest.mark.parametrize("lr_rule, seeds_rule, criterion, lr, score, headline_40", [
+    ("best_mean", "mean", "mean_scaled", 0.1, (0.75 + 0.74) / 2, 0.3),   # 0.745 beats (0.97 + 0.30) / 2
+    ("best_max", "max", "mean_scaled", 0.01, 0.97, 0.97),              # the brilliant seed wins
+    ("best_max", "mean", "mean_scaled", 0.01, (0.97 + 0.30) / 2, (0.97 + 0.2) / 2),
+    # lr 0.1 reaches 20 with both seeds (mean 20); lr 0.01 reaches 80 and 0 (mean 40)
+    ("best_mean", "mean", "extrapolation", 0.01, 40, (0.97 + 0.2) / 2),
+])
+def test_selection_rules(lr_rule, seeds_rule, criterion, lr, score, headline_40):
+    selection = {"lr": lr_rule, "seeds": seeds_rule, "criterion": criterion, "threshold": 0.9}
+    [entry] = summarize(_rows(GRID), selection)
+    assert entry["lr"] == lr
+    assert entry["score"] == pytest.approx(score)
+    assert entry["headline"][40] == pytest.approx(headline_40)
+    assert entry["seeds"] == [0, 1] and set(entry["per_seed"]) == {0, 1}
+    assert set(entry["lr_scores"]) == {0.01, 0.1}
+
+
+def test_extrapolation_with_max_over_seeds_and_threshold():
+    [entry] = summarize(_rows(GRID), {"lr": "best_max", "seeds": "max", "criterion": "extrapolation"})
+    assert (entry["lr"], entry["best_seed"], entry["score"]) == (0.01, 0, 80)
+    # with threshold 0.92 lr 0.1's seed 1 (0.91 at 20) reaches only 10, seed 0 still 20
+    [entry] = summarize(_rows(GRID), {"lr": "best_mean", "seeds": "mean", "criterion": "extrapolation", "threshold": 0.92})
+    assert entry["lr_scores"] == {0.1: 15, 0.01: 40}
+
+
+@pytest.mark.parametrize("override, message", [
+    ("selection.lr=best", "unknown selection.lr 'best'; expected one of: best_mean, best_max"),
+    ("selection.seeds=median", "unknown selection.seeds 'median'; expected one of: mean, max"),
+    ("selection.criterion=loss", "unknown selection.criterion 'loss'; expected one of: mean_scaled, extrapolation"),
+    ("selection.rule=x", "unknown selection setting 'rule'; expected one of: lr, seeds, criterion, threshold"),
+    ("selection.threshold=2", "selection.threshold must be a number in (0, 1], got 2"),
+])
+def test_selection_errors_name_valid_values(tmp_path, override, message):
+    path = tmp_path / "grid.yaml"
+    path.write_text(textwrap.dedent(GRID_SPEC))
+    with pytest.raises(StatetrackError) as error:
+        load_spec(str(path), overrides=[override])
+    assert str(error.value) == message
+
+
+def test_selection_is_not_part_of_run_ids(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(textwrap.dedent(GRID_SPEC))
+    a = expand(load_spec(str(path)))
+    b = expand(load_spec(str(path), overrides=["selection.criterion=extrapolation"]))
+    assert [r.id for r in a] == [r.id for r in b] and len(a) == 8
+    assert len(expand(load_spec(str(path), overrides=["seeds=[0, 0, 1]"]))) == 8  # a repeated value is one run
+
+
+# ---- the same grid through both backends ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 * 1024 * 1024)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def grids(tmp_path_factory, ray_instance):
+    """The grid run once through the local pool and once through Ray (with TensorBoard events)."""
+    root = tmp_path_factory.mktemp("grids")
+    spec = root / "grid.yaml"
+    spec.write_text(textwrap.dedent(GRID_SPEC))
+    logs = {"local": [], "ray": []}
+    run_experiment(str(spec), results_dir=root / "local", workers=2, backend="local", progress=False, log=logs["local"].append)
+    _, runs = run_experiment(str(spec), results_dir=root / "ray", backend="ray", tensorboard=root / "tb", progress=False,
+                             log=logs["ray"].append)
+    return {"root": root, "spec": spec, "runs": runs, "logs": logs,
+            "local": Store(root / "local" / "statetrack.db"), "ray": Store(root / "ray" / "statetrack.db")}
+
+
+def _figures(db):
+    with sqlite3.connect(db) as c:
+        evals = c.execute("SELECT run_id, length, accuracy, scaled_accuracy FROM evals ORDER BY run_id, length").fetchall()
+        curves = c.execute("SELECT run_id, step, loss, accuracy FROM curves ORDER BY run_id, step").fetchall()
+        runs = c.execute("SELECT id, status, steps, num_parameters FROM runs ORDER BY id").fetchall()
+    return runs, evals, curves
+
+
+def test_local_and_ray_stores_hold_the_same_runs_and_figures(grids):
+    assert "local pool, 2 workers x 1 threads" in grids["logs"]["local"][0]
+    assert "ray, cluster of 2 CPUs" in grids["logs"]["ray"][0]
+    local, ray = _figures(grids["local"].path), _figures(grids["ray"].path)
+    assert len(local[0]) == 8 and all(status == "done" for _, status, _, _ in local[0])
+    assert {r[0] for r in local[0]} == {r.id for r in grids["runs"]}
+    assert local[0] == ray[0]  # same ids, all done, same steps and sizes
+    assert local[1] == ray[1]  # evaluations: single-threaded, seeded CPU runs repeat exactly
+    assert local[2] == ray[2] and len(local[2]) == 8 * 3  # curves at steps 5, 10, 15
+    with sqlite3.connect(grids["ray"].path) as c:
+        assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_tensorboard_events_match_the_store(grids):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    store = grids["ray"]
+    for run in grids["runs"][:2]:
+        events = EventAccumulator(str(tensorboard_dir(grids["root"] / "tb", run)))
+        events.Reload()
+        curve = store.curves(run.id)
+        assert [e.step for e in events.Scalars("train/loss")] == [c["step"] for c in curve] == [5, 10, 15]
+        assert [e.value for e in events.Scalars("train/loss")] == pytest.approx([c["loss"] for c in curve], rel=1e-6)
+        evals = store.evals(run.id)
+        assert [e.step for e in events.Scalars("eval/accuracy")] == [5, 9]
+        assert [e.value for e in events.Scalars("eval/accuracy")] == pytest.approx([e["accuracy"] for e in evals], rel=1e-6)
+
+
+def test_report_shows_selection_seeds_and_missing_runs(grids, tmp_path):
+    store = grids["local"]
+    out = write_report("grid", store, grids["root"] / "local")
+    md = (out / "report.md").read_text()
+    assert "lr with the best single seed; headline = the best seed" in md  # the spec's selection rule
+    assert "## Per seed at the selected lr" in md and "## Learning rates" in md
+    assert "8 of 8 runs done" in md and "Missing runs" not in md
+    # the next command plans a third seed and is killed before it starts anything
+    bigger = expand(load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"]))
+    store.set_plan("grid", load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"]),
+                   [{"id": r.id, "model": r.model_name, "task": r.task_name, "lr": r.lr, "seed": r.seed} for r in bigger])
+    missing = missing_runs(store, "grid")
+    assert len(missing) == 4 and {r["seed"] for r in missing} == {2} and {r["status"] for r in missing} == {"not started"}
+    md = (write_report("grid", store, grids["root"] / "local") / "report.md").read_text()
+    assert "8 of 12 runs done" in md and "## Missing runs (4)" in md and "seed=2: not started" in md
+    store.set_plan("other", {"name": "other", "scale": "quick", "description": "planned, never ran"}, [
+        {"id": "x" * 16, "model": "LSTM", "task": "parity", "lr": 1e-3, "seed": 0}])
+    index = write_index(store, grids["root"] / "local").read_text()
+    assert '<a href="grid/report.html">grid</a>' in index and '<a href="other/report.html">other</a>' in index
+    assert "planned, never ran" in index
+
+
+# ---- optional packages: clear errors -------------------------------------------------------------
+def test_missing_ray_and_tensorboard_give_install_hints(tmp_path, monkeypatch):
+    path = tmp_path / "grid.yaml"
+    path.write_text(textwrap.dedent(GRID_SPEC))
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(StatetrackError, match=r"the ray backend needs Ray: pip install 'statetrack\[ray\]'"):
+        run_experiment(str(path), results_dir=tmp_path, backend="ray", progress=False, log=lambda *_: None)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with pytest.raises(StatetrackError, match=r"pip install 'statetrack\[tensorboard\]'"):
+        run_experiment(str(path), results_dir=tmp_path, tensorboard=tmp_path / "tb", progress=False, log=lambda *_: None)
+    with pytest.raises(StatetrackError, match="use it with --backend ray"):
+        run_experiment(str(path), results_dir=tmp_path, address="auto", progress=False, log=lambda *_: None)
