@@ -116,7 +116,10 @@ class RayBackend:
                 else:
                     ray.init(num_cpus=num_cpus or available_cores(), include_dashboard=False, log_to_driver=False)
             except ConnectionError as error:
-                raise StatetrackError(f"cannot join the Ray cluster at {address!r}: {error}") from None
+                raise StatetrackError(
+                    f"cannot join the Ray cluster at {address!r}: {error}; if the cluster uses token authentication,"
+                    " set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (see `ray get-auth-token` on the head node) here too"
+                ) from None
         resources = ray.cluster_resources()
         cluster_gpus = resources.get("GPU", 0)
         if gpus_per_run is None:
