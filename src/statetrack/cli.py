@@ -1,4 +1,4 @@
-"""Command-line interface: `statetrack run | tasks | models | experiments | report | results`.
+"""Command-line interface: `statetrack run | tasks | models | experiments | report | results | analyze`.
 
 Bad input (unknown names, bad values, malformed specs) prints one line naming what is valid and
 exits with status 2.
@@ -151,6 +151,19 @@ def cmd_results(args) -> int:
     return 0
 
 
+def cmd_analyze(args) -> int:
+    from statetrack.analysis.spectrum import analyze_run
+
+    text, path = analyze_run(
+        _store(args), args.run, args.results_dir, samples=args.samples, length=args.length, seed=args.seed,
+        out=args.out, model=args.model, run_seed=args.run_seed,
+    )
+    print(text)
+    if path is not None:
+        print(f"plot: {path}")
+    return 0
+
+
 # ---- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statetrack", description="State tracking and length generalization in sequence models.")
@@ -211,6 +224,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment", metavar="EXPERIMENT")
     p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
     p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser("analyze", help="analyses of trained runs (spectrum)")
+    asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    a = with_store(asub.add_parser("spectrum", help="eigenvalues of a run's learned state transitions, printed and plotted"))
+    a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
+    a.add_argument("--model", default=None, help='display name of the model when RUN is an experiment, e.g. "DeltaNet [-1,1]"')
+    a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+    a.add_argument("--samples", type=int, default=64, help="input sequences (default: 64)")
+    a.add_argument("--length", type=int, default=None, help="input length (default: the run's longest training length)")
+    a.add_argument("--seed", type=int, default=0, help="seed of the inputs")
+    a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/spectrum_RUNID.png)")
+    a.set_defaults(func=cmd_analyze)
     return parser
 
 

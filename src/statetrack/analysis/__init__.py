@@ -1,0 +1,1 @@
+"""Analyses of trained runs: spectra of the learned state transitions."""

@@ -1,0 +1,188 @@
+"""Eigenvalues of the learned state transitions (SPEC section 3, interpretability; papers/001).
+
+`statetrack analyze spectrum RUN` loads a finished run's checkpoint, feeds a batch of task inputs,
+captures each layer's mixer input, materialises the transitions A(x_t) of every token and head
+(`transition_eigenvalues` of the layer: eigenvalues of I - beta k k^T for DeltaNet, of the product of
+n_h Householders for DeltaProduct, the diagonal a_t for Mamba / S4D / GLA / mLSTM), prints statistics
+and saves a plot: histograms for real spectra, the complex plane with the unit circle otherwise.
+The point is to see the negative (or rotating) eigenvalues a [-1,1] model learned to use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from statetrack import zoo
+from statetrack.errors import StatetrackError
+from statetrack.tasks import make_task
+
+TOLERANCE = 1e-6
+
+
+def find_run(store, run: str, model: str | None = None, seed: int | None = None) -> dict:
+    """The store row (with config) of a finished run: `run` is a run id or a unique prefix of one, or
+    an experiment name together with `model` (its display name, e.g. "DeltaNet [-1,1]") and
+    optionally `seed` (default: the lowest seed)."""
+    experiments = store.experiments()
+    if run in experiments:
+        rows = [r for r in store.runs(run) if r["status"] == "done"]
+        listing = "; ".join(f"{r['id']} = {r['model']} on {r['task']}, seed {r['seed']}, lr {r['lr']:g}" for r in rows)
+        if model is None:
+            raise StatetrackError(f"experiment {run!r} has {len(rows)} finished runs; name one by id or with --model: {listing or 'none'}")
+        chosen = [r for r in rows if r["model"] == model and (seed is None or r["seed"] == seed)]
+        if not chosen:
+            models = sorted({r["model"] for r in rows})
+            raise StatetrackError(f"experiment {run!r} has no finished run of model {model!r} (seed {seed}); models: {', '.join(models) or 'none'}")
+        return min(chosen, key=lambda r: (r["seed"], r["lr"], r["task"]))
+    matches = [r for experiment in experiments for r in store.runs(experiment) if r["id"].startswith(run)]
+    if not matches:
+        raise StatetrackError(
+            f"{run!r} is neither a run id in {store.path} nor an experiment with results ({', '.join(experiments) or 'none'})"
+        )
+    if len(matches) > 1:
+        raise StatetrackError(f"run id prefix {run!r} is ambiguous: {', '.join(sorted(r['id'] for r in matches))}")
+    return matches[0]
+
+
+def load_run_model(row: dict, results_dir: str | Path):
+    """(model in eval mode, task) of a run, from its checkpoint under results_dir/EXPERIMENT/checkpoints."""
+    config = row["config"]
+    path = Path(results_dir) / row["experiment"] / "checkpoints" / f"{row['id']}.pt"
+    if not path.is_file():
+        raise StatetrackError(f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the --results-dir it ran with")
+    task = make_task(**config["task"])
+    model = zoo.build_model(config["model"], task.vocab_size, task.num_classes)
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
+    return model.eval(), task
+
+
+@torch.no_grad()
+def layer_spectra(model, inputs: torch.Tensor) -> list[dict]:
+    """Per block: {layer, mixer, eigenvalues [B, T, ...] or None when the mixer has no linear transition}."""
+    captured: dict[int, torch.Tensor] = {}
+    hooks = [
+        block.mixer.register_forward_pre_hook(lambda module, args, i=i: captured.__setitem__(i, args[0]))
+        for i, block in enumerate(model.blocks)
+    ]
+    try:
+        model(inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    out = []
+    for i, block in enumerate(model.blocks):
+        mixer = block.mixer
+        eig = None
+        if hasattr(mixer, "transition_eigenvalues"):
+            try:
+                eig = mixer.transition_eigenvalues(captured[i])
+            except NotImplementedError:
+                eig = None
+        out.append({"layer": i, "mixer": type(mixer).__name__, "eigenvalues": eig})
+    return out
+
+
+def spectrum_stats(eig: torch.Tensor) -> dict:
+    """Counts and extremes of a flat tensor of eigenvalues (real or complex)."""
+    eig = eig.flatten()
+    eig = eig.to(torch.complex128) if eig.is_complex() else eig.double()
+    real = eig.real if eig.is_complex() else eig
+    modulus = eig.abs()
+    stats = {
+        "count": eig.numel(),
+        "min_real": real.min().item(),
+        "max_real": real.max().item(),
+        "fraction_negative_real": (real < -TOLERANCE).double().mean().item(),
+        "fraction_below_minus_half": (real < -0.5).double().mean().item(),
+        "max_modulus": modulus.max().item(),
+        "fraction_complex": (eig.imag.abs() > TOLERANCE).double().mean().item() if eig.is_complex() else 0.0,
+    }
+    return stats
+
+
+def per_token_minimum(eig: torch.Tensor, inputs: torch.Tensor, vocab: list[str], max_tokens: int = 16) -> list[str]:
+    """For each input token: the median over its occurrences of the smallest real part of the
+    transition's eigenvalues (what that token does to the state: about -1 = a reflection)."""
+    real = (eig.real if eig.is_complex() else eig).flatten(2).amin(-1)  # [B, T]
+    lines = []
+    for token in inputs.unique()[:max_tokens].tolist():
+        values = real[inputs == token]
+        name = vocab[token] if token < len(vocab) else str(token)
+        lines.append(f"{name!s}: {values.median().item():+.3f}")
+    return lines
+
+
+def format_stats(spectra: list[dict], inputs: torch.Tensor | None = None, vocab: list[str] | None = None) -> str:
+    lines = []
+    for s in spectra:
+        head = f"layer {s['layer']} ({s['mixer']})"
+        if s["eigenvalues"] is None:
+            lines.append(f"{head}: no linear state transition to materialise")
+            continue
+        st = spectrum_stats(s["eigenvalues"])
+        lines.append(
+            f"{head}: {st['count']} eigenvalues, real part in [{st['min_real']:.4f}, {st['max_real']:.4f}], "
+            f"negative {100 * st['fraction_negative_real']:.1f}%, below -0.5 {100 * st['fraction_below_minus_half']:.1f}%, "
+            f"complex {100 * st['fraction_complex']:.1f}%, max |lambda| {st['max_modulus']:.4f}"
+        )
+        if inputs is not None and s["eigenvalues"].shape[:2] == inputs.shape:
+            tokens = per_token_minimum(s["eigenvalues"], inputs, vocab or [])
+            lines.append("  smallest real eigenvalue by input token (median): " + ", ".join(tokens))
+    return "\n".join(lines)
+
+
+def plot_spectra(spectra: list[dict], title: str, path: str | Path) -> Path:
+    """One panel per layer: histogram of real spectra, complex-plane scatter with the unit circle otherwise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [s for s in spectra if s["eigenvalues"] is not None]
+    if not shown:
+        raise StatetrackError("no layer of this model has a linear state transition to plot")
+    fig, axes = plt.subplots(1, len(shown), figsize=(max(7.0, 4.5 * len(shown)), 4), squeeze=False)
+    for ax, s in zip(axes[0], shown):
+        eig = s["eigenvalues"].flatten()
+        if eig.is_complex() and (eig.imag.abs() > TOLERANCE).any():
+            theta = torch.linspace(0, 2 * torch.pi, 200)
+            ax.plot(theta.cos(), theta.sin(), color="grey", lw=0.8)
+            ax.scatter(eig.real.float().numpy(), eig.imag.float().numpy(), s=3, alpha=0.3)
+            ax.set_aspect("equal")
+            ax.set_xlabel("Re lambda")
+            ax.set_ylabel("Im lambda")
+        else:
+            real = eig.real if eig.is_complex() else eig
+            ax.hist(real.float().numpy(), bins=100, range=(-1.05, 1.05), log=True)
+            ax.axvline(0, color="grey", lw=0.8)
+            ax.set_xlabel("eigenvalue")
+            ax.set_ylabel("count (log)")
+        ax.set_title(f"layer {s['layer']} ({s['mixer']})")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def analyze_run(store, run: str, results_dir: str | Path = "results", samples: int = 64, length: int | None = None,
+                seed: int = 0, out: str | Path | None = None, model: str | None = None,
+                run_seed: int | None = None) -> tuple[str, Path | None]:
+    """Text report and plot path for a run (`find_run`); inputs at `length` (default: the run's
+    longest training length), drawn with `seed`."""
+    row = find_run(store, run, model, run_seed)
+    model, task = load_run_model(row, results_dir)
+    length = length or row["config"]["train"].get("max_length", 40)
+    task.check_length(length)
+    batch = task.sample(samples, length, torch.Generator().manual_seed(seed))
+    spectra = layer_spectra(model, batch.inputs)
+    title = f"{row['model']} on {row['task']} (run {row['id']}, length {length})"
+    text = title + "\n" + format_stats(spectra, batch.inputs, getattr(task, "vocab", None))
+    if all(s["eigenvalues"] is None for s in spectra):
+        return text, None
+    path = Path(out) if out else Path(results_dir) / row["experiment"] / f"spectrum_{row['id']}.png"
+    return text, plot_spectra(spectra, title, path)
