@@ -179,6 +179,8 @@ def test_report_shows_selection_seeds_and_missing_runs(grids, tmp_path):
     assert "8 of 12 runs done" in md and "## Missing runs (4)" in md and "seed=2: not started" in md
     store.set_plan("other", {"name": "other", "scale": "quick", "description": "planned, never ran"}, [
         {"id": "x" * 16, "model": "LSTM", "task": "parity", "lr": 1e-3, "seed": 0}])
+    md = (write_report("other", store, grids["root"] / "local") / "report.md").read_text()
+    assert "0 of 1 runs done" in md and "No finished runs yet." in md and "seed=0: not started" in md
     index = write_index(store, grids["root"] / "local").read_text()
     assert '<a href="grid/report.html">grid</a>' in index and '<a href="other/report.html">other</a>' in index
     assert "planned, never ran" in index

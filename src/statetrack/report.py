@@ -292,9 +292,11 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     status_line = (f"{expected - len(missing)} of {expected} runs done{scale}"
                    + (f"; {others} other runs of this experiment in the store belong to other configurations" if others else ""))
 
+    if not summary:
+        tables = [("Results", "No finished runs yet.", ([], []))]
     md = [f"# {experiment}", "", description.strip(), "", status_line, ""]
     for title, note, table in tables:
-        md += [f"## {title}", ""] + ([note, ""] if note else []) + [markdown_table(*table), ""]
+        md += [f"## {title}", ""] + ([note, ""] if note else []) + ([markdown_table(*table), ""] if table[0] else [])
     md += [f"![{p.stem}]({p.name})" for p in plots] + [""]
     if missing:
         md += [f"## Missing runs ({len(missing)})", ""] + [f"- {_missing_line(r)}" for r in missing] + [""]
@@ -304,8 +306,8 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     images = "".join(
         f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in plots
     )
-    sections = "".join(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else "") + html_table(*table)
-                       for title, note, table in tables)
+    sections = "".join(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else "")
+                       + (html_table(*table) if table[0] else "") for title, note, table in tables)
     missing_html = "".join(f"<li>{html.escape(_missing_line(r))}</li>" for r in missing)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(experiment)}</title>
 <style>{STYLE}</style></head><body>
