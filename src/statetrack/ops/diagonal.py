@@ -6,9 +6,9 @@ papers/001, papers/002). Layout: a, b [B, T, ...] (any trailing state shape, e.g
 [B, T, H, D]); h_0 [B, ...]; real or complex.
 
 Fast form (`diagonal_scan`): the exact recurrence in two levels. Time is cut into n chunks of C
-(C ~ sqrt(T)); pass 1 runs the recurrence from zero inside all chunks at once (C vectorised steps),
-a carry loop of n steps moves the state across chunks, and pass 2 adds each chunk's start state
-propagated by the running product of a (C steps). That is O(sqrt T) Python steps and O(T) memory.
+(C ~ sqrt(T)); pass 1 runs the recurrence from zero inside all chunks at once (C vectorised steps,
+keeping only each chunk's end value), a carry loop of n steps moves the state across chunks with
+the chunk products of a, and pass 2 reruns all chunks from their true start states, writing h once. That is O(sqrt T) Python steps and O(T) memory.
 Unlike a log-space cumsum (h_t = A_t sum_j b_j / A_j), it never divides by a product of a's, so
 a_t = 0, negative and complex a_t are exact. The backward is the same scan run in reverse on the
 adjoint,
@@ -72,23 +72,23 @@ def _scan_nograd(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor, reverse: bo
     lo, hi = (T - n * C, T) if reverse else (0, n * C)  # the chunked part; the loose rest runs one by one
     a4, b4, h4 = (x[:, lo:hi].unflatten(1, (n, C)) for x in (a, b, h))  # views, any strides
     steps = list(range(C - 1, -1, -1) if reverse else range(C))
-    first, last = steps[0], steps[-1]
-    # pass 1: the recurrence from zero inside every chunk at once
-    h4[:, :, first] = b4[:, :, first]
-    for prev, c in zip(steps, steps[1:]):
-        torch.addcmul(b4[:, :, c], a4[:, :, c], h4[:, :, prev], out=h4[:, :, c])
+    first = steps[0]
+    # pass 1: each chunk's end value from a zero start, for all chunks at once (small buffers only)
+    end = b4[:, :, first].clone()  # [B, n, F]
+    for c in steps[1:]:
+        end = torch.addcmul(b4[:, :, c], a4[:, :, c], end)
     # carry: the state entering each chunk, moved across chunks by the chunk's product of a
     prod = a4.prod(dim=2)  # [B, n, F]
     starts = torch.empty_like(prod)
     carry = h0
     for i in range(n - 1, -1, -1) if reverse else range(n):
         starts[:, i] = carry
-        carry = torch.addcmul(h4[:, i, last], prod[:, i], carry)
-    # pass 2: add each chunk's start state times the running product of a
-    run = starts
+        carry = torch.addcmul(end[:, i], prod[:, i], carry)
+    # pass 2: the recurrence inside every chunk from its true start, written once into h
+    previous = starts
     for c in steps:
-        run = a4[:, :, c] * run
-        h4[:, :, c] += run
+        torch.addcmul(b4[:, :, c], a4[:, :, c], previous, out=h4[:, :, c])
+        previous = h4[:, :, c]
     state = carry
     for t in range(lo - 1, -1, -1) if reverse else range(hi, T):
         torch.addcmul(b[:, t], a[:, t], state, out=h[:, t])
