@@ -161,7 +161,7 @@ def matmul_peak(repeat):
         times.append(time.perf_counter() - t0)
     ms = statistics.median(times) * 1e3
     return {"op": "matmul_peak", "T": 1024, "impl": "torch.mm", "ms": ms, "speedup_vs_reference": None,
-            "peak_mem_mb": None, "gflops": 2 * 1024**3 / (ms * 1e-3) / 1e9}
+            "peak_mem_mb": None, "gflops": 2 * 1024**3 / (ms * 1e-3) / 1e9, "threads": torch.get_num_threads()}
 
 
 def bench_op(op, T, repeat, memory, skip_reference_above):
@@ -197,7 +197,7 @@ def bench_op(op, T, repeat, memory, skip_reference_above):
 
 def table(rows, peak):
     lines = [
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; matmul peak {peak['gflops']:.1f} GFLOP/s",
+        f"torch {torch.__version__}, {peak.get('threads', '?')} threads; matmul peak {peak['gflops']:.1f} GFLOP/s",
         f"{'op':<18} {'T':>5} {'impl':<16} {'ms':>10} {'x ref':>7} {'x fla':>7} {'MB':>8} {'GFLOP/s':>8} {'% peak':>7}",
     ]
     for r in rows:
@@ -212,9 +212,29 @@ def table(rows, peak):
     return "\n".join(lines)
 
 
+def markdown(rows, peak):
+    lines = [
+        f"matmul peak (float32 1024^3 torch.mm, same run): {peak['gflops']:.1f} GFLOP/s; torch {torch.__version__}, "
+        f"{peak.get('threads', '?')} threads",
+        "",
+        "| op | T | impl | ms (median) | x reference | peak MB | GFLOP/s | % of matmul peak |",
+        "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        speed = f"{r['speedup_vs_reference']:.1f}" if r["speedup_vs_reference"] else "-"
+        mem = f"{r['peak_mem_mb']:.0f}" if r["peak_mem_mb"] is not None else "-"
+        lines.append(
+            f"| {r['op']} | {r['T']} | {r['impl']} | {r['ms']:.1f} | {speed} | {mem} | {r['gflops']:.2f} | "
+            f"{100 * r['gflops'] / peak['gflops']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (docs/performance.md)")
+    parser.add_argument("--from-json", help="format an earlier --json output instead of measuring")
     parser.add_argument("--quick", action="store_true", help="T in {256, 1024} and 3 repeats")
     parser.add_argument("--T", type=int, nargs="+", help="sequence lengths (default 256 1024 4096)")
     parser.add_argument("--ops", nargs="+", default=["delta_rule", "delta_product_nh2", "diagonal_scan", "dense_transition"])
@@ -225,6 +245,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.from_json:
+        measured = json.loads(Path(args.from_json).read_text())
+        rows = [r for r in measured if r["op"] != "matmul_peak"]
+        peak = next(r for r in measured if r["op"] == "matmul_peak")
+        print(markdown(rows, peak) if args.markdown else table(rows, peak))
+        return
     lengths = args.T or ([256, 1024] if args.quick else [256, 1024, 4096])
     repeat = args.repeat or (3 if args.quick else 5)
     peak = matmul_peak(repeat)
@@ -235,6 +261,8 @@ def main(argv=None):
             print(f"  done {op} T={T}", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows + [peak], indent=1))
+    elif args.markdown:
+        print(markdown(rows, peak))
     else:
         print(table(rows, peak))
 
