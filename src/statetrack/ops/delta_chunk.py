@@ -32,7 +32,6 @@ def to_chunks(x: torch.Tensor, n: int, C: int) -> torch.Tensor:
 
 def from_chunks(x: torch.Tensor, T: int) -> torch.Tensor:
     """[B, H, n, C, ...] -> [B, T, H, ...] (drops the padding)."""
-    B, H = x.shape[:2]
     return x.flatten(2, 3)[:, :, :T].transpose(1, 2)
 
 
