@@ -90,9 +90,10 @@ def cmd_tasks(args) -> int:
 def cmd_models(args) -> int:
     from statetrack import zoo
 
+    width = max(map(len, zoo.MODELS)) + 2
     for name, entry in zoo.MODELS.items():
         params = ", ".join(f"{k}={v!r}" for k, v in zoo.mixer_parameters(name).items()) or "-"
-        print(f"{name:14s} {entry.summary}\n{'':14s} parameters: {params}")
+        print(f"{name:{width}s}{entry.summary}\n{'':{width}s}parameters: {params}")
     print(f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())}")
     print("presets: " + ", ".join(f"{k} = {v}" for k, v in zoo.PRESETS.items()))
     return 0
@@ -257,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("statetrack: interrupted; finished runs are in the store, re-run the same command to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
