@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.ops import (  # noqa: E402
     delta_product,
     delta_product_reference,
@@ -77,6 +78,7 @@ FLOPS = {  # forward flops of (op, impl) at length T, whole batch; fwd+bwd is co
     ("delta_product_nh2", "fast"): lambda T: B * H * chunk_flops(2 * T, chunk_layout(2 * T, DEFAULT_CHUNK_SIZE)[1], D, D),
     ("diagonal_scan", "reference"): lambda T: B * T * DIAG_D * DIAG_N * 2,
     ("diagonal_scan", "fast"): lambda T: B * T * DIAG_D * DIAG_N * 2,
+    ("diagonal_scan", "chunked"): lambda T: B * T * DIAG_D * DIAG_N * 2,
     ("dense_transition", "reference"): lambda T: B * H * T * 2 * D * D,
     ("dense_transition", "fast"): lambda T: B * H * T * 2 * D * D,
 }
@@ -111,7 +113,11 @@ def make_inputs(op, T, gen):
             "a": torch.rand(B, T, DIAG_D, DIAG_N, generator=gen),
             "b": torch.randn(B, T, DIAG_D, DIAG_N, generator=gen),
         }
-        impls = {"reference": diagonal_scan_reference, "fast": diagonal_scan}
+        impls = {
+            "reference": diagonal_scan_reference,
+            "fast": diagonal_scan,  # the fused compiled loop on CPU (statetrack.ops.native)
+            "chunked": lambda **a: diagonal_scan(**a, impl="chunked"),  # the PyTorch two-level form
+        }
     elif op == "dense_transition":
         x = {
             "A": torch.randn(B, T, H, D, D, generator=gen) / D**0.5,
@@ -124,24 +130,31 @@ def make_inputs(op, T, gen):
 
 
 def prepare(impl, x):
-    """Callable and its own leaf inputs (an implementation may want another layout, prepared untimed)."""
+    """Callable, its own leaf inputs and fixed upstream gradients, all made outside the timing.
+
+    An implementation may want another layout (converted here). The upstream gradients are drawn
+    once from the output shapes, so a timed pass is the op's forward and backward and nothing else
+    (drawing a [B, T, D, N] random tensor per pass would cost as much as a fast scan).
+    """
     fn, convert = impl if isinstance(impl, tuple) else (impl, None)
     leaves = {n: (convert(t) if convert else t).detach().clone().requires_grad_() for n, t in x.items()}
-    return fn, leaves
+    with torch.no_grad():
+        o, S = fn(**leaves)
+    g = torch.Generator().manual_seed(0)
+    grads = (torch.randn(o.shape, generator=g, dtype=o.dtype), torch.randn(S.shape, generator=g, dtype=S.dtype))
+    return fn, leaves, grads
 
 
-def fwd_bwd(fn, leaves, gen_seed=0):
+def fwd_bwd(fn, leaves, grads):
     o, S = fn(**leaves)
-    g = torch.Generator().manual_seed(gen_seed)
-    loss = (o * torch.randn(o.shape, generator=g)).sum() + (S * torch.randn(S.shape, generator=g)).sum()
-    torch.autograd.grad(loss, list(leaves.values()))
+    torch.autograd.grad((o, S), list(leaves.values()), grad_outputs=grads)
 
 
-def peak_memory_mb(fn, leaves):
+def peak_memory_mb(fn, leaves, grads):
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=False) as prof:
-        fwd_bwd(fn, leaves)
+        fwd_bwd(fn, leaves, grads)
     # allocations are charged to the op that made them (self), frees outside ops are "[memory]" events
     events = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
     live = peak = 0
@@ -171,16 +184,16 @@ def bench_op(op, T, repeat, memory, skip_reference_above):
         impls.pop("reference")
     prepared = {name: prepare(impl, x) for name, impl in impls.items()}
     times = {name: [] for name in prepared}
-    for name, (fn, leaves) in prepared.items():  # warm-up
-        fwd_bwd(fn, leaves)
+    for name, (fn, leaves, grads) in prepared.items():  # warm-up
+        fwd_bwd(fn, leaves, grads)
     for _ in range(repeat):  # round-robin: drift in machine load hits every implementation alike
-        for name, (fn, leaves) in prepared.items():
+        for name, (fn, leaves, grads) in prepared.items():
             t0 = time.perf_counter()
-            fwd_bwd(fn, leaves)
+            fwd_bwd(fn, leaves, grads)
             times[name].append(time.perf_counter() - t0)
     rows = []
     ref_ms = statistics.median(times["reference"]) * 1e3 if "reference" in times else None
-    for name, (fn, leaves) in prepared.items():
+    for name, (fn, leaves, grads) in prepared.items():
         ms = statistics.median(times[name]) * 1e3
         rows.append({
             "op": op,
@@ -189,7 +202,7 @@ def bench_op(op, T, repeat, memory, skip_reference_above):
             "ms": ms,
             "speedup_vs_reference": (ref_ms / ms) if ref_ms else None,
             # the profiler's per-op bookkeeping makes a 4096-step reference loop crawl: skip it there
-            "peak_mem_mb": peak_memory_mb(fn, leaves) if memory and (name != "reference" or T <= 1024) else None,
+            "peak_mem_mb": peak_memory_mb(fn, leaves, grads) if memory and (name != "reference" or T <= 1024) else None,
             "gflops": 3 * FLOPS[(op, name)](T) / (ms * 1e-3) / 1e9,
         })
     return rows
@@ -197,7 +210,8 @@ def bench_op(op, T, repeat, memory, skip_reference_above):
 
 def table(rows, peak):
     lines = [
-        f"torch {torch.__version__}, {peak.get('threads', '?')} threads; matmul peak {peak['gflops']:.1f} GFLOP/s",
+        f"torch {torch.__version__}, {peak.get('threads', '?')} threads, malloc {peak.get('malloc', 'system')}; "
+        f"matmul peak {peak['gflops']:.1f} GFLOP/s",
         f"{'op':<18} {'T':>5} {'impl':<16} {'ms':>10} {'x ref':>7} {'x fla':>7} {'MB':>8} {'GFLOP/s':>8} {'% peak':>7}",
     ]
     for r in rows:
@@ -215,7 +229,7 @@ def table(rows, peak):
 def markdown(rows, peak):
     lines = [
         f"matmul peak (float32 1024^3 torch.mm, same run): {peak['gflops']:.1f} GFLOP/s; torch {torch.__version__}, "
-        f"{peak.get('threads', '?')} threads",
+        f"{peak.get('threads', '?')} threads, malloc {peak.get('malloc', 'system')}",
         "",
         "| op | T | impl | ms (median) | x reference | peak MB | GFLOP/s | % of matmul peak |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
@@ -241,10 +255,15 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=None, help="timed passes per implementation (default 5, quick 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass")
+    parser.add_argument("--malloc", choices=["keep", "system"], default="keep",
+                        help="keep: glibc keeps freed memory for reuse, as `statetrack` runs do (statetrack.allocator); "
+                             "system: glibc's defaults, every large tensor faulted in fresh")
     parser.add_argument("--skip-reference-above", type=int, default=10**9, help="time the reference loop only up to this T")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.malloc == "keep" and not keep_freed_memory():
+        print("note: could not change malloc's settings (not glibc); measuring with the system's", file=sys.stderr)
     if args.from_json:
         measured = json.loads(Path(args.from_json).read_text())
         rows = [r for r in measured if r["op"] != "matmul_peak"]
@@ -254,6 +273,7 @@ def main(argv=None):
     lengths = args.T or ([256, 1024] if args.quick else [256, 1024, 4096])
     repeat = args.repeat or (3 if args.quick else 5)
     peak = matmul_peak(repeat)
+    peak["malloc"] = args.malloc
     rows = []
     for op in args.ops:
         for T in lengths:

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
 
 
@@ -250,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         if listed is None or item.startswith("-") or "=" not in item:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         listed.append(item)
+    keep_freed_memory()  # large tensors reuse heap memory (statetrack.allocator)
     try:
         return args.func(args)
     except StatetrackError as error:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from statetrack import zoo
+from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
 from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.backends import BACKENDS, available_cores, failed_outcome, make_backend
@@ -59,6 +60,7 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
     """
     if threads:
         torch.set_num_threads(threads)
+    keep_freed_memory()  # large tensors reuse heap memory instead of faulting in fresh pages
     try:
         torch.manual_seed(run.seed)  # parameter initialisation
         task = make_task(**run.task)

@@ -5,13 +5,17 @@ S4D/IDS4 (complex a_t), GLA-style decays and the rotation / real-diagonal biline
 papers/001, papers/002). Layout: a, b [B, T, ...] (any trailing state shape, e.g. [B, T, D, N] or
 [B, T, H, D]); h_0 [B, ...]; real or complex.
 
-Fast form (`diagonal_scan`): the exact recurrence in two levels. Time is cut into n chunks of C
+Fast forms (`diagonal_scan`). On CPU, the recurrence and its backward as one fused compiled loop
+each (`native.py`, `diagonal_scan.c`): the scan is memory-bound (two flops per element), and the loop
+moves each element through memory once, where every PyTorch op is a pass of its own. Elsewhere
+(CUDA, or no C compiler), the exact recurrence in two levels. Time is cut into n chunks of C
 (C ~ sqrt(T)); pass 1 runs the recurrence from zero inside all chunks at once (C vectorised steps,
 keeping only each chunk's end value), a carry loop of n steps moves the state across chunks with
-the chunk products of a, and pass 2 reruns all chunks from their true start states, writing h once. That is O(sqrt T) Python steps and O(T) memory.
+the chunk products of a, and pass 2 reruns all chunks from their true start states, writing h
+once. That is O(sqrt T) Python steps and O(T) memory.
 Unlike a log-space cumsum (h_t = A_t sum_j b_j / A_j), it never divides by a product of a's, so
-a_t = 0, negative and complex a_t are exact. The backward is the same scan run in reverse on the
-adjoint,
+a_t = 0, negative and complex a_t are exact. Both forms run the backward as the same scan in
+reverse on the adjoint,
 
     lambda_t = dL/dh_t + conj(a_{t+1}) lambda_{t+1},    dL/db_t = lambda_t,
     dL/da_t = lambda_t conj(h_{t-1}),                    dL/dh_0 = conj(a_1) lambda_1,
@@ -24,6 +28,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from statetrack.ops import native
 
 
 def _check(a, b, initial_state):
@@ -100,9 +106,9 @@ class _DiagonalScan(torch.autograd.Function):
     """(h [B, T, F], h_T [B, F]) for contiguous a, b [B, T, F] and h0 [B, F]; reverse-scan backward."""
 
     @staticmethod
-    def forward(ctx, a, b, h0, chunk_size):
-        h = _scan_nograd(a, b, h0, chunk_size=chunk_size)
-        ctx.chunk_size = chunk_size
+    def forward(ctx, a, b, h0, chunk_size, use_native):
+        h = native.scan_forward(a, b, h0) if use_native else _scan_nograd(a, b, h0, chunk_size=chunk_size)
+        ctx.chunk_size, ctx.use_native = chunk_size, use_native
         ctx.save_for_backward(a, h, h0)
         return h, (h[:, -1].clone() if h.shape[1] else h0.clone())
 
@@ -114,7 +120,10 @@ class _DiagonalScan(torch.autograd.Function):
         grad_h = torch.zeros_like(h) if grad_h is None else grad_h
         grad_final = torch.zeros_like(h0) if grad_final is None else grad_final
         if T == 0:
-            return torch.zeros_like(a), torch.zeros_like(h), grad_final, None
+            return torch.zeros_like(a), torch.zeros_like(h), grad_final, None, None
+        if ctx.use_native:
+            grad_a, grad_b, grad_h0 = native.scan_backward(a, h, h0, grad_h.contiguous(), grad_final)
+            return grad_a, grad_b, grad_h0, None, None
         # lambda_t = dL/dh_t + conj(a_{t+1}) lambda_{t+1}, lambda_T = dL/dh_T (final-state gradient)
         a_next = torch.empty_like(a)
         a_next[:, :-1] = a[:, 1:].conj()
@@ -124,16 +133,24 @@ class _DiagonalScan(torch.autograd.Function):
         torch.mul(lam[:, 1:], h[:, :-1].conj(), out=grad_a[:, 1:])
         torch.mul(lam[:, 0], h0.conj(), out=grad_a[:, 0])
         grad_h0 = a[:, 0].conj() * lam[:, 0]
-        return grad_a, lam, grad_h0, None
+        return grad_a, lam, grad_h0, None, None
 
 
-def diagonal_scan(a, b, initial_state=None, output_final_state=True, chunk_size=None):
-    """h_t = a_t * h_{t-1} + b_t (SPEC 1.1/1.2) through the two-level exact scan (module docstring).
+IMPLS = ("auto", "native", "chunked")
 
-    Same arguments and results as `diagonal_scan_reference`; chunk_size defaults to about sqrt(T).
-    Differentiable in a, b and initial_state (custom reverse-scan backward).
+
+def diagonal_scan(a, b, initial_state=None, output_final_state=True, chunk_size=None, impl="auto"):
+    """h_t = a_t * h_{t-1} + b_t (SPEC 1.1/1.2), exact, with a reverse-scan backward.
+
+    Same arguments and results as `diagonal_scan_reference`. impl: "native" is the fused compiled
+    loop (CPU; `statetrack.ops.native`), "chunked" the two-level PyTorch scan of the module
+    docstring (any device; chunk_size defaults to about sqrt(T)), "auto" the native loop where it
+    applies (CPU tensors, a C compiler present) and the chunked scan elsewhere.
+    Differentiable in a, b and initial_state.
     """
     _check(a, b, initial_state)
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size}")
     dtype = _common_dtype(a, b, initial_state)
@@ -146,6 +163,13 @@ def diagonal_scan(a, b, initial_state=None, output_final_state=True, chunk_size=
         h0 = b3.new_zeros(B, F)
     else:
         h0 = initial_state.to(dtype).reshape(B, F).contiguous()
-    h, final = _DiagonalScan.apply(a3, b3, h0, chunk_size)
+    use_native = impl != "chunked" and native.supports(a3, b3, h0)
+    if impl == "native" and not use_native:
+        raise RuntimeError(
+            "impl='native' needs CPU tensors of float32/64 or complex64/128 and a C compiler "
+            f"(got {a3.device.type}, {dtype}; compiler: {native.compiler() or 'none'}, "
+            f"STATETRACK_NATIVE={'on' if native.enabled() else 'off'})"
+        )
+    h, final = _DiagonalScan.apply(a3, b3, h0, chunk_size, use_native)
     h = h.view((B, T) + state_shape)
     return h, (final.view((B,) + state_shape) if output_final_state else None)

@@ -1,0 +1,92 @@
+/* Fused CPU loops for the diagonal scan h_t = a_t h_{t-1} + b_t (statetrack/ops/diagonal.py).
+
+   Built on first use by statetrack/ops/native.py with the system C compiler and called through
+   ctypes. Arrays are contiguous [nb, nt, nf] (h0, the carry, [nb, nf]); a call works on the lanes
+   f in [lo, hi) of every batch row, so callers split the state over threads. Complex arrays are
+   interleaved (re, im) pairs and nf counts complex elements.
+
+   forward:  h_t = a_t h_{t-1} + b_t, h_{-1} = h0.
+   backward: lambda_t = dh_t + conj(a_{t+1}) lambda_{t+1}, lambda_{T-1} = dh_{T-1} + dh_final;
+             db_t = lambda_t, da_t = lambda_t conj(h_{t-1}), dh0 = conj(a_0) lambda_0.
+   carry [nb, nf] enters as dh_final and leaves as dh0. */
+
+#include <stdint.h>
+
+#define REAL_SCAN(NAME, T)                                                                         \
+    void NAME##_forward(const T *a, const T *b, const T *h0, T *h, int64_t nb, int64_t nt,        \
+                        int64_t nf, int64_t lo, int64_t hi) {                                      \
+        for (int64_t i = 0; i < nb; i++) {                                                         \
+            const T *prev = h0 + i * nf;                                                           \
+            for (int64_t t = 0; t < nt; t++) {                                                     \
+                int64_t o = (i * nt + t) * nf;                                                     \
+                const T *restrict at = a + o, *restrict bt = b + o, *restrict pv = prev;           \
+                T *restrict ht = h + o;                                                            \
+                for (int64_t f = lo; f < hi; f++) ht[f] = at[f] * pv[f] + bt[f];                     \
+                prev = ht;                                                                         \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    void NAME##_backward(const T *a, const T *h, const T *h0, const T *dh, T *carry, T *da,       \
+                         T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, int64_t hi) {      \
+        for (int64_t i = 0; i < nb; i++) {                                                         \
+            T *c = carry + i * nf;                                                                 \
+            for (int64_t t = nt - 1; t >= 0; t--) {                                                \
+                int64_t o = (i * nt + t) * nf;                                                     \
+                const T *restrict at = a + o, *restrict gt = dh + o;                               \
+                const T *restrict hp = t > 0 ? h + o - nf : h0 + i * nf;                           \
+                T *restrict dat = da + o, *restrict dbt = db + o, *restrict cc = c;                \
+                for (int64_t f = lo; f < hi; f++) {                                                \
+                    T lam = gt[f] + cc[f];                                                         \
+                    dbt[f] = lam;                                                                  \
+                    dat[f] = lam * hp[f];                                                          \
+                    cc[f] = at[f] * lam;                                                           \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+#define COMPLEX_SCAN(NAME, T)                                                                      \
+    void NAME##_forward(const T *a, const T *b, const T *h0, T *h, int64_t nb, int64_t nt,        \
+                        int64_t nf, int64_t lo, int64_t hi) {                                      \
+        for (int64_t i = 0; i < nb; i++) {                                                         \
+            const T *prev = h0 + 2 * i * nf;                                                       \
+            for (int64_t t = 0; t < nt; t++) {                                                     \
+                int64_t o = 2 * (i * nt + t) * nf;                                                 \
+                const T *restrict at = a + o, *restrict bt = b + o, *restrict pv = prev;           \
+                T *restrict ht = h + o;                                                            \
+                for (int64_t f = lo; f < hi; f++) {                                                \
+                    T ar = at[2 * f], ai = at[2 * f + 1], pr = pv[2 * f], pi = pv[2 * f + 1];      \
+                    ht[2 * f] = ar * pr - ai * pi + bt[2 * f];                                     \
+                    ht[2 * f + 1] = ar * pi + ai * pr + bt[2 * f + 1];                             \
+                }                                                                                  \
+                prev = ht;                                                                         \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    void NAME##_backward(const T *a, const T *h, const T *h0, const T *dh, T *carry, T *da,       \
+                         T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, int64_t hi) {      \
+        for (int64_t i = 0; i < nb; i++) {                                                         \
+            T *c = carry + 2 * i * nf;                                                             \
+            for (int64_t t = nt - 1; t >= 0; t--) {                                                \
+                int64_t o = 2 * (i * nt + t) * nf;                                                 \
+                const T *restrict at = a + o, *restrict gt = dh + o;                               \
+                const T *restrict hp = t > 0 ? h + o - 2 * nf : h0 + 2 * i * nf;                   \
+                T *restrict dat = da + o, *restrict dbt = db + o, *restrict cc = c;                \
+                for (int64_t f = lo; f < hi; f++) {                                                \
+                    T lr = gt[2 * f] + cc[2 * f], li = gt[2 * f + 1] + cc[2 * f + 1];              \
+                    T hr = hp[2 * f], hi_ = hp[2 * f + 1], ar = at[2 * f], ai = at[2 * f + 1];     \
+                    dbt[2 * f] = lr;                                                               \
+                    dbt[2 * f + 1] = li;                                                           \
+                    dat[2 * f] = lr * hr + li * hi_; /* lambda conj(h) */                          \
+                    dat[2 * f + 1] = li * hr - lr * hi_;                                           \
+                    cc[2 * f] = ar * lr + ai * li; /* conj(a) lambda */                            \
+                    cc[2 * f + 1] = ar * li - ai * lr;                                             \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+REAL_SCAN(scan_f32, float)
+REAL_SCAN(scan_f64, double)
+COMPLEX_SCAN(scan_c64, float)
+COMPLEX_SCAN(scan_c128, double)

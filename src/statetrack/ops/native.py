@@ -1,0 +1,175 @@
+"""Compiled CPU loops for the memory-bound recurrences, built on first use with the system C compiler.
+
+The diagonal scan does two flops per element: every PyTorch form of it is one pass over memory per
+op, and the reference loop pays per-step dispatch and autograd overhead on small slices. The fused
+loop in `diagonal_scan.c` reads a and b and writes h once (forward), and reads a, h, dh and writes
+da, db once (backward), which is the memory traffic the recurrence needs and no more.
+
+The C file ships with the package and is compiled once into a cache folder (`$STATETRACK_CACHE`,
+else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash of the source, the
+compiler and its flags; the shared library is loaded with ctypes. ctypes releases the GIL during a
+call, so the state lanes are split over `torch.get_num_threads()` Python threads. Without a C
+compiler (or with `STATETRACK_NATIVE=0`) `load()` returns None and callers use their PyTorch form;
+CUDA tensors always use the PyTorch form.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("diagonal_scan.c")
+FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
+DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128"}
+MIN_WORK_PER_THREAD = 1 << 16  # elements (B T lanes): below this a thread hand-off costs more than it saves
+
+_lock = threading.Lock()
+_library = None  # ctypes.CDLL, False after a failed build, None before the first try
+_pool: ThreadPoolExecutor | None = None
+
+
+def cache_dir() -> Path:
+    if os.environ.get("STATETRACK_CACHE"):
+        return Path(os.environ["STATETRACK_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "statetrack"
+
+
+def compiler() -> str | None:
+    return shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+
+
+def enabled() -> bool:
+    return os.environ.get("STATETRACK_NATIVE", "1") not in ("0", "false", "no", "off")
+
+
+def build(target_dir: Path | None = None) -> Path:
+    """Compile the kernels (if not cached) and return the shared library's path; raises on failure."""
+    cc = compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC, or install gcc or clang)")
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join([cc] + FLAGS).encode()).hexdigest()[:16]
+    folder = target_dir or cache_dir()
+    path = folder / f"statetrack_scan_{key}.so"
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:  # build aside, then rename: safe under concurrency
+        out = Path(tmp) / path.name
+        result = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(out)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"compiling {SOURCE.name} failed:\n{result.stderr}")
+        os.replace(out, path)
+    return path
+
+
+def _declare(library):
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    for suffix in DTYPES.values():
+        getattr(library, f"scan_{suffix}_forward").argtypes = [P, P, P, P, I, I, I, I, I]
+        getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
+    return library
+
+
+def load():
+    """The compiled kernels (ctypes library), or None when disabled or no compiler could build them."""
+    global _library
+    if not enabled():
+        return None
+    if _library is None:
+        with _lock:
+            if _library is None:
+                try:
+                    _library = _declare(ctypes.CDLL(str(build())))
+                except (OSError, RuntimeError):
+                    _library = False
+    return _library or None
+
+
+def available() -> bool:
+    return load() is not None
+
+
+def supports(*tensors: torch.Tensor) -> bool:
+    """True when the kernels can take these tensors: CPU, one supported dtype, library built."""
+    dtype = tensors[0].dtype
+    return (
+        dtype in DTYPES
+        and all(t.device.type == "cpu" and t.dtype == dtype for t in tensors)
+        and available()
+    )
+
+
+def _reset_pool_after_fork():
+    global _pool
+    _pool = None  # threads do not survive fork; a child makes its own pool
+
+
+os.register_at_fork(after_in_child=_reset_pool_after_fork)
+
+
+def _parallel(call, batch: int, lanes: int, work: int):
+    """Run call(i0, i1, lo, hi) over batch rows [0, batch) x state lanes [0, lanes), one piece per thread.
+
+    Pieces are whole batch rows when there are enough rows (each thread streams its own memory),
+    else contiguous lane ranges. work: elements the whole call touches; small calls run inline.
+    """
+    global _pool
+    workers = max(1, min(torch.get_num_threads(), max(batch, lanes // 16), work // MIN_WORK_PER_THREAD))
+    if workers == 1:
+        call(0, batch, 0, lanes)
+        return
+    if batch >= workers:
+        step = -(-batch // workers)
+        pieces = [(i, min(i + step, batch), 0, lanes) for i in range(0, batch, step)]
+    else:
+        step = -(-(-(-lanes // workers)) // 16) * 16  # lane ranges start on 64-byte boundaries
+        pieces = [(0, batch, lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
+    if _pool is None or _pool._max_workers < len(pieces):
+        _pool = ThreadPoolExecutor(max_workers=len(pieces), thread_name_prefix="statetrack-scan")
+    for future in [_pool.submit(call, *piece) for piece in pieces]:
+        future.result()
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def scan_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """h [B, T, F] for contiguous a, b [B, T, F] and h0 [B, F] of one supported dtype (CPU)."""
+    B, T, F = b.shape
+    h = torch.empty_like(b)
+    kernel = getattr(load(), f"scan_{DTYPES[b.dtype]}_forward")
+
+    def call(i0, i1, lo, hi):
+        kernel(_ptr(a[i0]), _ptr(b[i0]), _ptr(h0[i0]), _ptr(h[i0]), i1 - i0, T, F, lo, hi)
+
+    if h.numel():
+        _parallel(call, B, F, B * T * F)
+    return h
+
+
+def scan_backward(a, h, h0, dh, dh_final):
+    """(da, db, dh0) of the scan (module docstring of diagonal_scan.c), all contiguous, CPU."""
+    B, T, F = h.shape
+    da, db = torch.empty_like(h), torch.empty_like(h)
+    carry = dh_final.clone(memory_format=torch.contiguous_format)
+    kernel = getattr(load(), f"scan_{DTYPES[h.dtype]}_backward")
+
+    def call(i0, i1, lo, hi):
+        kernel(_ptr(a[i0]), _ptr(h[i0]), _ptr(h0[i0]), _ptr(dh[i0]), _ptr(carry[i0]), _ptr(da[i0]), _ptr(db[i0]),
+               i1 - i0, T, F, lo, hi)
+
+    if h.numel():
+        _parallel(call, B, F, B * T * F)
+    return da, db, carry
