@@ -25,8 +25,11 @@ from statetrack.ops.triangular import unit_lower_inverse_nograd
 def to_chunks(x: torch.Tensor, n: int, C: int) -> torch.Tensor:
     """[B, T, H, ...] -> contiguous [B, H, n, C, ...], zero-padded at the end of time."""
     B, T, H = x.shape[:3]
-    out = x.new_zeros((B, H, n * C) + tuple(x.shape[3:]))
+    if T == n * C:  # no padding: one transposing copy, no zero fill
+        return x.transpose(1, 2).contiguous().unflatten(2, (n, C))
+    out = x.new_empty((B, H, n * C) + tuple(x.shape[3:]))
     out[:, :, :T] = x.transpose(1, 2)
+    out[:, :, T:] = 0
     return out.unflatten(2, (n, C))
 
 
@@ -37,6 +40,13 @@ def from_chunks(x: torch.Tensor, T: int) -> torch.Tensor:
 
 def _rowsum(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x * y).sum(-1)
+
+
+def _addmm(acc: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """acc + x @ y over the leading batch dimensions, as one fused batched gemm (no extra add pass)."""
+    shape = x.shape[:-1] + y.shape[-1:]
+    flat = lambda t: t.reshape((-1,) + t.shape[-2:])  # noqa: E731
+    return torch.baddbmm(flat(acc.expand(shape)), flat(x), flat(y)).view(shape)
 
 
 class DeltaRuleChunk(torch.autograd.Function):
@@ -74,7 +84,7 @@ class DeltaRuleChunk(torch.autograd.Function):
         M.diagonal(dim1=-2, dim2=-1).add_(tot[..., None] if gated else 1)
         Z = B * H
         Mt = M.reshape(Z, n, Dk, Dk).transpose(0, 1).contiguous()  # time-major [n, Z, Dk, Dk]
-        Xt = KWU[..., Dk:].reshape(Z, n, Dk, Dv).transpose(0, 1)
+        Xt = KWU[..., Dk:].reshape(Z, n, Dk, Dv).transpose(0, 1).contiguous()  # one copy, not one per step
         states = q.new_empty(n + 1, Z, Dk, Dv)
         states[0] = S0.reshape(Z, Dk, Dv)
         for i in range(n):
@@ -103,7 +113,7 @@ class DeltaRuleChunk(torch.autograd.Function):
         starts = states[:-1].transpose(0, 1).reshape(B, H, n, Dk, Dv)
         # O = Q' S + PU
         dq_eff = dO @ starts.transpose(-1, -2)  # [B, H, n, C, Dk]
-        dS_from_o = (q_eff.transpose(-1, -2) @ dO).reshape(Z, n, Dk, Dv).transpose(0, 1)  # time-major
+        dS_from_o = (q_eff.transpose(-1, -2) @ dO).reshape(Z, n, Dk, Dv).transpose(0, 1).contiguous()  # time-major
         # reverse chunk recurrence: lam_n = dL/dS_n
         lam = torch.empty_like(states)
         lam[n] = 0 if d_final is None else d_final.reshape(Z, Dk, Dv)
@@ -120,7 +130,7 @@ class DeltaRuleChunk(torch.autograd.Function):
         # PWU = P WU;  Q' = Qd - PW,  PU
         dPWU = torch.cat([dq_eff.neg(), dO], dim=-1)
         dP = dPWU @ WU.transpose(-1, -2)  # [B, H, n, C, C]
-        dWU += P.transpose(-1, -2) @ dPWU
+        dWU = _addmm(dWU, P.transpose(-1, -2), dPWU)
         # WU = T rhs, T = (I + A)^-1
         drhs = Tinv.transpose(-1, -2) @ dWU
         dA = (drhs @ WU.transpose(-1, -2)).neg_().tril_(-1)
@@ -138,16 +148,16 @@ class DeltaRuleChunk(torch.autograd.Function):
             dgl_gl = _rowsum(dkd, kc) * gl
             dgamma -= dgl_gl
             dgamma[..., -1] += dgl_gl.sum(-1) + dM.diagonal(dim1=-2, dim2=-1).sum(-1) * tot
-            dkb = dKKb @ kc + dR1 * gam[..., None]
-            dq = dQK @ kc + dq_eff * gam[..., None]
-            dk = dQK.transpose(-1, -2) @ qc + dKKb.transpose(-1, -2) @ kb + dkd * gl[..., None]
+            dkb = _addmm(dR1 * gam[..., None], dKKb, kc)
+            dq = _addmm(dq_eff * gam[..., None], dQK, kc)
+            dk = _addmm(_addmm(dkd * gl[..., None], dQK.transpose(-1, -2), qc), dKKb.transpose(-1, -2), kb)
             # gamma = cumsum(g) within the chunk: dg_i = sum_{j >= i} dgamma_j
             dg = dgamma.flip(-1).cumsum(-1).flip(-1)
         else:
             dQK = dP.tril_()
-            dkb = dA @ kc + drhs[..., :Dk]
-            dq = dQK @ kc + dq_eff
-            dk = dQK.transpose(-1, -2) @ qc + dA.transpose(-1, -2) @ kb + dkd
+            dkb = _addmm(drhs[..., :Dk], dA, kc)
+            dq = _addmm(dq_eff, dQK, kc)
+            dk = _addmm(_addmm(dkd, dQK.transpose(-1, -2), qc), dA.transpose(-1, -2), kb)
             dg = None
         dR2 = drhs[..., Dk:]
         dv = dR2 * bc[..., None]
