@@ -23,22 +23,25 @@ def _diagonal_blocks(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def unit_lower_inverse_nograd(A: torch.Tensor) -> torch.Tensor:
-    """(I + strictly-lower(A))^-1 for A [..., C, C], by block doubling (no autograd)."""
+    """(I + strictly-lower(A))^-1 for A [..., C, C], by block doubling (no autograd).
+
+    The result is built in place: at block size 2s the diagonal blocks (inverses of size s) are
+    already in `inv`, and only the lower-left s x s block of each 2s block is written.
+    """
     C = A.shape[-1]
     P = 1 << max(C - 1, 0).bit_length()  # next power of two; padding is an identity block
     L = torch.zeros(A.shape[:-2] + (P, P), dtype=A.dtype, device=A.device)
     L[..., :C, :C] = A.tril(-1)
-    inv = torch.ones(A.shape[:-2] + (P, 1, 1), dtype=A.dtype, device=A.device)  # inverses of 1x1 blocks
+    inv = torch.zeros_like(L)
+    inv.diagonal(dim1=-2, dim2=-1).fill_(1)  # inverses of the 1 x 1 blocks
     s = 1
     while s < P:
         L21 = _diagonal_blocks(L, 2 * s)[..., s:, :s]  # [..., P/2s, s, s]
-        D11, D22 = inv[..., 0::2, :, :], inv[..., 1::2, :, :]
-        off = -(D22 @ L21 @ D11)
-        top = torch.cat([D11, torch.zeros_like(D11)], dim=-1)
-        bottom = torch.cat([off, D22], dim=-1)
-        inv = torch.cat([top, bottom], dim=-2)  # [..., P/2s, 2s, 2s]
+        blocks = _diagonal_blocks(inv, 2 * s)
+        D11, D22 = blocks[..., :s, :s], blocks[..., s:, s:]
+        blocks[..., s:, :s] = (D22 @ L21 @ D11).neg_()
         s *= 2
-    return inv.squeeze(-3)[..., :C, :C]
+    return inv[..., :C, :C]
 
 
 class _UnitLowerInverse(torch.autograd.Function):
