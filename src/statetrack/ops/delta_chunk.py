@@ -42,6 +42,11 @@ def _rowsum(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x * y).sum(-1)
 
 
+def upper_rows(C: int, rows: torch.Tensor) -> torch.Tensor:
+    """Mask [len(rows), C]: True where column j comes after the read position rows[i] (no look-ahead)."""
+    return torch.arange(C, device=rows.device)[None, :] > rows[:, None]
+
+
 def _addmm(acc: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """acc + x @ y over the leading batch dimensions, as one fused batched gemm (no extra add pass)."""
     shape = x.shape[:-1] + y.shape[-1:]
@@ -51,15 +56,18 @@ def _addmm(acc: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 class DeltaRuleChunk(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, beta, g, S0, n, C):
-        B, T, H, Dk = q.shape
+    def forward(ctx, q, k, v, beta, g, S0, n, C, every):
+        B, T, H, Dk = k.shape
         Dv = v.shape[-1]
-        qc, kc, vc = (to_chunks(x, n, C) for x in (q, k, v))  # [B, H, n, C, D]
+        Cq, Tq = C // every, T // every  # read positions per chunk and in all
+        rows = torch.arange(every - 1, C, every, device=q.device)  # where q is read inside a chunk
+        qc = to_chunks(q, n, Cq)  # [B, H, n, Cq, Dk]
+        kc, vc = (to_chunks(x, n, C) for x in (k, v))  # [B, H, n, C, D]
         bc = to_chunks(beta, n, C)  # [B, H, n, C]
         gated = g is not None
         kb = kc * bc[..., None]
         kkb = kb @ kc.transpose(-1, -2)  # [B, H, n, C, C]
-        qk = qc @ kc.transpose(-1, -2)
+        qk = qc @ kc.transpose(-1, -2)  # [B, H, n, Cq, C]
         upper = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
         if gated:
             gamma = to_chunks(g, n, C).cumsum(-1)  # [B, H, n, C]
@@ -67,11 +75,11 @@ class DeltaRuleChunk(torch.autograd.Function):
             gam, gl = gamma.exp(), (gamma[..., -1:] - gamma).exp()
             tot = gam[..., -1]  # [B, H, n]
             A = kkb * dec
-            P = qk * dec
+            P = qk * dec[..., rows, :]
             rhs = torch.cat([kb * gam[..., None], vc * bc[..., None]], dim=-1)
-            qd, kd = qc * gam[..., None], kc * gl[..., None]
+            qd, kd = qc * gam[..., rows, None], kc * gl[..., None]
         else:
-            A, P = kkb, qk.masked_fill(upper, 0)
+            A, P = kkb, qk.masked_fill(upper_rows(C, rows), 0)
             rhs = torch.cat([kb, vc * bc[..., None]], dim=-1)
             qd, kd = qc, kc
         Tinv = unit_lower_inverse_nograd(A)
@@ -90,26 +98,26 @@ class DeltaRuleChunk(torch.autograd.Function):
         for i in range(n):
             torch.baddbmm(Xt[i], Mt[i], states[i], out=states[i + 1])
         starts = states[:-1].transpose(0, 1).reshape(B, H, n, Dk, Dv)
-        o = torch.baddbmm(PU.reshape(-1, C, Dv), q_eff.reshape(-1, C, Dk), starts.reshape(-1, Dk, Dv))
-        o = from_chunks(o.reshape(B, H, n, C, Dv), T)
-        saved = [qc, kc, vc, bc, kb, P, Tinv, WU, q_eff, kd, Mt, states]
+        o = torch.baddbmm(PU.reshape(-1, Cq, Dv), q_eff.reshape(-1, Cq, Dk), starts.reshape(-1, Dk, Dv))
+        o = from_chunks(o.reshape(B, H, n, Cq, Dv), Tq)
+        saved = [qc, kc, vc, bc, kb, P, Tinv, WU, q_eff, kd, Mt, states, rows]
         if gated:
             saved += [kkb, qk, dec, gam, gl, tot]
         ctx.save_for_backward(*saved)
-        ctx.meta = (gated, n, C, T)
+        ctx.meta = (gated, n, C, T, every)
         final = states[-1].reshape(B, H, Dk, Dv)
         return o, final
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_o, d_final):
-        gated, n, C, T = ctx.meta
-        qc, kc, vc, bc, kb, P, Tinv, WU, q_eff, kd, Mt, states = ctx.saved_tensors[:12]
+        gated, n, C, T, every = ctx.meta
+        qc, kc, vc, bc, kb, P, Tinv, WU, q_eff, kd, Mt, states, rows = ctx.saved_tensors[:13]
         B, H, _, _, Dk = qc.shape
         Dv = vc.shape[-1]
         Z = B * H
-        d_o = torch.zeros(B, T, H, Dv, dtype=qc.dtype, device=qc.device) if d_o is None else d_o
-        dO = to_chunks(d_o, n, C)  # [B, H, n, C, Dv]
+        d_o = torch.zeros(B, T // every, H, Dv, dtype=qc.dtype, device=qc.device) if d_o is None else d_o
+        dO = to_chunks(d_o, n, C // every)  # [B, H, n, Cq, Dv]
         starts = states[:-1].transpose(0, 1).reshape(B, H, n, Dk, Dv)
         # O = Q' S + PU
         dq_eff = dO @ starts.transpose(-1, -2)  # [B, H, n, C, Dk]
@@ -135,26 +143,28 @@ class DeltaRuleChunk(torch.autograd.Function):
         drhs = Tinv.transpose(-1, -2) @ dWU
         dA = (drhs @ WU.transpose(-1, -2)).neg_().tril_(-1)
         if gated:
-            kkb, qk, dec, gam, gl, tot = ctx.saved_tensors[12:]
-            dQK = dP * dec
+            kkb, qk, dec, gam, gl, tot = ctx.saved_tensors[13:]
+            dec_q = dec[..., rows, :]
+            dQK = dP * dec_q
             dKKb = dA * dec
-            ddec = dP * qk
-            ddec += dA * kkb
+            ddec = dA * kkb
+            ddec[..., rows, :] += dP * qk
             ddec *= dec
             dgamma = ddec.sum(-1) - ddec.sum(-2)  # dDec_ij / dgamma: +Dec_ij at i, -Dec_ij at j
             dR1 = drhs[..., :Dk]
-            dgam = _rowsum(dR1, kb) + _rowsum(dq_eff, qc)
+            dgam = _rowsum(dR1, kb)
+            dgam[..., rows] += _rowsum(dq_eff, qc)
             dgamma += dgam * gam
             dgl_gl = _rowsum(dkd, kc) * gl
             dgamma -= dgl_gl
             dgamma[..., -1] += dgl_gl.sum(-1) + dM.diagonal(dim1=-2, dim2=-1).sum(-1) * tot
             dkb = _addmm(dR1 * gam[..., None], dKKb, kc)
-            dq = _addmm(dq_eff * gam[..., None], dQK, kc)
+            dq = _addmm(dq_eff * gam[..., rows, None], dQK, kc)
             dk = _addmm(_addmm(dkd * gl[..., None], dQK.transpose(-1, -2), qc), dKKb.transpose(-1, -2), kb)
             # gamma = cumsum(g) within the chunk: dg_i = sum_{j >= i} dgamma_j
             dg = dgamma.flip(-1).cumsum(-1).flip(-1)
         else:
-            dQK = dP.tril_()
+            dQK = dP.masked_fill_(upper_rows(C, rows), 0)
             dkb = _addmm(drhs[..., :Dk], dA, kc)
             dq = _addmm(dq_eff, dQK, kc)
             dk = _addmm(_addmm(dkd, dQK.transpose(-1, -2), qc), dA.transpose(-1, -2), kb)
@@ -163,6 +173,6 @@ class DeltaRuleChunk(torch.autograd.Function):
         dv = dR2 * bc[..., None]
         dbeta = _rowsum(dR2, vc) + _rowsum(dkb, kc)
         dk += dkb * bc[..., None]
-        grads = [from_chunks(x, T) for x in (dq, dk, dv, dbeta)]
+        grads = [from_chunks(dq, T // every)] + [from_chunks(x, T) for x in (dk, dv, dbeta)]
         grads.append(from_chunks(dg, T) if gated else None)
-        return (*grads, dS0, None, None)
+        return (*grads, dS0, None, None, None)

@@ -11,14 +11,17 @@ micro-step j at position t n_h + j; q and the log-gate g stay [B, T, H, .].
 
 The fast form runs the same chunkwise delta rule on the T n_h micro-steps, with the gate on each
 token's first micro-step and q read at its last (SPEC 1.3: "equivalent to DeltaNet run on the
-T*n_h sequence ... reading o only at each token's last micro-step").
+T*n_h sequence ... reading o only at each token's last micro-step"). Chunks hold whole tokens, and
+the output products (Q K^T, P W, P U) are formed for the T read positions only, not for all T n_h
+micro-steps.
 """
 
 from __future__ import annotations
 
 import torch
 
-from statetrack.ops.delta_rule import DEFAULT_CHUNK_SIZE, delta_rule_chunk
+from statetrack.ops.delta_chunk import DeltaRuleChunk
+from statetrack.ops.delta_rule import DEFAULT_CHUNK_SIZE, chunk_layout, delta_rule_chunk
 
 
 def _check(q, k, v, beta, g, initial_state, num_householder):
@@ -91,10 +94,13 @@ def delta_product(
     n_h = num_householder
     if n_h == 1:
         return delta_rule_chunk(q, k, v, beta, g, initial_state, output_final_state, chunk_size)
-    # q on each token's last micro-step, the gate on its first; zeros elsewhere (no read, no decay)
-    q_micro = torch.cat([q.new_zeros(B, T, n_h - 1, H, Dk), q.unsqueeze(2)], dim=2).reshape(B, T * n_h, H, Dk)
+    S0 = q.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state
+    if T == 0:
+        return v.new_zeros(B, 0, H, v.shape[-1]), (S0 if output_final_state else None)
+    # chunks hold whole tokens: n chunks of Cq tokens = Cq n_h micro-steps, q read at each token's last
+    n, Cq = chunk_layout(T, max(1, chunk_size // n_h))
     g_micro = None
-    if g is not None:
+    if g is not None:  # the gate on each token's first micro-step, none on the others
         g_micro = torch.cat([g.unsqueeze(2), g.new_zeros(B, T, n_h - 1, H)], dim=2).reshape(B, T * n_h, H)
-    o, final = delta_rule_chunk(q_micro, k, v, beta, g_micro, initial_state, output_final_state, chunk_size)
-    return o[:, n_h - 1 :: n_h], final
+    o, final = DeltaRuleChunk.apply(q, k, v, beta, g_micro, S0, n, Cq * n_h, n_h)
+    return o, (final if output_final_state else None)

@@ -101,7 +101,7 @@ def delta_rule_chunk(q, k, v, beta, g=None, initial_state=None, output_final_sta
     if T == 0:
         return v.new_zeros(B, 0, H, Dv), (S0 if output_final_state else None)
     n, C = chunk_layout(T, chunk_size)
-    o, final = DeltaRuleChunk.apply(q, k, v, beta, g, S0, n, C)
+    o, final = DeltaRuleChunk.apply(q, k, v, beta, g, S0, n, C, 1)
     return o, (final if output_final_state else None)
 
 
