@@ -65,11 +65,9 @@ class DeltaRuleChunk(torch.autograd.Function):
         kc, vc = (to_chunks(x, n, C) for x in (k, v))  # [B, H, n, C, D]
         bc = to_chunks(beta, n, C)  # [B, H, n, C]
         gated = g is not None
-        kbq = torch.empty(B, H, n, C + Cq, Dk, dtype=k.dtype, device=k.device)  # [Kb; Q]: one product with K^T
-        kb = torch.mul(kc, bc[..., None], out=kbq[..., :C, :])
-        kbq[..., C:, :] = qc
-        kkq = kbq @ kc.transpose(-1, -2)  # [B, H, n, C + Cq, C]
-        kkb, qk = kkq[..., :C, :], kkq[..., C:, :]
+        kb = kc * bc[..., None]
+        kkb = kb @ kc.transpose(-1, -2)  # [B, H, n, C, C]
+        qk = qc @ kc.transpose(-1, -2)  # [B, H, n, Cq, C]
         upper = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
         if gated:
             gamma = to_chunks(g, n, C).cumsum(-1)  # [B, H, n, C]
@@ -167,8 +165,8 @@ class DeltaRuleChunk(torch.autograd.Function):
             dg = dgamma.flip(-1).cumsum(-1).flip(-1)
         else:
             dQK = dP.masked_fill_(upper_rows(C, rows), 0)
-            dkbq = _addmm(torch.cat([drhs[..., :Dk], dq_eff], dim=-2), torch.cat([dA, dQK], dim=-2), kc)
-            dkb, dq = dkbq[..., :C, :], dkbq[..., C:, :]
+            dkb = _addmm(drhs[..., :Dk], dA, kc)
+            dq = _addmm(dq_eff, dQK, kc)
             dk = _addmm(_addmm(dkd, dQK.transpose(-1, -2), qc), dA.transpose(-1, -2), kb)
             dg = None
         dR2 = drhs[..., Dk:]

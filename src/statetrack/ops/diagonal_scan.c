@@ -12,6 +12,11 @@
 
 #include <stdint.h>
 
+/* The backward runs the reverse scan over BLOCK steps (writing db = lambda), then da for those
+   steps in forward order while they are still in cache: one loop writing both da and db while
+   walking time backwards ran 2x slower on the machine of docs/performance.md. */
+#define BLOCK 32
+
 #define REAL_SCAN(NAME, T)                                                                         \
     void NAME##_forward(const T *a, const T *b, const T *h0, T *h, int64_t nb, int64_t nt,        \
                         int64_t nf, int64_t lo, int64_t hi) {                                      \
@@ -30,16 +35,23 @@
                          T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, int64_t hi) {      \
         for (int64_t i = 0; i < nb; i++) {                                                         \
             T *c = carry + i * nf;                                                                 \
-            for (int64_t t = nt - 1; t >= 0; t--) {                                                \
-                int64_t o = (i * nt + t) * nf;                                                     \
-                const T *restrict at = a + o, *restrict gt = dh + o;                               \
-                const T *restrict hp = t > 0 ? h + o - nf : h0 + i * nf;                           \
-                T *restrict dat = da + o, *restrict dbt = db + o, *restrict cc = c;                \
-                for (int64_t f = lo; f < hi; f++) {                                                \
-                    T lam = gt[f] + cc[f];                                                         \
-                    dbt[f] = lam;                                                                  \
-                    dat[f] = lam * hp[f];                                                          \
-                    cc[f] = at[f] * lam;                                                           \
+            for (int64_t end = nt; end > 0; end -= BLOCK) {                                        \
+                int64_t start = end > BLOCK ? end - BLOCK : 0;                                     \
+                for (int64_t t = end - 1; t >= start; t--) { /* lambda_t, backwards */             \
+                    int64_t o = (i * nt + t) * nf;                                                 \
+                    const T *restrict at = a + o, *restrict gt = dh + o;                           \
+                    T *restrict dbt = db + o, *restrict cc = c;                                    \
+                    for (int64_t f = lo; f < hi; f++) {                                            \
+                        T lam = gt[f] + cc[f];                                                     \
+                        dbt[f] = lam;                                                              \
+                        cc[f] = at[f] * lam;                                                       \
+                    }                                                                              \
+                }                                                                                  \
+                for (int64_t t = start; t < end; t++) { /* da_t = lambda_t h_{t-1}, forwards */    \
+                    int64_t o = (i * nt + t) * nf;                                                 \
+                    const T *restrict lt = db + o, *restrict hp = t > 0 ? h + o - nf : h0 + i * nf; \
+                    T *restrict dat = da + o;                                                      \
+                    for (int64_t f = lo; f < hi; f++) dat[f] = lt[f] * hp[f];                      \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
@@ -67,20 +79,31 @@
                          T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, int64_t hi) {      \
         for (int64_t i = 0; i < nb; i++) {                                                         \
             T *c = carry + 2 * i * nf;                                                             \
-            for (int64_t t = nt - 1; t >= 0; t--) {                                                \
-                int64_t o = 2 * (i * nt + t) * nf;                                                 \
-                const T *restrict at = a + o, *restrict gt = dh + o;                               \
-                const T *restrict hp = t > 0 ? h + o - 2 * nf : h0 + 2 * i * nf;                   \
-                T *restrict dat = da + o, *restrict dbt = db + o, *restrict cc = c;                \
-                for (int64_t f = lo; f < hi; f++) {                                                \
-                    T lr = gt[2 * f] + cc[2 * f], li = gt[2 * f + 1] + cc[2 * f + 1];              \
-                    T hr = hp[2 * f], hi_ = hp[2 * f + 1], ar = at[2 * f], ai = at[2 * f + 1];     \
-                    dbt[2 * f] = lr;                                                               \
-                    dbt[2 * f + 1] = li;                                                           \
-                    dat[2 * f] = lr * hr + li * hi_; /* lambda conj(h) */                          \
-                    dat[2 * f + 1] = li * hr - lr * hi_;                                           \
-                    cc[2 * f] = ar * lr + ai * li; /* conj(a) lambda */                            \
-                    cc[2 * f + 1] = ar * li - ai * lr;                                             \
+            for (int64_t end = nt; end > 0; end -= BLOCK) {                                        \
+                int64_t start = end > BLOCK ? end - BLOCK : 0;                                     \
+                for (int64_t t = end - 1; t >= start; t--) {                                       \
+                    int64_t o = 2 * (i * nt + t) * nf;                                             \
+                    const T *restrict at = a + o, *restrict gt = dh + o;                           \
+                    T *restrict dbt = db + o, *restrict cc = c;                                    \
+                    for (int64_t f = lo; f < hi; f++) {                                            \
+                        T lr = gt[2 * f] + cc[2 * f], li = gt[2 * f + 1] + cc[2 * f + 1];          \
+                        T ar = at[2 * f], ai = at[2 * f + 1];                                      \
+                        dbt[2 * f] = lr;                                                           \
+                        dbt[2 * f + 1] = li;                                                       \
+                        cc[2 * f] = ar * lr + ai * li; /* conj(a) lambda */                        \
+                        cc[2 * f + 1] = ar * li - ai * lr;                                         \
+                    }                                                                              \
+                }                                                                                  \
+                for (int64_t t = start; t < end; t++) {                                            \
+                    int64_t o = 2 * (i * nt + t) * nf;                                             \
+                    const T *restrict lt = db + o;                                                 \
+                    const T *restrict hp = t > 0 ? h + o - 2 * nf : h0 + 2 * i * nf;               \
+                    T *restrict dat = da + o;                                                      \
+                    for (int64_t f = lo; f < hi; f++) { /* lambda conj(h) */                       \
+                        T lr = lt[2 * f], li = lt[2 * f + 1], hr = hp[2 * f], hi_ = hp[2 * f + 1]; \
+                        dat[2 * f] = lr * hr + li * hi_;                                           \
+                        dat[2 * f + 1] = li * hr - lr * hi_;                                       \
+                    }                                                                              \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
