@@ -97,7 +97,7 @@ def make_inputs(op, T, gen):
         if op == "delta_rule":
             impls = {"reference": delta_rule_reference, "fast": delta_rule}
             fla = load_fla_chunkwise()
-            if fla is not None:
+            if fla is not None and T % FLA_CHUNK == 0:  # fla's naive form needs whole chunks
                 # fla's own layout [B, H, T, D], prepared outside the timing; it scales q by d^-1/2
                 def fla_chunk(q, k, v, beta):
                     return fla(q, k, v, beta, chunk_size=FLA_CHUNK)

@@ -1,0 +1,27 @@
+"""The operator benchmark runs end to end and prints the JSON the issue specifies (figures unchecked)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ops.py"
+
+
+def test_ops_benchmark_json_has_every_implementation_and_key():
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json", "--T", "8", "32", "--repeat", "1", "--threads", "1",
+         "--ops", "delta_rule", "delta_product_nh2", "diagonal_scan", "dense_transition"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    rows = json.loads(out)
+    keys = {"op", "T", "impl", "ms", "speedup_vs_reference", "peak_mem_mb", "gflops"}
+    assert all(keys <= set(r) for r in rows)
+    impls = {(r["op"], r["impl"]) for r in rows}
+    for op in ("delta_rule", "delta_product_nh2", "diagonal_scan", "dense_transition"):
+        assert {(op, "reference"), (op, "fast")} <= impls
+    assert ("diagonal_scan", "chunked") in impls and ("matmul_peak", "torch.mm") in impls
+    fla = {r["T"] for r in rows if r["impl"] == "fla_naive_chunk"}
+    assert fla <= {32}  # fla's naive chunk form runs where T fills its chunks of 32, and only there
+    fast = next(r for r in rows if r["op"] == "delta_rule" and r["impl"] == "fast")
+    assert fast["ms"] > 0 and fast["speedup_vs_reference"] > 0 and fast["peak_mem_mb"] is not None
