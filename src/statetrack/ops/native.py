@@ -133,7 +133,8 @@ def _parallel(call, batch: int, lanes: int, work: int):
         step = -(-batch // workers)
         pieces = [(i, min(i + step, batch), 0, lanes) for i in range(0, batch, step)]
     else:
-        step = -(-(-(-lanes // workers)) // 16) * 16  # lane ranges start on 64-byte boundaries
+        per_worker = -(-lanes // workers)
+        step = -(-per_worker // 16) * 16  # rounded up to 16 lanes: ranges start on 64-byte boundaries
         pieces = [(0, batch, lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
     if _pool is None or _pool._max_workers < len(pieces):
         _pool = ThreadPoolExecutor(max_workers=len(pieces), thread_name_prefix="statetrack-scan")
