@@ -11,6 +11,9 @@ The backward runs the chunk recurrence in reverse (lambda_n = Q'^T dO_n + M_n^T 
 then every chunk-local gradient as batched products; the inverse needs no extra C^3 product because
 dA = -T^T dT T^T = -(T^T dWU) WU^T. Compared with autograd through the same forward it stores fewer
 intermediates and skips the zero-filled buffers autograd makes for slices and masks.
+
+`every` > 1 reads Q only at every `every`-th step (DeltaProduct: each token's last micro-step): Q,
+P, Q' and O then have C / every rows per chunk, at positions `rows`, and chunks hold whole tokens.
 """
 
 from __future__ import annotations
@@ -68,9 +71,9 @@ class DeltaRuleChunk(torch.autograd.Function):
         kb = kc * bc[..., None]
         kkb = kb @ kc.transpose(-1, -2)  # [B, H, n, C, C]
         qk = qc @ kc.transpose(-1, -2)  # [B, H, n, Cq, C]
-        upper = torch.ones(C, C, dtype=torch.bool, device=q.device).triu(1)
         if gated:
             gamma = to_chunks(g, n, C).cumsum(-1)  # [B, H, n, C]
+            upper = upper_rows(C, torch.arange(C, device=q.device))
             dec = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(upper, -math.inf).exp()
             gam, gl = gamma.exp(), (gamma[..., -1:] - gamma).exp()
             tot = gam[..., -1]  # [B, H, n]
@@ -120,7 +123,7 @@ class DeltaRuleChunk(torch.autograd.Function):
         dO = to_chunks(d_o, n, C // every)  # [B, H, n, Cq, Dv]
         starts = states[:-1].transpose(0, 1).reshape(B, H, n, Dk, Dv)
         # O = Q' S + PU
-        dq_eff = dO @ starts.transpose(-1, -2)  # [B, H, n, C, Dk]
+        dq_eff = dO @ starts.transpose(-1, -2)  # [B, H, n, Cq, Dk]
         dS_from_o = (q_eff.transpose(-1, -2) @ dO).reshape(Z, n, Dk, Dv).transpose(0, 1).contiguous()  # time-major
         # reverse chunk recurrence: lam_n = dL/dS_n
         lam = torch.empty_like(states)
@@ -137,7 +140,7 @@ class DeltaRuleChunk(torch.autograd.Function):
         dWU = kd @ dY  # [B, H, n, C, Dk + Dv]
         # PWU = P WU;  Q' = Qd - PW,  PU
         dPWU = torch.cat([dq_eff.neg(), dO], dim=-1)
-        dP = dPWU @ WU.transpose(-1, -2)  # [B, H, n, C, C]
+        dP = dPWU @ WU.transpose(-1, -2)  # [B, H, n, Cq, C]
         dWU = _addmm(dWU, P.transpose(-1, -2), dPWU)
         # WU = T rhs, T = (I + A)^-1
         drhs = Tinv.transpose(-1, -2) @ dWU
