@@ -7,7 +7,8 @@ from ops_helpers import TOL, assert_same, load_fla_naive, rel_error
 
 from statetrack.ops import delta_rule, delta_rule_reference
 from statetrack.ops.delta_rule import chunk_layout
-from statetrack.ops.triangular import unit_lower_inverse
+from statetrack.ops import native
+from statetrack.ops.triangular import unit_lower_inverse, unit_lower_inverse_doubling
 
 BETA = {
     "whole (0,2)": lambda u: 2 * u,
@@ -94,6 +95,21 @@ def test_unit_lower_inverse_matches_dense_inverse_and_gradient(C):
     (g,) = torch.autograd.grad((T * w).sum(), A)
     (g_ref,) = torch.autograd.grad((ref * w).sum(), A)
     assert rel_error(g, g_ref) <= 1e-10
+
+
+@pytest.mark.parametrize("form", ["native", "doubling"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("C", [1, 2, 7, 32, 33, 100])
+def test_both_inverse_forms_match_the_dense_inverse(C, dtype, form):
+    if form == "native" and not native.available():
+        pytest.skip("no C compiler for the native kernels")
+    gen = torch.Generator().manual_seed(C)
+    A = (0.3 * torch.randn(2, 3, C, C, dtype=torch.float64, generator=gen)).to(dtype)
+    A.diagonal(dim1=-2, dim2=-1).fill_(float("nan"))  # only the strictly lower part may be read
+    inverse = native.unit_lower_inverse(A.reshape(-1, C, C)).view(A.shape) if form == "native" else unit_lower_inverse_doubling(A)
+    ref = torch.linalg.inv(torch.eye(C, dtype=torch.float64) + A.double().tril(-1))
+    assert inverse.dtype == dtype
+    assert rel_error(inverse, ref) <= (1e-12 if dtype == torch.float64 else 1e-5)
 
 
 def _to_fla(t):

@@ -1,16 +1,19 @@
-"""Compiled CPU loops for the memory-bound recurrences, built on first use with the system C compiler.
+"""Compiled CPU loops for the recurrences, built on first use with the system C compiler.
 
 The diagonal scan does two flops per element: every PyTorch form of it is one pass over memory per
 op, and the reference loop pays per-step dispatch and autograd overhead on small slices. The fused
 loop in `diagonal_scan.c` reads a and b and writes h once (forward), and reads a, h, dh and writes
-da, db once (backward), which is the memory traffic the recurrence needs and no more.
+da, db once (backward), which is the memory traffic the recurrence needs and no more. The chunkwise
+delta rule inverts one small unit lower-triangular matrix per chunk; `triangular.c` does it by
+forward substitution while the matrix is in L1, where PyTorch's batched forms (block doubling,
+`solve_triangular`) spend their time on small strided copies or per-matrix calls.
 
-The C file ships with the package and is compiled once into a cache folder (`$STATETRACK_CACHE`,
-else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash of the source, the
-compiler and its flags; the shared library is loaded with ctypes. ctypes releases the GIL during a
-call, so the state lanes are split over `torch.get_num_threads()` Python threads. Without a C
-compiler (or with `STATETRACK_NATIVE=0`) `load()` returns None and callers use their PyTorch form;
-CUDA tensors always use the PyTorch form.
+The C files ship with the package and are compiled once into one library in a cache folder
+(`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
+of the sources, the compiler and its flags; it is loaded with ctypes. ctypes releases the GIL during
+a call, so the work is split over `torch.get_num_threads()` Python threads. Without a C compiler
+(or with `STATETRACK_NATIVE=0`) `load()` returns None and callers use their PyTorch form; CUDA
+tensors always use the PyTorch form.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("diagonal_scan.c")
+SOURCES = [Path(__file__).with_name(name) for name in ("diagonal_scan.c", "triangular.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128"}
+INVERSE_MAX_SIZE = 256  # MAX_C in triangular.c
 MIN_WORK_PER_THREAD = 1 << 16  # elements (B T lanes): below this a thread hand-off costs more than it saves
 
 _lock = threading.Lock()
@@ -57,18 +61,18 @@ def build(target_dir: Path | None = None) -> Path:
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC, or install gcc or clang)")
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in SOURCES)
     key = hashlib.sha256(source + " ".join([cc] + FLAGS).encode()).hexdigest()[:16]
     folder = target_dir or cache_dir()
-    path = folder / f"statetrack_scan_{key}.so"
+    path = folder / f"statetrack_native_{key}.so"
     if path.exists():
         return path
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:  # build aside, then rename: safe under concurrency
         out = Path(tmp) / path.name
-        result = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", str(out)], capture_output=True, text=True)
+        result = subprocess.run([cc, *FLAGS, *map(str, SOURCES), "-o", str(out)], capture_output=True, text=True)
         if result.returncode != 0:
-            raise RuntimeError(f"compiling {SOURCE.name} failed:\n{result.stderr}")
+            raise RuntimeError(f"compiling {', '.join(path.name for path in SOURCES)} failed:\n{result.stderr}")
         os.replace(out, path)
     return path
 
@@ -78,6 +82,8 @@ def _declare(library):
     for suffix in DTYPES.values():
         getattr(library, f"scan_{suffix}_forward").argtypes = [P, P, P, P, I, I, I, I, I]
         getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
+    for suffix in ("f32", "f64"):
+        getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, I, I]
     return library
 
 
@@ -137,7 +143,7 @@ def _parallel(call, batch: int, lanes: int, work: int):
         step = -(-per_worker // 16) * 16  # rounded up to 16 lanes: ranges start on 64-byte boundaries
         pieces = [(0, batch, lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
     if _pool is None or _pool._max_workers < len(pieces):
-        _pool = ThreadPoolExecutor(max_workers=len(pieces), thread_name_prefix="statetrack-scan")
+        _pool = ThreadPoolExecutor(max_workers=len(pieces), thread_name_prefix="statetrack-native")
     for future in [_pool.submit(call, *piece) for piece in pieces]:
         future.result()
 
@@ -174,3 +180,17 @@ def scan_backward(a, h, h0, dh, dh_final):
     if h.numel():
         _parallel(call, B, F, B * T * F)
     return da, db, carry
+
+
+def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
+    """(I + strictly-lower(A))^-1 for contiguous real A [nb, c, c], c <= INVERSE_MAX_SIZE (CPU)."""
+    nb, c = A.shape[0], A.shape[-1]
+    out = torch.empty_like(A)
+    kernel = getattr(load(), f"unit_lower_inverse_{DTYPES[A.dtype]}")
+
+    def call(i0, i1, lo, hi):
+        kernel(_ptr(A[i0]), _ptr(out[i0]), i1 - i0, c)
+
+    if out.numel():
+        _parallel(call, nb, 1, out.numel())
+    return out

@@ -2,8 +2,9 @@
 
 The chunkwise delta rule needs it for every chunk (the UT transform, SPEC 1.3). On CPU,
 `torch.linalg.solve_triangular` loops over the batch (one LAPACK call and one copy per matrix),
-which dominated the chunk form; here the inverse is built by block doubling, so every step is one
-batched product over all chunks:
+which dominated the chunk form. On CPU the inverse is computed by the compiled forward substitution
+of `triangular.c` (see `native.py`); on CUDA, or without a C compiler, by block doubling, where
+every step is one batched product over all chunks:
 
     inv([[L11, 0], [L21, L22]]) = [[L11^-1, 0], [-L22^-1 L21 L11^-1, L22^-1]].
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from statetrack.ops import native
+
 
 def _diagonal_blocks(x: torch.Tensor, size: int) -> torch.Tensor:
     """[..., C, C] -> view [..., C / size, size, size] of the diagonal blocks."""
@@ -23,7 +26,15 @@ def _diagonal_blocks(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def unit_lower_inverse_nograd(A: torch.Tensor) -> torch.Tensor:
-    """(I + strictly-lower(A))^-1 for A [..., C, C], by block doubling (no autograd).
+    """(I + strictly-lower(A))^-1 for A [..., C, C] (no autograd): compiled on CPU, else block doubling."""
+    C = A.shape[-1]
+    if C <= native.INVERSE_MAX_SIZE and not A.is_complex() and native.supports(A):
+        return native.unit_lower_inverse(A.reshape(-1, C, C).contiguous()).view(A.shape)
+    return unit_lower_inverse_doubling(A)
+
+
+def unit_lower_inverse_doubling(A: torch.Tensor) -> torch.Tensor:
+    """(I + strictly-lower(A))^-1 for A [..., C, C], by block doubling (no autograd; any device).
 
     The result is built in place: at block size 2s the diagonal blocks (inverses of size s) are
     already in `inv`, and only the lower-left s x s block of each 2s block is written.
