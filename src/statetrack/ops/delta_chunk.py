@@ -3,17 +3,23 @@
 Per chunk of C steps (batched over B, H and all chunks), with cumulative log-gate gamma, Dec_ij =
 exp(gamma_i - gamma_j) for i >= j, Gam = exp(gamma), Gl = exp(gamma_C - gamma), tot = Gam_C:
 
-    Kb = diag(beta) K,   A = (Kb K^T) (.) Dec,   T = (I + strictly-lower A)^-1,   WU = [W | U] = T [Kb (.) Gam | diag(beta) V]
-    P  = lower(Q K^T (.) Dec),   Q' = diag(Gam) Q - P W,   PU = P U
-    M  = tot I - (Gl (.) K)^T W,   X = (Gl (.) K)^T U,   S_{n+1} = M_n S_n + X_n,   O = Q' S_n + PU
+    Kb = diag(beta) K,   A = (Kb K^T) (.) Dec,   T = (I + strictly-lower A)^-1,   W = T (Kb (.) Gam),   U = T diag(beta) V
+    M  = tot I - Kd^T W,   X = Kd^T U,   Kd = Gl (.) K,   S_{n+1} = M_n S_n + X_n   (the only sequential step)
+    V' = U - W S_n,   P = lower(Q K^T (.) Dec),   Qd = diag(Gam) Q,   O = Qd S_n + P V'
 
-The backward runs the chunk recurrence in reverse (lambda_n = Q'^T dO_n + M_n^T lambda_{n+1}) and
-then every chunk-local gradient as batched products; the inverse needs no extra C^3 product because
-dA = -T^T dT T^T = -(T^T dWU) WU^T. Compared with autograd through the same forward it stores fewer
-intermediates and skips the zero-filled buffers autograd makes for slices and masks.
+V' are the chunk's pseudo-values given its start state (S_{n+1} = tot S_n + Kd^T V'). The backward
+runs the chunk recurrence in reverse, lambda_n = (Qd^T dO_n - W^T P^T dO_n) + M_n^T lambda_{n+1},
+then every chunk-local gradient as one batched product over all chunks:
+
+    dV' = P^T dO + Kd lambda_{n+1},   dP = dO V'^T,   dKd = V' lambda_{n+1}^T,   dU = dV',   dW = -dV' S_n^T,
+    dA  = -T^T dT T^T = -((T^T dW) W^T + (T^T dU) U^T)   (strictly lower; no extra C^3 product).
+
+Written through V' the pass takes 27 chunk-sized products where the plain chain rule through
+M, X, Q' = Qd - P W and P U takes 30, and it stores fewer intermediates than autograd through the
+same forward (no zero-filled buffers for slices and masks).
 
 `every` > 1 reads Q only at every `every`-th step (DeltaProduct: each token's last micro-step): Q,
-P, Q' and O then have C / every rows per chunk, at positions `rows`, and chunks hold whole tokens.
+P, Qd and O then have C / every rows per chunk, at positions `rows`, and chunks hold whole tokens.
 """
 
 from __future__ import annotations
@@ -94,20 +100,20 @@ class DeltaRuleChunk(torch.autograd.Function):
             kbg, qd, kd = kb, qc, kc
         Tinv = unit_lower_inverse_nograd(A)
         W, U = _bmm(Tinv, kbg), _bmm(Tinv, vb)  # [B, H, n, C, D]
-        q_eff = torch.baddbmm(_flat(qd), _flat(P), _flat(W), alpha=-1).view(qc.shape)  # Q' = Qd - P W
         kdT = kd.transpose(-1, -2)
         M = _bmm(kdT, W).neg_()  # [B, H, n, Dk, Dk]
         M.diagonal(dim1=-2, dim2=-1).add_(tot[..., None] if gated else 1)
         Mt = M.view(Z, n, Dk, Dk).transpose(0, 1).contiguous()  # time-major [n, Z, Dk, Dk]
-        Xt = _bmm(kdT, U).view(Z, n, Dk, Dv).transpose(0, 1).contiguous()  # one copy, not one per step
-        states = q.new_empty(n + 1, Z, Dk, Dv)
+        states = q.new_empty(n + 1, Z, Dk, Dv)  # S_0 .. S_n, time-major
         states[0] = S0.reshape(Z, Dk, Dv)
+        states[1:] = _bmm(kdT, U).view(Z, n, Dk, Dv).transpose(0, 1)  # X_n, then S_{n+1} = X_n + M_n S_n in place
         for i in range(n):
-            torch.baddbmm(Xt[i], Mt[i], states[i], out=states[i + 1])
+            states[i + 1].baddbmm_(Mt[i], states[i])
         starts = states[:-1].transpose(0, 1).contiguous().view(B, H, n, Dk, Dv)  # chunk-major, copied once
-        o = _addmm_(_bmm(P, U), q_eff, starts)  # O = Q' S + P U
+        Vp = _addmm_(U.clone(), W, starts, alpha=-1)  # V' = U - W S
+        o = _addmm_(_bmm(P, Vp), qd, starts)  # O = Qd S + P V'
         o = from_chunks(o, Tq)
-        saved = [qc, kc, vc, bc, kb, kbg, P, Tinv, W, U, q_eff, kd, Mt, starts, rows]
+        saved = [qc, kc, vc, bc, kb, kbg, qd, P, Tinv, W, U, Vp, kd, Mt, starts, rows]
         if gated:
             saved += [kkb, qk, dec, gam, gl, tot]
         ctx.save_for_backward(*saved)
@@ -119,38 +125,37 @@ class DeltaRuleChunk(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_o, d_final):
         gated, n, C, T, every = ctx.meta
-        qc, kc, vc, bc, kb, kbg, P, Tinv, W, U, q_eff, kd, Mt, starts, rows = ctx.saved_tensors[:15]
+        qc, kc, vc, bc, kb, kbg, qd, P, Tinv, W, U, Vp, kd, Mt, starts, rows = ctx.saved_tensors[:16]
         B, H, _, _, Dk = qc.shape
         Dv = vc.shape[-1]
         Z = B * H
         d_o = torch.zeros(B, T // every, H, Dv, dtype=qc.dtype, device=qc.device) if d_o is None else d_o
         dO = to_chunks(d_o, n, C // every)  # [B, H, n, Cq, Dv]
         startsT = starts.transpose(-1, -2)
-        # O = Q' S + P U
-        dq_eff = _bmm(dO, startsT)  # [B, H, n, Cq, Dk]
-        dS_from_o = _bmm(q_eff.transpose(-1, -2), dO).view(Z, n, Dk, Dv).transpose(0, 1).contiguous()  # time-major
-        # reverse chunk recurrence: lam_n = dL/dS_n
+        # O = Qd S + P V',  V' = U - W S
+        dqd = _bmm(dO, startsT)  # [B, H, n, Cq, Dk]
+        dVp = _bmm(P.transpose(-1, -2), dO)  # the part from O; [B, H, n, C, Dv]
+        # reverse chunk recurrence: lam_n = dL/dS_n = (Qd^T dO_n - W^T P^T dO_n) + M_n^T lam_{n+1}, time-major
         lam = torch.empty(n + 1, Z, Dk, Dv, dtype=qc.dtype, device=qc.device)
+        local = _addmm_(_bmm(qd.transpose(-1, -2), dO), W.transpose(-1, -2), dVp, alpha=-1)
+        lam[:n] = local.view(Z, n, Dk, Dv).transpose(0, 1)
         lam[n] = 0 if d_final is None else d_final.reshape(Z, Dk, Dv)
         MtT = Mt.transpose(-1, -2)
         for i in range(n - 1, -1, -1):
-            torch.baddbmm(dS_from_o[i], MtT[i], lam[i + 1], out=lam[i])
+            lam[i].baddbmm_(MtT[i], lam[i + 1])
         dS0 = lam[0].reshape(B, H, Dk, Dv)
         lam_next = lam[1:].transpose(0, 1).contiguous().view(B, H, n, Dk, Dv)
-        dM = _bmm(lam_next, startsT)  # [B, H, n, Dk, Dk]
-        # M = tot I - Kd^T W,  X = Kd^T U
-        dkd = _addmm_(_bmm(U, lam_next.transpose(-1, -2)), W, dM.transpose(-1, -2), alpha=-1)  # [B, H, n, C, Dk]
-        # Q' = Qd - P W,  O = Q' S + P U
-        dP = _addmm_(_bmm(dO, U.transpose(-1, -2)), dq_eff, W.transpose(-1, -2), alpha=-1)  # [B, H, n, Cq, C]
-        PT = P.transpose(-1, -2)
-        dW = _addmm_(_bmm(kd, dM), PT, dq_eff).neg_()  # [B, H, n, C, Dk]
-        dU = _addmm_(_bmm(kd, lam_next), PT, dO)  # [B, H, n, C, Dv]
+        # S_{n+1} = tot S_n + Kd^T V'
+        dVp = _addmm_(dVp, kd, lam_next)
+        dkd = _bmm(Vp, lam_next.transpose(-1, -2))  # [B, H, n, C, Dk]
+        dP = _bmm(dO, Vp.transpose(-1, -2))  # [B, H, n, Cq, C]
         # W = T Kbg, U = T Vb, T = (I + A)^-1:  dA = -T^T dT T^T = -(dKbg W^T + dVb U^T), strictly lower
+        dW = _bmm(dVp, startsT).neg_()  # dU = dV'
         TinvT = Tinv.transpose(-1, -2)
-        dkbg, dvb = _bmm(TinvT, dW), _bmm(TinvT, dU)
+        dkbg, dvb = _bmm(TinvT, dW), _bmm(TinvT, dVp)
         dA = _addmm_(_bmm(dkbg, W.transpose(-1, -2)), dvb, U.transpose(-1, -2)).neg_().tril_(-1)
         if gated:
-            kkb, qk, dec, gam, gl, tot = ctx.saved_tensors[15:]
+            kkb, qk, dec, gam, gl, tot = ctx.saved_tensors[16:]
             dec_q = dec[..., rows, :]
             dQK = dP * dec_q
             dKKb = dA * dec
@@ -159,20 +164,21 @@ class DeltaRuleChunk(torch.autograd.Function):
             ddec *= dec
             dgamma = ddec.sum(-1) - ddec.sum(-2)  # dDec_ij / dgamma: +Dec_ij at i, -Dec_ij at j
             dgam = _rowsum(dkbg, kb)
-            dgam[..., rows] += _rowsum(dq_eff, qc)
+            dgam[..., rows] += _rowsum(dqd, qc)
             dgamma += dgam * gam
             dgl_gl = _rowsum(dkd, kc) * gl
             dgamma -= dgl_gl
-            dgamma[..., -1] += dgl_gl.sum(-1) + dM.diagonal(dim1=-2, dim2=-1).sum(-1) * tot
+            dtot = _rowsum(lam_next.flatten(-2), starts.flatten(-2))  # trace(dM^T), dM = lam_{n+1} S_n^T
+            dgamma[..., -1] += dgl_gl.sum(-1) + dtot * tot
             dkb = _addmm_(dkbg.mul_(gam[..., None]), dKKb, kc)
-            dq = _addmm_(dq_eff.mul_(gam[..., rows, None]), dQK, kc)
+            dq = _addmm_(dqd.mul_(gam[..., rows, None]), dQK, kc)
             dk = _addmm_(_addmm_(dkd.mul_(gl[..., None]), dQK.transpose(-1, -2), qc), dKKb.transpose(-1, -2), kb)
             # gamma = cumsum(g) within the chunk: dg_i = sum_{j >= i} dgamma_j
             dg = dgamma.flip(-1).cumsum(-1).flip(-1)
         else:
             dQK = dP.masked_fill_(upper_rows(C, rows), 0)
             dkb = _addmm_(dkbg, dA, kc)
-            dq = _addmm_(dq_eff, dQK, kc)
+            dq = _addmm_(dqd, dQK, kc)
             dk = _addmm_(_addmm_(dkd, dQK.transpose(-1, -2), qc), dA.transpose(-1, -2), kb)
             dg = None
         dv = dvb * bc[..., None]
