@@ -1,5 +1,8 @@
 """Both fast diagonal scans (fused native loop, two-level chunked) equal the loop (SPEC 1.1, 1.2)."""
 
+import ctypes
+import sys
+
 import pytest
 import torch
 from ops_helpers import TOL, assert_same, rel_error
@@ -74,6 +77,22 @@ def test_native_split_over_threads_equals_reference(batch, kind):
         assert_same(lambda **a: diagonal_scan(**a, impl="native"), diagonal_scan_reference, x, TOL[torch.float64])
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_native_library_shares_torchs_openmp_runtime():
+    if not native.available() or not native.uses_openmp():
+        pytest.skip("the native library was built without OpenMP (one thread)")
+    runtimes = {line.split()[-1] for line in open("/proc/self/maps") if "gomp" in line or "libomp" in line}
+    assert len(runtimes) == 1, f"a second OpenMP runtime was loaded: {sorted(runtimes)}"
+
+
+def test_native_build_falls_back_to_one_thread_without_openmp(tmp_path, monkeypatch):
+    if native.compiler() is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(native, "OPENMP", "-fno-such-openmp-flag")  # a compiler without OpenMP rejects it
+    library = ctypes.CDLL(str(native.build(tmp_path)))
+    assert library.native_openmp() == 0
 
 
 def test_native_off_falls_back_and_impl_native_says_why(monkeypatch):

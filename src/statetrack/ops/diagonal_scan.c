@@ -1,9 +1,10 @@
 /* Fused CPU loops for the diagonal scan h_t = a_t h_{t-1} + b_t (statetrack/ops/diagonal.py).
 
    Built on first use by statetrack/ops/native.py with the system C compiler and called through
-   ctypes. Arrays are contiguous [nb, nt, nf] (h0, the carry, [nb, nf]); a call works on the lanes
-   f in [lo, hi) of every batch row, so callers split the state over threads. Complex arrays are
-   interleaved (re, im) pairs and nf counts complex elements.
+   ctypes. Arrays are contiguous [nb, nt, nf] (h0, the carry, [nb, nf]). Complex arrays are
+   interleaved (re, im) pairs and nf counts complex elements. A call splits its work over nthreads
+   OpenMP threads (torch's own pool; see native.py): whole batch rows when there are enough, else
+   ranges of state lanes f in [lo, hi).
 
    forward:  h_t = a_t h_{t-1} + b_t, h_{-1} = h0.
    backward: lambda_t = dh_t + conj(a_{t+1}) lambda_{t+1}, lambda_{T-1} = dh_{T-1} + dh_final;
@@ -18,8 +19,8 @@
 #define BLOCK 32
 
 #define REAL_SCAN(NAME, T)                                                                         \
-    void NAME##_forward(const T *a, const T *b, const T *h0, T *h, int64_t nb, int64_t nt,        \
-                        int64_t nf, int64_t lo, int64_t hi) {                                      \
+    static void NAME##_forward_piece(const T *a, const T *b, const T *h0, T *h, int64_t nb,       \
+                                     int64_t nt, int64_t nf, int64_t lo, int64_t hi) {             \
         for (int64_t i = 0; i < nb; i++) {                                                         \
             const T *prev = h0 + i * nf;                                                           \
             for (int64_t t = 0; t < nt; t++) {                                                     \
@@ -31,8 +32,9 @@
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    void NAME##_backward(const T *a, const T *h, const T *h0, const T *dh, T *carry, T *da,       \
-                         T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, int64_t hi) {      \
+    static void NAME##_backward_piece(const T *a, const T *h, const T *h0, const T *dh, T *carry, \
+                                      T *da, T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, \
+                                      int64_t hi) {                                                \
         for (int64_t i = 0; i < nb; i++) {                                                         \
             T *c = carry + i * nf;                                                                 \
             for (int64_t end = nt; end > 0; end -= BLOCK) {                                        \
@@ -58,8 +60,8 @@
     }
 
 #define COMPLEX_SCAN(NAME, T)                                                                      \
-    void NAME##_forward(const T *a, const T *b, const T *h0, T *h, int64_t nb, int64_t nt,        \
-                        int64_t nf, int64_t lo, int64_t hi) {                                      \
+    static void NAME##_forward_piece(const T *a, const T *b, const T *h0, T *h, int64_t nb,       \
+                                     int64_t nt, int64_t nf, int64_t lo, int64_t hi) {             \
         for (int64_t i = 0; i < nb; i++) {                                                         \
             const T *prev = h0 + 2 * i * nf;                                                       \
             for (int64_t t = 0; t < nt; t++) {                                                     \
@@ -75,8 +77,9 @@
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
-    void NAME##_backward(const T *a, const T *h, const T *h0, const T *dh, T *carry, T *da,       \
-                         T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, int64_t hi) {      \
+    static void NAME##_backward_piece(const T *a, const T *h, const T *h0, const T *dh, T *carry, \
+                                      T *da, T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, \
+                                      int64_t hi) {                                                \
         for (int64_t i = 0; i < nb; i++) {                                                         \
             T *c = carry + 2 * i * nf;                                                             \
             for (int64_t end = nt; end > 0; end -= BLOCK) {                                        \
@@ -109,7 +112,66 @@
         }                                                                                          \
     }
 
+/* Piece id of n: whole batch rows when there are at least n rows (each thread streams its own
+   memory), else lane ranges rounded up to 16 lanes, so ranges start on 64-byte boundaries. */
+static void piece(int64_t id, int64_t n, int64_t nb, int64_t nf, int64_t *i0, int64_t *i1, int64_t *lo,
+                  int64_t *hi) {
+    if (nb >= n) {
+        int64_t step = (nb + n - 1) / n;
+        *i0 = id * step < nb ? id * step : nb;
+        *i1 = *i0 + step < nb ? *i0 + step : nb;
+        *lo = 0;
+        *hi = nf;
+    } else {
+        int64_t step = ((nf + n - 1) / n + 15) / 16 * 16;
+        *i0 = 0;
+        *i1 = nb;
+        *lo = id * step < nf ? id * step : nf;
+        *hi = *lo + step < nf ? *lo + step : nf;
+    }
+}
+
+/* The entry points: the work split over nthreads threads of the OpenMP pool (serial when the
+   library was built without OpenMP). W: values per element (1 real, 2 complex). */
+#define THREADED(NAME, T, W)                                                                       \
+    void NAME##_forward(const T *a, const T *b, const T *h0, T *h, int64_t nb, int64_t nt,        \
+                        int64_t nf, int64_t nthreads) {                                            \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static, 1)")                      \
+        for (int64_t id = 0; id < nthreads; id++) {                                                \
+            int64_t i0, i1, lo, hi, row = W * nt * nf;                                             \
+            piece(id, nthreads, nb, nf, &i0, &i1, &lo, &hi);                                       \
+            if (i1 > i0 && hi > lo)                                                                \
+                NAME##_forward_piece(a + i0 * row, b + i0 * row, h0 + W * i0 * nf, h + i0 * row,   \
+                                     i1 - i0, nt, nf, lo, hi);                                     \
+        }                                                                                          \
+    }                                                                                              \
+    void NAME##_backward(const T *a, const T *h, const T *h0, const T *dh, T *carry, T *da,       \
+                         T *db, int64_t nb, int64_t nt, int64_t nf, int64_t nthreads) {            \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static, 1)")                      \
+        for (int64_t id = 0; id < nthreads; id++) {                                                \
+            int64_t i0, i1, lo, hi, row = W * nt * nf;                                             \
+            piece(id, nthreads, nb, nf, &i0, &i1, &lo, &hi);                                       \
+            if (i1 > i0 && hi > lo)                                                                \
+                NAME##_backward_piece(a + i0 * row, h + i0 * row, h0 + W * i0 * nf, dh + i0 * row, \
+                                      carry + W * i0 * nf, da + i0 * row, db + i0 * row, i1 - i0,  \
+                                      nt, nf, lo, hi);                                             \
+        }                                                                                          \
+    }
+
 REAL_SCAN(scan_f32, float)
 REAL_SCAN(scan_f64, double)
 COMPLEX_SCAN(scan_c64, float)
 COMPLEX_SCAN(scan_c128, double)
+THREADED(scan_f32, float, 1)
+THREADED(scan_f64, double, 1)
+THREADED(scan_c64, float, 2)
+THREADED(scan_c128, double, 2)
+
+/* 1 when built with OpenMP (the calls above then run on torch's thread pool), else 0. */
+int native_openmp(void) {
+#if defined(_OPENMP)
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -10,10 +10,16 @@ forward substitution while the matrix is in L1, where PyTorch's batched forms (b
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
-of the sources, the compiler and its flags; it is loaded with ctypes. ctypes releases the GIL during
-a call, so the work is split over `torch.get_num_threads()` Python threads. Without a C compiler
-(or with `STATETRACK_NATIVE=0`) `load()` returns None and callers use their PyTorch form; CUDA
-tensors always use the PyTorch form.
+of the sources, the compiler and its flags; it is loaded with ctypes (which releases the GIL during
+a call).
+
+Threads: the library is built with `-fopenmp` and shares torch's OpenMP runtime (torch has loaded
+libgomp.so.1 before us, so ours binds to that copy), so a call runs on the same thread pool as
+torch's own ops, with `torch.get_num_threads()` threads. Threads of our own would compete with that
+pool: after each parallel torch op its idle workers spin for a while, and a native call made then
+ran 1.6x slower (measured in docs/performance.md). Where the compiler has no OpenMP the library is
+built without it and runs on one thread. Without a C compiler (or with `STATETRACK_NATIVE=0`)
+`load()` returns None and callers use their PyTorch form; CUDA tensors always use the PyTorch form.
 """
 
 from __future__ import annotations
@@ -25,20 +31,19 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 SOURCES = [Path(__file__).with_name(name) for name in ("diagonal_scan.c", "triangular.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
+OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128"}
 INVERSE_MAX_SIZE = 256  # MAX_C in triangular.c
-MIN_WORK_PER_THREAD = 1 << 16  # elements (B T lanes): below this a thread hand-off costs more than it saves
+MIN_WORK_PER_THREAD = 1 << 16  # elements: below this a thread hand-off costs more than it saves
 
 _lock = threading.Lock()
 _library = None  # ctypes.CDLL, False after a failed build, None before the first try
-_pool: ThreadPoolExecutor | None = None
 
 
 def cache_dir() -> Path:
@@ -57,33 +62,39 @@ def enabled() -> bool:
 
 
 def build(target_dir: Path | None = None) -> Path:
-    """Compile the kernels (if not cached) and return the shared library's path; raises on failure."""
+    """Compile the kernels (if not cached) and return the shared library's path; raises on failure.
+
+    The OpenMP build is tried first; if the compiler cannot build it, the single-threaded one.
+    """
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC, or install gcc or clang)")
     source = b"".join(path.read_bytes() for path in SOURCES)
-    key = hashlib.sha256(source + " ".join([cc] + FLAGS).encode()).hexdigest()[:16]
     folder = target_dir or cache_dir()
-    path = folder / f"statetrack_native_{key}.so"
-    if path.exists():
-        return path
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:  # build aside, then rename: safe under concurrency
-        out = Path(tmp) / path.name
-        result = subprocess.run([cc, *FLAGS, *map(str, SOURCES), "-o", str(out)], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"compiling {', '.join(path.name for path in SOURCES)} failed:\n{result.stderr}")
-        os.replace(out, path)
-    return path
+    errors = []
+    for flags in (FLAGS + [OPENMP], FLAGS):
+        key = hashlib.sha256(source + " ".join([cc] + flags).encode()).hexdigest()[:16]
+        path = folder / f"statetrack_native_{key}.so"
+        if path.exists():
+            return path
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:  # build aside, then rename: safe under concurrency
+            out = Path(tmp) / path.name
+            result = subprocess.run([cc, *flags, *map(str, SOURCES), "-o", str(out)], capture_output=True, text=True)
+            if result.returncode == 0:
+                os.replace(out, path)
+                return path
+        errors.append(f"{' '.join(flags)}:\n{result.stderr}")
+    raise RuntimeError(f"compiling {', '.join(path.name for path in SOURCES)} failed:\n" + "\n".join(errors))
 
 
 def _declare(library):
     P, I = ctypes.c_void_p, ctypes.c_int64
     for suffix in DTYPES.values():
-        getattr(library, f"scan_{suffix}_forward").argtypes = [P, P, P, P, I, I, I, I, I]
-        getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
+        getattr(library, f"scan_{suffix}_forward").argtypes = [P, P, P, P, I, I, I, I]
+        getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, I, I, I, I]
     for suffix in ("f32", "f64"):
-        getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, I, I]
+        getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, I, I, I]
     return library
 
 
@@ -116,36 +127,15 @@ def supports(*tensors: torch.Tensor) -> bool:
     )
 
 
-def _reset_pool_after_fork():
-    global _pool
-    _pool = None  # threads do not survive fork; a child makes its own pool
+def uses_openmp() -> bool:
+    """True when the library was built with OpenMP (it then runs on torch's thread pool)."""
+    library = load()
+    return bool(library and library.native_openmp())
 
 
-os.register_at_fork(after_in_child=_reset_pool_after_fork)
-
-
-def _parallel(call, batch: int, lanes: int, work: int):
-    """Run call(i0, i1, lo, hi) over batch rows [0, batch) x state lanes [0, lanes), one piece per thread.
-
-    Pieces are whole batch rows when there are enough rows (each thread streams its own memory),
-    else contiguous lane ranges. work: elements the whole call touches; small calls run inline.
-    """
-    global _pool
-    workers = max(1, min(torch.get_num_threads(), max(batch, lanes // 16), work // MIN_WORK_PER_THREAD))
-    if workers == 1:
-        call(0, batch, 0, lanes)
-        return
-    if batch >= workers:
-        step = -(-batch // workers)
-        pieces = [(i, min(i + step, batch), 0, lanes) for i in range(0, batch, step)]
-    else:
-        per_worker = -(-lanes // workers)
-        step = -(-per_worker // 16) * 16  # rounded up to 16 lanes: ranges start on 64-byte boundaries
-        pieces = [(0, batch, lo, min(lo + step, lanes)) for lo in range(0, lanes, step)]
-    if _pool is None or _pool._max_workers < len(pieces):
-        _pool = ThreadPoolExecutor(max_workers=len(pieces), thread_name_prefix="statetrack-native")
-    for future in [_pool.submit(call, *piece) for piece in pieces]:
-        future.result()
+def threads(work: int) -> int:
+    """Threads for a call touching `work` elements: torch's thread count, fewer for small calls."""
+    return max(1, min(torch.get_num_threads(), work // MIN_WORK_PER_THREAD))
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -156,13 +146,9 @@ def scan_forward(a: torch.Tensor, b: torch.Tensor, h0: torch.Tensor) -> torch.Te
     """h [B, T, F] for contiguous a, b [B, T, F] and h0 [B, F] of one supported dtype (CPU)."""
     B, T, F = b.shape
     h = torch.empty_like(b)
-    kernel = getattr(load(), f"scan_{DTYPES[b.dtype]}_forward")
-
-    def call(i0, i1, lo, hi):
-        kernel(_ptr(a[i0]), _ptr(b[i0]), _ptr(h0[i0]), _ptr(h[i0]), i1 - i0, T, F, lo, hi)
-
     if h.numel():
-        _parallel(call, B, F, B * T * F)
+        kernel = getattr(load(), f"scan_{DTYPES[b.dtype]}_forward")
+        kernel(_ptr(a), _ptr(b), _ptr(h0), _ptr(h), B, T, F, threads(h.numel()))
     return h
 
 
@@ -171,14 +157,9 @@ def scan_backward(a, h, h0, dh, dh_final):
     B, T, F = h.shape
     da, db = torch.empty_like(h), torch.empty_like(h)
     carry = dh_final.clone(memory_format=torch.contiguous_format)
-    kernel = getattr(load(), f"scan_{DTYPES[h.dtype]}_backward")
-
-    def call(i0, i1, lo, hi):
-        kernel(_ptr(a[i0]), _ptr(h[i0]), _ptr(h0[i0]), _ptr(dh[i0]), _ptr(carry[i0]), _ptr(da[i0]), _ptr(db[i0]),
-               i1 - i0, T, F, lo, hi)
-
     if h.numel():
-        _parallel(call, B, F, B * T * F)
+        kernel = getattr(load(), f"scan_{DTYPES[h.dtype]}_backward")
+        kernel(_ptr(a), _ptr(h), _ptr(h0), _ptr(dh), _ptr(carry), _ptr(da), _ptr(db), B, T, F, threads(h.numel()))
     return da, db, carry
 
 
@@ -186,11 +167,7 @@ def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
     """(I + strictly-lower(A))^-1 for contiguous real A [nb, c, c], c <= INVERSE_MAX_SIZE (CPU)."""
     nb, c = A.shape[0], A.shape[-1]
     out = torch.empty_like(A)
-    kernel = getattr(load(), f"unit_lower_inverse_{DTYPES[A.dtype]}")
-
-    def call(i0, i1, lo, hi):
-        kernel(_ptr(A[i0]), _ptr(out[i0]), i1 - i0, c)
-
     if out.numel():
-        _parallel(call, nb, 1, out.numel())
+        kernel = getattr(load(), f"unit_lower_inverse_{DTYPES[A.dtype]}")
+        kernel(_ptr(A), _ptr(out), nb, c, threads(out.numel()))
     return out

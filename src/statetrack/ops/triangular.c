@@ -1,8 +1,9 @@
 /* Batched inverse of unit lower-triangular matrices, T = (I + strictly-lower(A))^-1 (triangular.py).
 
    Built with diagonal_scan.c into one library by statetrack/ops/native.py. A and T are contiguous
-   [nb, c, c] with c <= MAX_C; only the strictly lower part of A is read, and T is written whole
-   (zeros above the diagonal). Forward substitution by rows,
+   [nb, c, c] with c <= MAX_C; the matrices are shared out over nthreads OpenMP threads. Only the
+   strictly lower part of A is read, and T is written whole (zeros above the diagonal). Forward
+   substitution by rows,
 
        T[i, :] = e_i - sum_{k < i} A[i, k] T[k, :],
 
@@ -18,9 +19,10 @@
 #define MAX_C 256
 
 #define UNIT_LOWER_INVERSE(NAME, T)                                                                \
-    void NAME(const T *A, T *out, int64_t nb, int64_t c) {                                         \
-        T acc[MAX_C];                                                                              \
+    void NAME(const T *A, T *out, int64_t nb, int64_t c, int64_t nthreads) {                       \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static)")                         \
         for (int64_t b = 0; b < nb; b++) {                                                         \
+            T acc[MAX_C];                                                                          \
             const T *a = A + b * c * c;                                                            \
             T *t = out + b * c * c;                                                                \
             for (int64_t i = 0; i < c; i++) {                                                      \
