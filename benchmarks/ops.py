@@ -62,9 +62,13 @@ def load_fla_chunkwise():
 
 
 def chunk_flops(T, C, dk, dv):
-    """Forward flops of the chunkwise WY/UT form for one head (matmul terms)."""
+    """Forward flops of the chunkwise WY/UT form for one head (matmul terms of delta_chunk.py).
+
+    Per chunk: Kb K^T and Q K^T, the triangular inverse (C^3 / 3), W and U, M and X, V' = U - W S,
+    O = Qd S + P V'; per chunk boundary the state update M S + X.
+    """
     n = -(-T // C)
-    per_chunk = 4 * C * C * dk + (2 / 3) * C**3 + 4 * C * C * (dk + dv) + 2 * C * dk * (dk + dv) + 2 * C * dk * dv
+    per_chunk = 4 * C * C * dk + C**3 / 3 + 2 * C * C * (dk + dv) + 2 * C * dk * (dk + dv) + 4 * C * dk * dv + 2 * C * C * dv
     return n * (per_chunk + 2 * dk * dk * dv)
 
 
