@@ -131,31 +131,28 @@ static void piece(int64_t id, int64_t n, int64_t nb, int64_t nf, int64_t *i0, in
     }
 }
 
-/* The entry points: the work split over nthreads threads of the OpenMP pool (serial when the
-   library was built without OpenMP). W: values per element (1 real, 2 complex). */
+/* Runs BODY for every piece on nthreads threads of the OpenMP pool (serially when the library was
+   built without OpenMP), with the piece in i0, i1, lo, hi and row = values per batch row. */
+#define FOR_EACH_PIECE(W, BODY)                                                                    \
+    _Pragma("omp parallel for num_threads(nthreads) schedule(static, 1)")                          \
+    for (int64_t id = 0; id < nthreads; id++) {                                                    \
+        int64_t i0, i1, lo, hi, row = W * nt * nf;                                                 \
+        piece(id, nthreads, nb, nf, &i0, &i1, &lo, &hi);                                           \
+        if (i1 > i0 && hi > lo) BODY;                                                              \
+    }
+
+/* The entry points. W: values per element (1 real, 2 complex). */
 #define THREADED(NAME, T, W)                                                                       \
     void NAME##_forward(const T *a, const T *b, const T *h0, T *h, int64_t nb, int64_t nt,        \
                         int64_t nf, int64_t nthreads) {                                            \
-        _Pragma("omp parallel for num_threads(nthreads) schedule(static, 1)")                      \
-        for (int64_t id = 0; id < nthreads; id++) {                                                \
-            int64_t i0, i1, lo, hi, row = W * nt * nf;                                             \
-            piece(id, nthreads, nb, nf, &i0, &i1, &lo, &hi);                                       \
-            if (i1 > i0 && hi > lo)                                                                \
-                NAME##_forward_piece(a + i0 * row, b + i0 * row, h0 + W * i0 * nf, h + i0 * row,   \
-                                     i1 - i0, nt, nf, lo, hi);                                     \
-        }                                                                                          \
+        FOR_EACH_PIECE(W, NAME##_forward_piece(a + i0 * row, b + i0 * row, h0 + W * i0 * nf,       \
+                                               h + i0 * row, i1 - i0, nt, nf, lo, hi))             \
     }                                                                                              \
     void NAME##_backward(const T *a, const T *h, const T *h0, const T *dh, T *carry, T *da,       \
                          T *db, int64_t nb, int64_t nt, int64_t nf, int64_t nthreads) {            \
-        _Pragma("omp parallel for num_threads(nthreads) schedule(static, 1)")                      \
-        for (int64_t id = 0; id < nthreads; id++) {                                                \
-            int64_t i0, i1, lo, hi, row = W * nt * nf;                                             \
-            piece(id, nthreads, nb, nf, &i0, &i1, &lo, &hi);                                       \
-            if (i1 > i0 && hi > lo)                                                                \
-                NAME##_backward_piece(a + i0 * row, h + i0 * row, h0 + W * i0 * nf, dh + i0 * row, \
-                                      carry + W * i0 * nf, da + i0 * row, db + i0 * row, i1 - i0,  \
-                                      nt, nf, lo, hi);                                             \
-        }                                                                                          \
+        FOR_EACH_PIECE(W, NAME##_backward_piece(a + i0 * row, h + i0 * row, h0 + W * i0 * nf,      \
+                                                dh + i0 * row, carry + W * i0 * nf, da + i0 * row,  \
+                                                db + i0 * row, i1 - i0, nt, nf, lo, hi))           \
     }
 
 REAL_SCAN(scan_f32, float)
