@@ -48,7 +48,7 @@ def from_chunks(x: torch.Tensor, T: int) -> torch.Tensor:
 
 
 def _rowsum(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """sum(x * y, -1) for real x, y, without materialising the product."""
+    """sum(x * y, -1) for real x, y in one call (measured faster than a product and a sum here)."""
     return torch.linalg.vecdot(x, y)
 
 
@@ -69,7 +69,7 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 def _addmm_(acc: torch.Tensor, x: torch.Tensor, y: torch.Tensor, alpha: float = 1) -> torch.Tensor:
     """acc += alpha x @ y in place (acc contiguous, owned by the caller): no copy of acc, no extra add pass."""
-    _flat(acc).baddbmm_(_flat(x), _flat(y), alpha=alpha)
+    acc.view((-1,) + acc.shape[-2:]).baddbmm_(_flat(x), _flat(y), alpha=alpha)  # view: fails rather than copy
     return acc
 
 
