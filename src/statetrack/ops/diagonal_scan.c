@@ -18,16 +18,20 @@
    walking time backwards ran 2x slower on the machine of docs/performance.md. */
 #define BLOCK 32
 
-#define REAL_SCAN(NAME, T)                                                                         \
+/* The loops, once for every element type T with W values per element (1 real, 2 complex), over
+   the batch rows [0, nb) and lanes [lo, hi) of a piece. The arithmetic per lane, on pointers to one
+   element: STEP(h, a, p, b) sets h = a p + b; BACK(l, g, c, a) sets l = g + c and c = conj(a) l;
+   GRAD(d, l, h) sets d = l conj(h). */
+#define PIECES(NAME, T, W, STEP, BACK, GRAD)                                                       \
     static void NAME##_forward_piece(const T *a, const T *b, const T *h0, T *h, int64_t nb,       \
                                      int64_t nt, int64_t nf, int64_t lo, int64_t hi) {             \
         for (int64_t i = 0; i < nb; i++) {                                                         \
-            const T *prev = h0 + i * nf;                                                           \
+            const T *prev = h0 + W * i * nf;                                                       \
             for (int64_t t = 0; t < nt; t++) {                                                     \
-                int64_t o = (i * nt + t) * nf;                                                     \
+                int64_t o = W * (i * nt + t) * nf;                                                 \
                 const T *restrict at = a + o, *restrict bt = b + o, *restrict pv = prev;           \
                 T *restrict ht = h + o;                                                            \
-                for (int64_t f = lo; f < hi; f++) ht[f] = at[f] * pv[f] + bt[f];                     \
+                for (int64_t f = W * lo; f < W * hi; f += W) STEP(T, ht + f, at + f, pv + f, bt + f); \
                 prev = ht;                                                                         \
             }                                                                                      \
         }                                                                                          \
@@ -36,81 +40,55 @@
                                       T *da, T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, \
                                       int64_t hi) {                                                \
         for (int64_t i = 0; i < nb; i++) {                                                         \
-            T *c = carry + i * nf;                                                                 \
+            T *c = carry + W * i * nf;                                                             \
             for (int64_t end = nt; end > 0; end -= BLOCK) {                                        \
                 int64_t start = end > BLOCK ? end - BLOCK : 0;                                     \
                 for (int64_t t = end - 1; t >= start; t--) { /* lambda_t, backwards */             \
-                    int64_t o = (i * nt + t) * nf;                                                 \
+                    int64_t o = W * (i * nt + t) * nf;                                             \
                     const T *restrict at = a + o, *restrict gt = dh + o;                           \
                     T *restrict dbt = db + o, *restrict cc = c;                                    \
-                    for (int64_t f = lo; f < hi; f++) {                                            \
-                        T lam = gt[f] + cc[f];                                                     \
-                        dbt[f] = lam;                                                              \
-                        cc[f] = at[f] * lam;                                                       \
-                    }                                                                              \
+                    for (int64_t f = W * lo; f < W * hi; f += W) BACK(T, dbt + f, gt + f, cc + f, at + f); \
                 }                                                                                  \
-                for (int64_t t = start; t < end; t++) { /* da_t = lambda_t h_{t-1}, forwards */    \
-                    int64_t o = (i * nt + t) * nf;                                                 \
-                    const T *restrict lt = db + o, *restrict hp = t > 0 ? h + o - nf : h0 + i * nf; \
+                for (int64_t t = start; t < end; t++) { /* da_t = lambda_t conj(h_{t-1}), forwards */ \
+                    int64_t o = W * (i * nt + t) * nf;                                             \
+                    const T *restrict lt = db + o;                                                 \
+                    const T *restrict hp = t > 0 ? h + o - W * nf : h0 + W * i * nf;               \
                     T *restrict dat = da + o;                                                      \
-                    for (int64_t f = lo; f < hi; f++) dat[f] = lt[f] * hp[f];                      \
+                    for (int64_t f = W * lo; f < W * hi; f += W) GRAD(T, dat + f, lt + f, hp + f); \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
 
-#define COMPLEX_SCAN(NAME, T)                                                                      \
-    static void NAME##_forward_piece(const T *a, const T *b, const T *h0, T *h, int64_t nb,       \
-                                     int64_t nt, int64_t nf, int64_t lo, int64_t hi) {             \
-        for (int64_t i = 0; i < nb; i++) {                                                         \
-            const T *prev = h0 + 2 * i * nf;                                                       \
-            for (int64_t t = 0; t < nt; t++) {                                                     \
-                int64_t o = 2 * (i * nt + t) * nf;                                                 \
-                const T *restrict at = a + o, *restrict bt = b + o, *restrict pv = prev;           \
-                T *restrict ht = h + o;                                                            \
-                for (int64_t f = lo; f < hi; f++) {                                                \
-                    T ar = at[2 * f], ai = at[2 * f + 1], pr = pv[2 * f], pi = pv[2 * f + 1];      \
-                    ht[2 * f] = ar * pr - ai * pi + bt[2 * f];                                     \
-                    ht[2 * f + 1] = ar * pi + ai * pr + bt[2 * f + 1];                             \
-                }                                                                                  \
-                prev = ht;                                                                         \
-            }                                                                                      \
-        }                                                                                          \
-    }                                                                                              \
-    static void NAME##_backward_piece(const T *a, const T *h, const T *h0, const T *dh, T *carry, \
-                                      T *da, T *db, int64_t nb, int64_t nt, int64_t nf, int64_t lo, \
-                                      int64_t hi) {                                                \
-        for (int64_t i = 0; i < nb; i++) {                                                         \
-            T *c = carry + 2 * i * nf;                                                             \
-            for (int64_t end = nt; end > 0; end -= BLOCK) {                                        \
-                int64_t start = end > BLOCK ? end - BLOCK : 0;                                     \
-                for (int64_t t = end - 1; t >= start; t--) {                                       \
-                    int64_t o = 2 * (i * nt + t) * nf;                                             \
-                    const T *restrict at = a + o, *restrict gt = dh + o;                           \
-                    T *restrict dbt = db + o, *restrict cc = c;                                    \
-                    for (int64_t f = lo; f < hi; f++) {                                            \
-                        T lr = gt[2 * f] + cc[2 * f], li = gt[2 * f + 1] + cc[2 * f + 1];          \
-                        T ar = at[2 * f], ai = at[2 * f + 1];                                      \
-                        dbt[2 * f] = lr;                                                           \
-                        dbt[2 * f + 1] = li;                                                       \
-                        cc[2 * f] = ar * lr + ai * li; /* conj(a) lambda */                        \
-                        cc[2 * f + 1] = ar * li - ai * lr;                                         \
-                    }                                                                              \
-                }                                                                                  \
-                for (int64_t t = start; t < end; t++) {                                            \
-                    int64_t o = 2 * (i * nt + t) * nf;                                             \
-                    const T *restrict lt = db + o;                                                 \
-                    const T *restrict hp = t > 0 ? h + o - 2 * nf : h0 + 2 * i * nf;               \
-                    T *restrict dat = da + o;                                                      \
-                    for (int64_t f = lo; f < hi; f++) { /* lambda conj(h) */                       \
-                        T lr = lt[2 * f], li = lt[2 * f + 1], hr = hp[2 * f], hi_ = hp[2 * f + 1]; \
-                        dat[2 * f] = lr * hr + li * hi_;                                           \
-                        dat[2 * f + 1] = li * hr - lr * hi_;                                       \
-                    }                                                                              \
-                }                                                                                  \
-            }                                                                                      \
-        }                                                                                          \
-    }
+#define REAL_STEP(T, h, a, p, b) ((h)[0] = (a)[0] * (p)[0] + (b)[0])
+#define REAL_BACK(T, l, g, c, a)                                                                   \
+    do {                                                                                           \
+        T lam_ = (g)[0] + (c)[0];                                                                  \
+        (l)[0] = lam_;                                                                             \
+        (c)[0] = (a)[0] * lam_;                                                                    \
+    } while (0)
+#define REAL_GRAD(T, d, l, h) ((d)[0] = (l)[0] * (h)[0])
+
+#define COMPLEX_STEP(T, h, a, p, b)                                                                \
+    do {                                                                                           \
+        T ar_ = (a)[0], ai_ = (a)[1], pr_ = (p)[0], pi_ = (p)[1];                                  \
+        (h)[0] = ar_ * pr_ - ai_ * pi_ + (b)[0];                                                   \
+        (h)[1] = ar_ * pi_ + ai_ * pr_ + (b)[1];                                                   \
+    } while (0)
+#define COMPLEX_BACK(T, l, g, c, a) /* c = conj(a) lambda */                                       \
+    do {                                                                                           \
+        T lr_ = (g)[0] + (c)[0], li_ = (g)[1] + (c)[1], ar_ = (a)[0], ai_ = (a)[1];                \
+        (l)[0] = lr_;                                                                              \
+        (l)[1] = li_;                                                                              \
+        (c)[0] = ar_ * lr_ + ai_ * li_;                                                            \
+        (c)[1] = ar_ * li_ - ai_ * lr_;                                                            \
+    } while (0)
+#define COMPLEX_GRAD(T, d, l, h) /* lambda conj(h) */                                              \
+    do {                                                                                           \
+        T lr_ = (l)[0], li_ = (l)[1], hr_ = (h)[0], hi_ = (h)[1];                                  \
+        (d)[0] = lr_ * hr_ + li_ * hi_;                                                            \
+        (d)[1] = li_ * hr_ - lr_ * hi_;                                                            \
+    } while (0)
 
 /* Piece id of n: whole batch rows when there are at least n rows (each thread streams its own
    memory), else lane ranges rounded up to 16 lanes, so ranges start on 64-byte boundaries. */
@@ -155,10 +133,10 @@ static void piece(int64_t id, int64_t n, int64_t nb, int64_t nf, int64_t *i0, in
                                                 db + i0 * row, i1 - i0, nt, nf, lo, hi))           \
     }
 
-REAL_SCAN(scan_f32, float)
-REAL_SCAN(scan_f64, double)
-COMPLEX_SCAN(scan_c64, float)
-COMPLEX_SCAN(scan_c128, double)
+PIECES(scan_f32, float, 1, REAL_STEP, REAL_BACK, REAL_GRAD)
+PIECES(scan_f64, double, 1, REAL_STEP, REAL_BACK, REAL_GRAD)
+PIECES(scan_c64, float, 2, COMPLEX_STEP, COMPLEX_BACK, COMPLEX_GRAD)
+PIECES(scan_c128, double, 2, COMPLEX_STEP, COMPLEX_BACK, COMPLEX_GRAD)
 THREADED(scan_f32, float, 1)
 THREADED(scan_f64, double, 1)
 THREADED(scan_c64, float, 2)
