@@ -75,13 +75,16 @@ def build(target_dir: Path | None = None) -> Path:
         raise RuntimeError("no C compiler found (set CC, or install gcc or clang)")
     source = b"".join(path.read_bytes() for path in SOURCES)
     folder = target_dir or cache_dir()
-    errors = []
+    candidates = []  # (flags, path): the OpenMP build first
     for flags in (FLAGS + [OPENMP], FLAGS):
         key = hashlib.sha256(source + " ".join([cc] + flags).encode()).hexdigest()[:16]
-        path = folder / f"statetrack_native_{key}.so"
+        candidates.append((flags, folder / f"statetrack_native_{key}.so"))
+    for _, path in candidates:  # a cached build of either kind: no compiler call at all
         if path.exists():
             return path
-        folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    errors = []
+    for flags, path in candidates:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:  # build aside, then rename: safe under concurrency
             out = Path(tmp) / path.name
             result = subprocess.run([cc, *flags, *map(str, SOURCES), "-o", str(out)], capture_output=True, text=True)

@@ -2,9 +2,9 @@
 
 The chunkwise delta rule needs it for every chunk (the UT transform, SPEC 1.3). On CPU,
 `torch.linalg.solve_triangular` loops over the batch (one LAPACK call and one copy per matrix),
-which dominated the chunk form. On CPU the inverse is computed by the compiled forward substitution
-of `triangular.c` (see `native.py`); on CUDA, or without a C compiler, by block doubling, where
-every step is one batched product over all chunks:
+which dominated the chunk form. Here the CPU inverse is the compiled forward substitution of
+`triangular.c` (see `native.py`); on CUDA, or without a C compiler, it is built by block doubling,
+where every step is one batched product over all chunks:
 
     inv([[L11, 0], [L21, L22]]) = [[L11^-1, 0], [-L22^-1 L21 L11^-1, L22^-1]].
 
