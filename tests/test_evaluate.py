@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from statetrack import zoo
-from statetrack.evaluate import evaluate_lengths, predict, scaled_accuracy
+from statetrack.evaluate import evaluate_lengths, predict
+from statetrack.scoring import scaled_accuracy
 from statetrack.tasks import make_task
 
 

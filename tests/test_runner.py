@@ -38,16 +38,16 @@ def test_rerun_skips_finished_runs(tiny_spec, tmp_path):
 
 
 def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatch):
-    import statetrack.experiments.runner as runner
+    from statetrack.train import Trainer
 
-    real = runner.Trainer.fit
+    real = Trainer.fit
 
     def explode(self):
         if self.model.blocks[0].mixer.__class__.__name__ == "LSTM":
             raise FloatingPointError("training loss became nan at step 3")
         return real(self)
 
-    monkeypatch.setattr(runner.Trainer, "fit", explode)
+    monkeypatch.setattr(Trainer, "fit", explode)
     spec, logs = str(tiny_spec()), []
     run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
     store = Store(tmp_path / "statetrack.db")
@@ -58,7 +58,7 @@ def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatc
     run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append, retry_failed=False)
     assert "4 runs, 2 already done, 2 failed before (skipped)" in logs[-1]
     assert [r["finished_at"] for r in store.runs("tiny")] == [r["finished_at"] for r in runs]
-    monkeypatch.setattr(runner.Trainer, "fit", real)
+    monkeypatch.setattr(Trainer, "fit", real)
     run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
     assert "4 runs, 2 already done, 2 failed before (retried)" in logs[-3]
     assert all(r["status"] == "done" and r["error"] is None for r in store.runs("tiny"))

@@ -10,7 +10,8 @@ import pytest
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import run_experiment, tensorboard_dir
-from statetrack.report import extrapolation_length, missing_runs, summarize, write_index, write_report
+from statetrack.report import missing_runs, write_index, write_report
+from statetrack.scoring import extrapolation_length, summarize
 from statetrack.store import Store
 
 # 2 models x 2 lrs x 2 seeds, a few steps each; curves logged every 5 steps.

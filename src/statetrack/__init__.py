@@ -1,7 +1,24 @@
-"""statetrack: state tracking and length generalization in sequence models."""
+"""statetrack: state tracking and length generalization in sequence models.
+
+`statetrack.register_model` registers a token mixer under a name usable in specs and on the
+command line; `statetrack.tasks.register` does the same for a task. Both load lazily, so
+`import statetrack` stays light.
+"""
 
 from statetrack.errors import StatetrackError
 
 __version__ = "0.1.0"
 
-__all__ = ["StatetrackError", "__version__"]
+__all__ = ["StatetrackError", "__version__", "register_model"]
+
+
+def __getattr__(name: str):
+    if name == "register_model":
+        from statetrack.zoo import register_model
+
+        return register_model
+    if name == "tasks":
+        import statetrack.tasks
+
+        return statetrack.tasks
+    raise AttributeError(f"module 'statetrack' has no attribute {name!r}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
+from statetrack.plugins import load_imports
 
 
 def _params(pairs: list[str]) -> dict:
@@ -26,6 +27,11 @@ def _params(pairs: list[str]) -> dict:
     return out
 
 
+def _imports(args) -> list[str]:
+    """The --import modules given before and after the command name, in order."""
+    return (getattr(args, "top_imports", None) or []) + (getattr(args, "imports", None) or [])
+
+
 def _store(args):
     from statetrack.store import Store
 
@@ -36,12 +42,14 @@ def _store(args):
 # ---- commands ------------------------------------------------------------------------------------
 def cmd_run(args) -> int:
     from statetrack.experiments.runner import run_experiment
-    from statetrack.report import describe_selection, experiment_summary, table_rows, text_table, write_report
+    from statetrack.report import table_rows, text_table, write_report
+    from statetrack.scoring import describe_selection, experiment_summary
 
     spec, runs = run_experiment(
         args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
         progress=not args.no_progress, workers=args.workers, backend=args.backend, address=args.address,
         gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, retry_failed=not args.skip_failed,
+        imports=_imports(args),
     )
     store = _store(args)
     out = write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
@@ -142,7 +150,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from statetrack.report import experiment_summary, planned_ids, table_rows, text_table
+    from statetrack.report import table_rows, text_table
+    from statetrack.scoring import experiment_summary, planned_ids
 
     store = _store(args)
     _known_experiment(store, args.experiment)
@@ -167,16 +176,27 @@ def cmd_analyze(args) -> int:
 
 
 # ---- parser --------------------------------------------------------------------------------------
+IMPORT_HELP = ("import a module or .py file that registers models or tasks before anything else "
+               "(repeatable; `run` also imports it in every worker)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statetrack", description="State tracking and length generalization in sequence models.")
+    parser.add_argument("--import", dest="top_imports", action="append", metavar="MODULE", help=IMPORT_HELP)
+    # every command takes --import too; its own dest, so a subcommand's default cannot hide the top-level one
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--import", dest="imports", action="append", metavar="MODULE", help=IMPORT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
 
     def with_store(p):
         p.add_argument("--results-dir", default="results", help="folder for reports and checkpoints (default: results)")
         p.add_argument("--store", default=None, help="SQLite results file (default: RESULTS_DIR/statetrack.db)")
         return p
 
-    p = with_store(sub.add_parser("run", help="train and evaluate every run of an experiment, then report"))
+    p = with_store(command("run", help="train and evaluate every run of an experiment, then report"))
     p.add_argument("experiment", metavar="EXPERIMENT|FILE.yaml", help="a shipped experiment (see `statetrack experiments`) or a spec file")
     p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
@@ -192,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("tasks", help="list tasks, show examples, export datasets")
+    p = command("tasks", help="list tasks, show examples, export datasets")
     tsub = p.add_subparsers(dest="action", metavar="ACTION")
     tsub.add_parser("list", help="list tasks with their parameters")
     show = tsub.add_parser("show", help="print readable examples of a task")
@@ -211,23 +231,23 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_tasks)
 
-    p = sub.add_parser("models", help="list models, their parameters and presets")
+    p = command("models", help="list models, their parameters and presets")
     p.set_defaults(func=cmd_models)
 
-    p = sub.add_parser("experiments", help="list the shipped experiments")
+    p = command("experiments", help="list the shipped experiments")
     p.set_defaults(func=cmd_experiments)
 
-    p = with_store(sub.add_parser("report", help="write results/EXPERIMENT/report.{md,html}"))
+    p = with_store(command("report", help="write results/EXPERIMENT/report.{md,html}"))
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
     p.add_argument("--all", action="store_true", help="every experiment in the store, and results/index.html linking them")
     p.set_defaults(func=cmd_report)
 
-    p = with_store(sub.add_parser("results", help="print an experiment's results"))
+    p = with_store(command("results", help="print an experiment's results"))
     p.add_argument("experiment", metavar="EXPERIMENT")
     p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
     p.set_defaults(func=cmd_results)
 
-    p = sub.add_parser("analyze", help="analyses of trained runs (spectrum)")
+    p = command("analyze", help="analyses of trained runs (spectrum)")
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     a = with_store(asub.add_parser("spectrum", help="eigenvalues of a run's learned state transitions, printed and plotted"))
     a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
@@ -253,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         listed.append(item)
     keep_freed_memory()  # large tensors reuse heap memory (statetrack.allocator)
     try:
+        load_imports(_imports(args), origin="--import")
         return args.func(args)
     except StatetrackError as error:
         print(f"statetrack: error: {error}", file=sys.stderr)

@@ -1,16 +1,13 @@
-"""Length-generalization evaluation and the one definition of the score (SPEC section 3)."""
+"""Length-generalization evaluation: every model of an experiment sees the same inputs at each length,
+fed in chunks to recurrent models; the score itself is defined in `statetrack.scoring`."""
 
 from __future__ import annotations
 
 import torch
 from tqdm.auto import tqdm
 
+from statetrack.scoring import scaled_accuracy
 from statetrack.tasks import Batch, Task
-
-
-def scaled_accuracy(accuracy: float, chance: float) -> float:
-    """(acc - chance) / (1 - chance): 0 at chance, 1 when perfect (papers/000, SPEC section 2)."""
-    return (accuracy - chance) / (1.0 - chance)
 
 
 def masked_loss_and_accuracy(logits: torch.Tensor, batch: Batch):

@@ -1,22 +1,11 @@
-"""Reports: the paper-style table after selection, per-seed spread, plots, Markdown and HTML.
-
-Selection is one rule, `summarize`, read from the spec's `selection` (experiments/spec.py):
-- criterion: a run's score. `mean_scaled`: mean scaled accuracy over the evaluation lengths.
-  `extrapolation` (papers/002): the longest test length L with accuracy >= threshold (0.9) at L and
-  at every shorter test length (0 when none); ties are broken by mean scaled accuracy.
-- lr: `best_mean` keeps the learning rate whose mean score over seeds is highest (papers/000, 002);
-  `best_max` the one whose best seed scores highest (best over seeds x lrs, Deletang et al.).
-- seeds: the headline figure at that lr: `mean` (± std, papers/002) or `max` (the best seed).
-papers/001 reports both: the report always shows the best seed and mean ± std beside the headline.
-"""
+"""Reports: renders what `statetrack.scoring` computes (the table after selection, the per-seed
+spread, the learning rates), plots, Markdown and self-contained HTML."""
 
 from __future__ import annotations
 
 import base64
 import html
-import statistics
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import matplotlib
@@ -24,97 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from statetrack.experiments.spec import SELECTION_DEFAULTS, selection_of  # noqa: E402
+from statetrack.scoring import describe_selection, experiment_summary, planned_ids, selection_of  # noqa: E402
 from statetrack.store import Store  # noqa: E402
-
-
-def extrapolation_length(accuracy: dict, threshold: float = 0.9) -> int:
-    """papers/002: the longest test length whose accuracy, and that of every shorter one, is >= threshold."""
-    reached = 0
-    for length in sorted(accuracy):
-        if accuracy[length] < threshold:
-            break
-        reached = length
-    return reached
-
-
-def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
-    """A run's score as a tuple compared lexicographically: (criterion value, tie-breaker)."""
-    mean_scaled = statistics.mean(scaled.values())
-    if selection["criterion"] == "extrapolation":
-        return (extrapolation_length(accuracy, selection["threshold"]), mean_scaled)
-    return (mean_scaled,)
-
-
-def _mean_score(scores: list[tuple]) -> tuple:
-    return tuple(statistics.mean(parts) for parts in zip(*scores))
-
-
-def describe_selection(selection: dict) -> str:
-    selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    score = ("longest test length with accuracy >= {:g} there and at every shorter length".format(selection["threshold"])
-             if selection["criterion"] == "extrapolation" else "mean scaled accuracy over lengths")
-    lr = "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
-    seeds = "mean ± std over seeds" if selection["seeds"] == "mean" else "the best seed"
-    return f"score = {score}; lr with {lr}; headline = {seeds}"
-
-
-def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
-    """Rows of `Store.results` -> one entry per (task, model) with the selected figures.
-
-    Each entry: task, model, lr (selected), lengths, seeds, selection, score (the headline's
-    criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
-    best and best_seed, mean and std (per length over seeds at the selected lr), per_seed
-    ({seed: {scaled, accuracy, score}} at that lr) and lr_scores ({lr: score under the lr rule}).
-    """
-    selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    runs: dict = defaultdict(lambda: ({}, {}))  # (task, model, lr, seed) -> ({length: scaled}, {length: accuracy})
-    for r in rows:
-        scaled, accuracy = runs[(r["task"], r["model"], r["lr"], r["seed"])]
-        scaled[r["length"]] = r["scaled_accuracy"]
-        accuracy[r["length"]] = r.get("accuracy", r["scaled_accuracy"])
-    groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model) -> lr -> seed -> per-seed record
-    for (task, model, lr, seed), (scaled, accuracy) in runs.items():
-        groups[(task, model)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "score": run_score(scaled, accuracy, selection)}
-    summary = []
-    for (task, model), by_lr in groups.items():
-        def lr_score(lr):
-            scores = [s["score"] for s in by_lr[lr].values()]
-            return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
-
-        lr_scores = {lr: lr_score(lr) for lr in sorted(by_lr)}
-        lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
-        seeds = by_lr[lr]
-        best_seed = max(sorted(seeds), key=lambda s: seeds[s]["score"])
-        lengths = sorted(set().union(*[set(v["scaled"]) for v in seeds.values()]))
-        per_length = {n: [v["scaled"][n] for v in seeds.values() if n in v["scaled"]] for n in lengths}
-        mean = {n: statistics.mean(v) for n, v in per_length.items()}
-        best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
-        by_mean = selection["seeds"] == "mean"
-        summary.append({
-            "task": task, "model": model, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
-            "score": (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0],
-            "headline": mean if by_mean else best,
-            "best_seed": best_seed, "best": best, "mean": mean,
-            "std": {n: statistics.pstdev(v) for n, v in per_length.items()},
-            "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
-            "lr_scores": {x: score[0] for x, score in lr_scores.items()},
-        })
-    return sorted(summary, key=lambda e: (e["task"], e["model"]))
-
-
-def planned_ids(store: Store, experiment: str) -> set[str] | None:
-    """Ids of the runs the experiment's latest plan expects (None for a store written before plans)."""
-    plan = store.plan(experiment)
-    return None if plan is None else {r["id"] for r in plan["runs"]}
-
-
-def experiment_summary(store: Store, experiment: str, selection: dict | None = None) -> list[dict]:
-    """`summarize` of the experiment's planned runs, under the selection rule of its spec."""
-    plan = store.plan(experiment)
-    if selection is None and plan is not None:
-        selection = selection_of(plan["spec"])
-    return summarize(store.results(experiment, planned_ids(store, experiment)), selection)
 
 
 def _fmt(value) -> str:

@@ -1,18 +1,21 @@
-"""Where the runs of a sweep execute: a local process pool or a Ray cluster.
+"""Where the runs of a sweep execute: in this process, on a local process pool, or on a Ray cluster.
 
-Both backends run `runner.train_and_evaluate` on a worker and hand its outcome (a small dict of
-evaluations, curve and timings, or the error) back to the driver, and only the driver writes the
-SQLite store. So the store lives on the driver's disk, one process writes it, and a Ray cluster
-needs no shared filesystem. Checkpoints are the exception: a worker writes them under the results
-folder when it can (shared filesystem or same machine: an interrupted run resumes from its last
-checkpoint), otherwise under its own temporary folder.
+Every backend runs `worker.train_and_evaluate` and hands its outcome (a small dict of evaluations,
+curve and timings, or the error) back to the driver, and only the driver writes the SQLite store.
+So the store lives on the driver's disk, one process writes it, and a Ray cluster needs no shared
+filesystem. Checkpoints are the exception: a worker writes them under the results folder when it
+can (shared filesystem or same machine: an interrupted run resumes from its last checkpoint),
+otherwise under its own temporary folder. Workers import the user's modules (`imports`) first.
 
 A backend has `slots` (how many runs the driver keeps in flight), `submit(run) -> handle`,
-`wait(handles) -> finished handles`, `outcome(handle) -> dict` and `close(cancel)`.
+`wait(handles) -> finished handles`, `outcome(handle) -> dict`, `describe()`, `close(cancel)`, and
+`in_process` (runs show their own progress bars here). `make_backend` is the one place that checks
+the backend options and picks one.
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import socket
@@ -21,6 +24,8 @@ from pathlib import Path
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import RunSpec
+from statetrack.experiments.worker import failed_outcome, prepare_worker, train_and_evaluate
+from statetrack.train import resolve_device
 
 BACKENDS = ("local", "ray")
 
@@ -29,39 +34,69 @@ def available_cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-def failed_outcome(error: str) -> dict:
-    return {"status": "failed", "error": error, "host": None}
+def default_workers(device: str = "auto") -> int:
+    """One worker per CPU core on CPU (small models run best single-threaded side by side); one on CUDA."""
+    if resolve_device(device).type == "cuda":
+        return 1
+    return available_cores()
 
 
-def _init_worker(threads: int) -> None:
-    import torch
+class InProcessBackend:
+    """One run at a time in this process, with the trainer's own progress bars (`--workers 1`)."""
 
-    torch.set_num_threads(threads)  # small models run best single-threaded side by side, and deterministically
+    name = "local"
+    slots = 1
+    in_process = True
+
+    def __init__(self, results_dir: Path, device: str, progress: bool = True):
+        prepare_worker(None)  # the driver already imported the user's modules
+        self.results_dir, self.device, self.progress = results_dir, device, progress
+        self.handles = itertools.count()
+        self.runs: dict[int, RunSpec] = {}
+        self.outcomes: dict[int, dict] = {}
+
+    def describe(self) -> str:
+        return "one run at a time in this process"
+
+    def submit(self, run: RunSpec) -> int:
+        handle = next(self.handles)
+        self.runs[handle] = run
+        return handle
+
+    def wait(self, handles: list) -> list:
+        handle = handles[0]
+        self.outcomes[handle] = train_and_evaluate(self.runs.pop(handle), self.results_dir, self.device, self.progress)
+        return [handle]
+
+    def outcome(self, handle) -> dict:
+        return self.outcomes.pop(handle)
+
+    def close(self, cancel: bool = False) -> None:
+        pass
 
 
-def _run_in_worker(run: RunSpec, results_dir: str, device: str, threads: int) -> dict:
-    from statetrack.experiments.runner import train_and_evaluate
-
-    return train_and_evaluate(run, results_dir, device, progress=False, threads=threads)
+def _run_in_worker(run: RunSpec, results_dir: str, device: str) -> dict:
+    return train_and_evaluate(run, results_dir, device, progress=False)
 
 
 class LocalBackend:
     """A process pool on this machine (spawned, not forked: the driver may hold torch threads)."""
 
     name = "local"
+    in_process = False
 
-    def __init__(self, workers: int, results_dir: Path, device: str):
+    def __init__(self, workers: int, results_dir: Path, device: str, imports: list[str] = ()):
         self.slots = workers
         self.threads = max(1, available_cores() // workers)
         self.results_dir, self.device = str(results_dir), device
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_init_worker, initargs=(self.threads,))
+                                        initializer=prepare_worker, initargs=(self.threads, list(imports)))
 
     def describe(self) -> str:
         return f"local pool, {self.slots} workers x {self.threads} threads"
 
     def submit(self, run: RunSpec):
-        return self.pool.submit(_run_in_worker, run, self.results_dir, self.device, self.threads)
+        return self.pool.submit(_run_in_worker, run, self.results_dir, self.device)
 
     def wait(self, handles: list) -> list:
         return list(wait(handles, return_when=FIRST_COMPLETED)[0])
@@ -69,8 +104,8 @@ class LocalBackend:
     def outcome(self, handle) -> dict:
         try:
             return handle.result()
-        except Exception as error:  # a worker killed under it (out of memory, say): the pool is broken
-            return failed_outcome(f"{type(error).__name__}: {error} (the worker process died)")
+        except Exception as error:  # a worker killed under it (out of memory, say), or its imports failed
+            return failed_outcome(f"{type(error).__name__}: {error} (in a worker process)")
 
     def close(self, cancel: bool = False) -> None:
         self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
@@ -90,8 +125,9 @@ def _checkpoint_root(results_dir: str) -> str:
         return str(Path(tempfile.gettempdir()) / "statetrack-results")
 
 
-def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int) -> dict:
-    return _run_in_worker(run, _checkpoint_root(results_dir), device, threads)
+def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int, imports: list[str]) -> dict:
+    prepare_worker(threads, imports)  # a Ray worker process may serve many runs: imports are loaded once
+    return _run_in_worker(run, _checkpoint_root(results_dir), device)
 
 
 class RayBackend:
@@ -100,9 +136,10 @@ class RayBackend:
     already initialised in this process is used as it is (and left running)."""
 
     name = "ray"
+    in_process = False
 
     def __init__(self, address: str | None, num_cpus: int | None, results_dir: Path, device: str,
-                 cpus_per_run: float = 1, gpus_per_run: float | None = None):
+                 cpus_per_run: float = 1, gpus_per_run: float | None = None, imports: list[str] = ()):
         try:
             import ray
         except ImportError:
@@ -137,6 +174,7 @@ class RayBackend:
         self.task = ray.remote(_ray_task).options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=2)
         self.results_dir, self.device = str(Path(results_dir).resolve()), device
         self.threads = max(1, int(cpus_per_run))
+        self.imports = list(imports)
         self.slots = float("inf")  # every run goes to Ray's scheduler at once (an autoscaler sees the demand)
 
     def describe(self) -> str:
@@ -144,7 +182,7 @@ class RayBackend:
                 f"{self.cpus_per_run:g} CPU and {self.gpus_per_run:g} GPU per run")
 
     def submit(self, run: RunSpec):
-        return self.task.remote(run, self.results_dir, self.device, self.threads)
+        return self.task.remote(run, self.results_dir, self.device, self.threads, self.imports)
 
     def wait(self, handles: list) -> list:
         return self.ray.wait(handles, num_returns=1)[0]
@@ -160,12 +198,25 @@ class RayBackend:
             self.ray.shutdown()
 
 
-def make_backend(name: str, workers: int | None, results_dir: Path, device: str, address: str | None = None,
-                 gpus_per_run: float | None = None):
+def check_backend(name: str, workers: int | None = None, address: str | None = None) -> None:
+    """One-line errors for impossible backend options, before anything runs."""
     if name not in BACKENDS:
         raise StatetrackError(f"unknown backend {name!r}; expected one of: {', '.join(BACKENDS)}")
-    if name == "local":
-        if address:
-            raise StatetrackError("--address joins a Ray cluster; use it with --backend ray")
-        return LocalBackend(workers, results_dir, device)
-    return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise StatetrackError(f"workers must be an integer >= 1, got {workers!r}")
+    if address and name != "ray":
+        raise StatetrackError("--address joins a Ray cluster; use it with --backend ray")
+
+
+def make_backend(name: str, workers: int | None, results_dir: Path, device: str, address: str | None = None,
+                 gpus_per_run: float | None = None, imports: list[str] = (), runs: int | None = None, progress: bool = True):
+    """The backend for `runs` runs. local: `workers` at a time (default one per core; one on CUDA) on a
+    process pool, or in this process when that is one; ray: one Ray task per run on the cluster at
+    `address`, or on a local Ray instance with `workers` CPUs."""
+    check_backend(name, workers, address)
+    if name == "ray":
+        return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports)
+    workers = min(workers or default_workers(device), max(1, runs if runs is not None else workers or 1))
+    if workers == 1:
+        return InProcessBackend(results_dir, device, progress)
+    return LocalBackend(workers, results_dir, device, imports)

@@ -4,8 +4,8 @@ A spec names one or more tasks, a list of models, training and evaluation settin
 and seeds. The base of the file is the `quick` scale; `scales: {paper: {...}}` holds what changes at
 the papers' sizes (merged key by key). Lists of models x tasks x lrs x seeds expand to runs with
 stable ids: the same configuration always has the same id, which is how a re-run skips finished work.
-`selection: {lr, seeds, criterion, threshold}` says how the report reads the grid (SELECTION_CHOICES;
-report.summarize applies it); it is not part of any run's id, so changing it retrains nothing.
+`selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.scoring applies
+it); it is not part of any run's id, so changing it retrains nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import yaml
 
 from statetrack import zoo
 from statetrack.errors import StatetrackError, unknown
+from statetrack.plugins import load_imports, resolve_imports
+from statetrack.scoring import selection_of
 from statetrack.tasks import make_task
 from statetrack.train import TrainConfig
 
@@ -38,18 +40,9 @@ TOP_LEVEL_KEYS = {
     "seeds": "seeds",
     "selection": "how the report picks a learning rate and aggregates seeds: {lr, seeds, criterion, threshold}",
     "scales": "per-scale overrides",
+    "imports": "modules or .py files (relative to the spec) that register models and tasks, imported by every worker",
 }
 EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
-# The report's selection rule (report.summarize applies it; it never changes which runs are trained,
-# so it is not part of a run's id). Valid values of each setting, the default first.
-SELECTION_CHOICES = {
-    "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
-    "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
-    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (see report.run_score)
-}
-SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
-
-
 def shipped_specs() -> dict[str, str]:
     """Names of the experiments shipped with the package -> their description."""
     folder = resources.files("statetrack.experiments") / "specs"
@@ -66,13 +59,13 @@ def read_spec(name_or_path: str) -> dict:
         path = Path(name_or_path)
         if not path.is_file():
             raise StatetrackError(f"experiment file {name_or_path!r} does not exist")
-        text, default_name = path.read_text(), path.stem
+        text, default_name, folder = path.read_text(), path.stem, path.parent
     else:
         specs = shipped_specs()
         if name_or_path not in specs:
             raise unknown("experiment", name_or_path, specs)
         text = (resources.files("statetrack.experiments") / "specs" / f"{name_or_path}.yaml").read_text()
-        default_name = name_or_path
+        default_name, folder = name_or_path, None
     try:
         spec = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -80,6 +73,8 @@ def read_spec(name_or_path: str) -> dict:
     if not isinstance(spec, dict):
         raise StatetrackError(f"experiment {name_or_path!r} must be a YAML mapping with keys: {', '.join(TOP_LEVEL_KEYS)}")
     spec.setdefault("name", default_name)
+    if "imports" in spec:  # file paths are relative to the spec's folder
+        spec["imports"] = resolve_imports(spec["imports"], folder, origin=f"experiment {spec['name']!r}: imports")
     return spec
 
 
@@ -121,6 +116,8 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
                 raise StatetrackError(f"override {text!r}: {part!r} is not a section")
         target[path[-1]] = value
     spec["scale"] = scale
+    if "imports" in spec:  # before anything looks up a model or task name they may register
+        spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")
     check_spec(spec)
     return spec
 
@@ -142,24 +139,6 @@ def check_spec(spec: dict) -> None:
     if not isinstance(lengths, list) or not lengths or not all(isinstance(n, int) and n >= 1 for n in lengths):
         raise StatetrackError(f"experiment {spec['name']!r}: eval.lengths must be a non-empty list of positive integers, got {lengths!r}")
     selection_of(spec)
-
-
-def selection_of(spec: dict) -> dict:
-    """The spec's selection rule with defaults filled in, checked (one-line error naming valid values)."""
-    given = spec.get("selection") or {}
-    if not isinstance(given, dict):
-        raise StatetrackError(f"experiment {spec.get('name')!r}: selection must be a mapping with keys: {', '.join(SELECTION_DEFAULTS)}")
-    bad = [k for k in given if k not in SELECTION_DEFAULTS]
-    if bad:
-        raise StatetrackError(f"unknown selection setting {bad[0]!r}; expected one of: {', '.join(SELECTION_DEFAULTS)}")
-    selection = {**SELECTION_DEFAULTS, **given}
-    for key, choices in SELECTION_CHOICES.items():
-        if selection[key] not in choices:
-            raise StatetrackError(f"unknown selection.{key} {selection[key]!r}; expected one of: {', '.join(choices)}")
-    threshold = selection["threshold"]
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
-        raise StatetrackError(f"selection.threshold must be a number in (0, 1], got {threshold!r}")
-    return selection
 
 
 @dataclass(frozen=True)
@@ -192,22 +171,58 @@ class RunSpec:
         return self.task["name"] + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
 
 
-def _task_spec(entry) -> dict:
+def _task_spec(entry):
+    """(the task's spec dict, the task built from it): the name and parameters are checked now, not mid-sweep."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     if "name" not in entry:
         raise StatetrackError(f"task spec {entry!r} has no 'name'")
-    make_task(**entry)  # validates name and parameters now, not mid-sweep
-    return entry
+    return entry, make_task(**entry)
+
+
+def check_buildable(model: dict, task) -> None:
+    """Build `model` for `task` without training it, so that a bad setting is one line before any run
+    starts. On the meta device (no memory, no arithmetic); a mixer whose construction needs real
+    numbers is built on the CPU instead."""
+    import torch
+
+    def build(device):
+        with torch.device(device):
+            zoo.build_model(model, task.vocab_size, task.num_classes)
+
+    try:
+        try:
+            build("meta")
+        except StatetrackError:
+            raise
+        except Exception:
+            build("cpu")
+    except StatetrackError as error:
+        raise StatetrackError(f"model {model['name']!r}: {error}") from None
+    except Exception as error:
+        settings = ", ".join(f"{k}={v!r}" for k, v in model.items() if k != "name")
+        raise StatetrackError(f"model {model['name']!r} cannot be built with {settings}: {type(error).__name__}: {error}") from None
 
 
 def expand(spec: dict) -> list[RunSpec]:
-    """Every (task, model, lr, seed) of the spec as a RunSpec, validated."""
+    """Every (task, model, lr, seed) of the spec as a RunSpec, validated: each distinct model is built
+    for each task, and every training and evaluation length is checked against the task."""
     tasks = [_task_spec(t) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
     defaults = spec.get("model_defaults") or {}
     models = [zoo.resolve({**defaults, **({"name": m} if isinstance(m, str) else m)}) for m in spec["models"]]
     eval_spec = {**EVAL_DEFAULTS, **(spec.get("eval") or {})}
+    train_config = TrainConfig.from_dict({**(spec.get("train") or {}), "lr": float(spec["lrs"][0])})
+    for _, task in tasks:
+        for length in [train_config.min_length, *eval_spec["lengths"]]:
+            task.check_length(length)
+    built = set()
+    for (_, task) in tasks:
+        for model in models:
+            key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
+            if key not in built:
+                check_buildable(model, task)
+                built.add(key)
     runs = {}  # by id: a value listed twice is one run
-    for task in tasks:
+    for task, _ in tasks:
         for model in models:
             for lr in spec["lrs"]:
                 for seed in spec["seeds"]:

@@ -3,7 +3,18 @@
 from statetrack.tasks.base import Batch, FinalAnswerTask, Task
 from statetrack.tasks.registry import TASKS, get_task_class, make_task, register, task_parameters
 
-# Importing the task modules registers them.
-from statetrack.tasks import arithmetic, automata, chomsky, counting, memory, pfsa, repl, word_problems  # noqa: E402,F401
+
+def _import_task_modules() -> None:
+    """Import every module of this package, which registers its tasks: a new task is one module with
+    `@register`, and no list to keep. `catalog` is left out: it is the script that renders docs/tasks.md."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "catalog":
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_import_task_modules()
 
 __all__ = ["Batch", "FinalAnswerTask", "Task", "TASKS", "get_task_class", "make_task", "register", "task_parameters"]

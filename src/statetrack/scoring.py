@@ -1,0 +1,147 @@
+"""The score and the selection rules: the one place that decides what a figure in a table means.
+
+- A run's evaluation at one length is scored by `scaled_accuracy` = (acc - chance) / (1 - chance):
+  0 at chance, 1 when perfect (Ebrahimi & Memisevic 2025; Grazzi et al. 2025).
+- A spec's `selection: {lr, seeds, criterion, threshold}` says how a grid of (lr, seed) runs
+  becomes one figure per (task, model); `summarize` applies it and the report only renders it.
+  - criterion, a run's score: `mean_scaled` is the mean scaled accuracy over the evaluation
+    lengths; `extrapolation` (Anonymous 2025) is the longest test length L with accuracy >=
+    threshold (0.9) at L and at every shorter test length (0 when none), ties broken by mean
+    scaled accuracy.
+  - lr: `best_mean` keeps the learning rate whose mean score over seeds is highest
+    (Ebrahimi & Memisevic 2025; Anonymous 2025); `best_max` the one whose best seed scores highest
+    (best over seeds x lrs, Deletang et al. 2023).
+  - seeds: the headline figure at that lr: `mean` (± std, Anonymous 2025) or `max` (the best seed).
+  Grazzi et al. 2025 report both, so the report always shows the best seed and mean ± std beside
+  the headline.
+Selection is not part of any run's id: changing it retrains nothing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from statetrack.errors import StatetrackError
+
+# Valid values of each selection setting, the default first.
+SELECTION_CHOICES = {
+    "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
+    "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
+    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (see run_score)
+}
+SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
+
+
+def scaled_accuracy(accuracy: float, chance: float) -> float:
+    """(acc - chance) / (1 - chance): 0 at chance, 1 when perfect."""
+    return (accuracy - chance) / (1.0 - chance)
+
+
+def extrapolation_length(accuracy: dict, threshold: float = 0.9) -> int:
+    """The longest test length whose accuracy, and that of every shorter one, is >= threshold
+    (Anonymous 2025); 0 when the shortest one already falls short."""
+    reached = 0
+    for length in sorted(accuracy):
+        if accuracy[length] < threshold:
+            break
+        reached = length
+    return reached
+
+
+def selection_of(spec: dict) -> dict:
+    """The spec's selection rule with defaults filled in, checked (one-line error naming valid values)."""
+    given = spec.get("selection") or {}
+    if not isinstance(given, dict):
+        raise StatetrackError(f"experiment {spec.get('name')!r}: selection must be a mapping with keys: {', '.join(SELECTION_DEFAULTS)}")
+    bad = [k for k in given if k not in SELECTION_DEFAULTS]
+    if bad:
+        raise StatetrackError(f"unknown selection setting {bad[0]!r}; expected one of: {', '.join(SELECTION_DEFAULTS)}")
+    selection = {**SELECTION_DEFAULTS, **given}
+    for key, choices in SELECTION_CHOICES.items():
+        if selection[key] not in choices:
+            raise StatetrackError(f"unknown selection.{key} {selection[key]!r}; expected one of: {', '.join(choices)}")
+    threshold = selection["threshold"]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
+        raise StatetrackError(f"selection.threshold must be a number in (0, 1], got {threshold!r}")
+    return selection
+
+
+def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
+    """A run's score as a tuple compared lexicographically: (criterion value, tie-breaker)."""
+    mean_scaled = statistics.mean(scaled.values())
+    if selection["criterion"] == "extrapolation":
+        return (extrapolation_length(accuracy, selection["threshold"]), mean_scaled)
+    return (mean_scaled,)
+
+
+def _mean_score(scores: list[tuple]) -> tuple:
+    return tuple(statistics.mean(parts) for parts in zip(*scores))
+
+
+def describe_selection(selection: dict | None) -> str:
+    """The selection rule in words, printed under every headline table."""
+    selection = {**SELECTION_DEFAULTS, **(selection or {})}
+    score = ("longest test length with accuracy >= {:g} there and at every shorter length".format(selection["threshold"])
+             if selection["criterion"] == "extrapolation" else "mean scaled accuracy over lengths")
+    lr = "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
+    seeds = "mean ± std over seeds" if selection["seeds"] == "mean" else "the best seed"
+    return f"score = {score}; lr with {lr}; headline = {seeds}"
+
+
+def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
+    """Rows of `Store.results` -> one entry per (task, model) with the selected figures.
+
+    Each entry: task, model, lr (selected), lengths, seeds, selection, score (the headline's
+    criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
+    best and best_seed, mean and std (per length over seeds at the selected lr), per_seed
+    ({seed: {scaled, accuracy, score}} at that lr) and lr_scores ({lr: score under the lr rule}).
+    """
+    selection = {**SELECTION_DEFAULTS, **(selection or {})}
+    runs: dict = defaultdict(lambda: ({}, {}))  # (task, model, lr, seed) -> ({length: scaled}, {length: accuracy})
+    for r in rows:
+        scaled, accuracy = runs[(r["task"], r["model"], r["lr"], r["seed"])]
+        scaled[r["length"]] = r["scaled_accuracy"]
+        accuracy[r["length"]] = r.get("accuracy", r["scaled_accuracy"])
+    groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model) -> lr -> seed -> per-seed record
+    for (task, model, lr, seed), (scaled, accuracy) in runs.items():
+        groups[(task, model)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "score": run_score(scaled, accuracy, selection)}
+    summary = []
+    for (task, model), by_lr in groups.items():
+        def lr_score(lr):
+            scores = [s["score"] for s in by_lr[lr].values()]
+            return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
+
+        lr_scores = {lr: lr_score(lr) for lr in sorted(by_lr)}
+        lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
+        seeds = by_lr[lr]
+        best_seed = max(sorted(seeds), key=lambda s: seeds[s]["score"])
+        lengths = sorted(set().union(*[set(v["scaled"]) for v in seeds.values()]))
+        per_length = {n: [v["scaled"][n] for v in seeds.values() if n in v["scaled"]] for n in lengths}
+        mean = {n: statistics.mean(v) for n, v in per_length.items()}
+        best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
+        by_mean = selection["seeds"] == "mean"
+        summary.append({
+            "task": task, "model": model, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
+            "score": (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0],
+            "headline": mean if by_mean else best,
+            "best_seed": best_seed, "best": best, "mean": mean,
+            "std": {n: statistics.pstdev(v) for n, v in per_length.items()},
+            "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
+            "lr_scores": {x: score[0] for x, score in lr_scores.items()},
+        })
+    return sorted(summary, key=lambda e: (e["task"], e["model"]))
+
+
+def planned_ids(store, experiment: str) -> set[str] | None:
+    """Ids of the runs the experiment's latest plan expects (None for a store written before plans)."""
+    plan = store.plan(experiment)
+    return None if plan is None else {r["id"] for r in plan["runs"]}
+
+
+def experiment_summary(store, experiment: str, selection: dict | None = None) -> list[dict]:
+    """`summarize` of the experiment's planned runs, under the selection rule of its spec."""
+    plan = store.plan(experiment)
+    if selection is None and plan is not None:
+        selection = selection_of(plan["spec"])
+    return summarize(store.results(experiment, planned_ids(store, experiment)), selection)
