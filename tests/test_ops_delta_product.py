@@ -1,4 +1,4 @@
-"""DeltaProduct_{n_h} through the chunkwise delta rule equals its loop and fla's naive form (SPEC 1.3)."""
+"""DeltaProduct_{n_h} through the chunkwise delta rule equals its loop and fla's naive form (Siems et al. 2025)."""
 
 import pytest
 import torch

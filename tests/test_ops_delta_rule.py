@@ -1,4 +1,4 @@
-"""The chunkwise delta rule equals its reference loop and fla's naive forms (SPEC 1.3)."""
+"""The chunkwise delta rule equals its reference loop and fla's naive forms (Yang et al. 2024b)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The fused dense transition and its reverse-scan backward equal the loop (SPEC 1.1, bilinear models)."""
+"""The fused dense transition and its reverse-scan backward equal the loop (bilinear models, Ebrahimi & Memisevic 2025)."""
 
 import pytest
 import torch

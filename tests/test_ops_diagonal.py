@@ -1,4 +1,4 @@
-"""Both fast diagonal scans (fused native loop, two-level chunked) equal the loop (SPEC 1.1, 1.2)."""
+"""Both fast diagonal scans (fused native loop, two-level chunked) equal the loop."""
 
 import ctypes
 import sys

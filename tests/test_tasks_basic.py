@@ -1,4 +1,4 @@
-"""The papers/000 tasks: targets against an independent computation from the decoded tokens."""
+"""The tasks of Ebrahimi & Memisevic 2025: targets against an independent computation from the decoded tokens."""
 
 import pytest
 import torch
@@ -46,7 +46,7 @@ def test_modarith_left_to_right_matches_python(m):
 
 
 def test_modarith_paper_example():
-    # papers/000 App. B, m = 20: [BOS] 3 * 9 - 17 + 6 + 12 [EOI] 8 (left to right)
+    # Ebrahimi & Memisevic 2025, App. B, m = 20: [BOS] 3 * 9 - 17 + 6 + 12 [EOI] 8 (left to right)
     assert ((((3 * 9) - 17) + 6) + 12) % 20 == 8
 
 

@@ -1,4 +1,4 @@
-"""Eigenvalues of the learned state transitions (SPEC section 3, interpretability; papers/001).
+"""Eigenvalues of the learned state transitions (interpretability; Grazzi et al. 2025).
 
 `statetrack analyze spectrum RUN` loads a finished run's checkpoint, feeds a batch of task inputs,
 captures each layer's mixer input, materialises the transitions A(x_t) of every token and head
@@ -16,6 +16,7 @@ import torch
 
 from statetrack import zoo
 from statetrack.errors import StatetrackError
+from statetrack.experiments.worker import checkpoint_path
 from statetrack.tasks import make_task
 
 TOLERANCE = 1e-6
@@ -49,7 +50,7 @@ def find_run(store, run: str, model: str | None = None, seed: int | None = None)
 def load_run_model(row: dict, results_dir: str | Path):
     """(model in eval mode, task) of a run, from its checkpoint under results_dir/EXPERIMENT/checkpoints."""
     config = row["config"]
-    path = Path(results_dir) / row["experiment"] / "checkpoints" / f"{row['id']}.pt"
+    path = checkpoint_path(results_dir, row["experiment"], row["id"])
     if not path.is_file():
         raise StatetrackError(f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the --results-dir it ran with")
     task = make_task(**config["task"])

@@ -1,4 +1,4 @@
-"""Chunkwise WY/UT delta rule with a hand-written backward (SPEC 1.3; the equations are in delta_rule.py).
+"""Chunkwise WY/UT delta rule with a hand-written backward (Yang et al. 2024b; the equations are in delta_rule.py).
 
 Per chunk of C steps (batched over B, H and all chunks), with cumulative log-gate gamma, Dec_ij =
 exp(gamma_i - gamma_j) for i >= j, Gam = exp(gamma), Gl = exp(gamma_C - gamma), tot = Gam_C:

@@ -1,4 +1,4 @@
-"""DeltaProduct_{n_h} (SPEC section 1.3; papers/001, Siems et al. 2025, eq. 4), layout [B, T, H, D].
+"""DeltaProduct_{n_h} (Siems et al. 2025, eq. 4), layout [B, T, H, D].
 
 Each token t performs n_h delta-rule micro-steps with its own (k_{t,j}, v_{t,j}, beta_{t,j}):
 
@@ -10,8 +10,8 @@ micro-steps are interleaved along time: k, v [B, T n_h, H, D] and beta [B, T n_h
 micro-step j at position t n_h + j; q and the log-gate g stay [B, T, H, .].
 
 The fast form runs the same chunkwise delta rule on the T n_h micro-steps, with the gate on each
-token's first micro-step and q read at its last (SPEC 1.3: "equivalent to DeltaNet run on the
-T*n_h sequence ... reading o only at each token's last micro-step"). Chunks hold whole tokens, and
+token's first micro-step and q read at its last (Siems et al. 2025: DeltaProduct is DeltaNet run on
+the T n_h micro-steps, read at each token's last micro-step). Chunks hold whole tokens, and
 the output products (Q K^T, P W, P U) are formed for the T read positions only, not for all T n_h
 micro-steps.
 """

@@ -1,12 +1,12 @@
-"""The delta rule (DeltaNet, SPEC section 1.3), layout [B, T, H, D].
+"""The delta rule (DeltaNet, Schlag et al. 2021; Yang et al. 2024b), layout [B, T, H, D].
 
     S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,    o_t = S_t^T q_t
 
 with S_t in R^{d_k x d_v} per head. beta_t in (0, 1) keeps the transition's eigenvalues in [0, 1];
-beta_t in (0, 2) extends them to (-1, 1] (reflections, papers/001). The optional gate alpha_t =
-exp(g_t) gives Gated DeltaNet. Keys are expected L2-normalised (the layer does it).
+beta_t in (0, 2) extends them to (-1, 1] (reflections, Grazzi et al. 2025). The optional gate alpha_t =
+exp(g_t) gives Gated DeltaNet (Yang et al. 2025). Keys are expected L2-normalised (the layer does it).
 
-`delta_rule` is the chunkwise WY/UT form of SPEC 1.3 (Yang et al. 2024, "Parallelizing linear
+`delta_rule` is the chunkwise WY/UT form of the delta rule (Yang et al. 2024b, "Parallelizing linear
 transformers with the delta rule over sequence length", section 3; gated form as in Gated DeltaNet,
 Yang et al. 2025, section 3.3). Within a chunk of C steps with cumulative log-gate gamma_i and
 decay Gamma_i = exp(gamma_i):
@@ -58,7 +58,7 @@ def delta_rule_reference(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = True,
 ):
-    """The definition: a plain loop over time (SPEC 1.3, DeltaNet / Gated DeltaNet recurrence).
+    """The definition: a plain loop over time (the DeltaNet / Gated DeltaNet recurrence, Yang et al. 2024b, 2025).
 
     q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [B, T, H] in (0, 2); g: [B, T, H] log-gate or None;
     initial_state: [B, H, Dk, Dv] or None (zeros). Returns (o [B, T, H, Dv], S_T or None).
@@ -106,7 +106,7 @@ def delta_rule_chunk(q, k, v, beta, g=None, initial_state=None, output_final_sta
 
 
 def delta_rule(q, k, v, beta, g=None, initial_state=None, output_final_state=True, chunk_size=DEFAULT_CHUNK_SIZE):
-    """The delta rule (SPEC 1.3) through the chunkwise WY/UT form; same contract as the reference.
+    """The delta rule (Yang et al. 2024b) through the chunkwise WY/UT form; same contract as the reference.
 
     q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [B, T, H] in (0, 2); g: [B, T, H] log-gate or None;
     initial_state: [B, H, Dk, Dv] or None. Returns (o [B, T, H, Dv], S_T or None). Differentiable

@@ -1,7 +1,7 @@
-"""Dense input-dependent linear recurrence h_t = A_t h_{t-1} + b_t (SPEC section 1.1), layout [B, T, H, D].
+"""Dense input-dependent linear recurrence h_t = A_t h_{t-1} + b_t (Ebrahimi & Memisevic 2025), layout [B, T, H, D].
 
 The full bilinear model has A_t = sum_k x_t[k] W[:, :, k]; the CP-factored one A_t = U diag(C^T x_t) V^T
-(papers/000, eqs. 1-3); both hand `dense_transition` the materialised A_t. The state may be a vector
+(Ebrahimi & Memisevic 2025, eqs. 1-3); both hand `dense_transition` the materialised A_t. The state may be a vector
 h [B, H, D] or a matrix h [B, H, D, E] (E columns carried by the same A_t; the delta rule's chunk
 recurrence uses that form).
 
@@ -114,7 +114,7 @@ def dense_transition_reference(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = True,
 ):
-    """The definition, h_t = A_t h_{t-1} + b_t (SPEC 1.1; b = None for the pure model), a plain loop.
+    """The definition, h_t = A_t h_{t-1} + b_t (Ebrahimi & Memisevic 2025; b = None for the pure model), a plain loop.
 
     A [B, T, H, D, D]; b [B, T, H, D] (or [B, T, H, D, E]) or None; initial_state [B, H, D] (or
     [B, H, D, E]) or None (zeros). Returns (h [B, T, H, D(, E)] = h_1..h_T, h_T or None).
@@ -143,7 +143,7 @@ def dense_transition(
     initial_state: torch.Tensor | None = None,
     output_final_state: bool = True,
 ):
-    """h_t = A_t h_{t-1} + b_t (SPEC 1.1) through the fused scan with the reverse-scan backward.
+    """h_t = A_t h_{t-1} + b_t (Ebrahimi & Memisevic 2025) through the fused scan with the reverse-scan backward.
 
     Same arguments and results as `dense_transition_reference`.
     """

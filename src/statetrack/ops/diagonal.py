@@ -1,8 +1,9 @@
-"""Diagonal linear recurrence h_t = a_t * h_{t-1} + b_t, elementwise (SPEC sections 1.1, 1.2).
+"""Diagonal linear recurrence h_t = a_t * h_{t-1} + b_t, elementwise (diagonal linear RNNs / SSMs).
 
-One op serves Mamba (a_t = exp(-dt A) in (0, 1), or 2 exp(.) - 1 in (-1, 1) for the [-1, 1] range),
-S4D/IDS4 (complex a_t), GLA-style decays and the rotation / real-diagonal bilinear models (papers/000,
-papers/001, papers/002). Layout: a, b [B, T, ...] (any trailing state shape, e.g. [B, T, D, N] or
+One op serves Mamba (Gu & Dao 2023; a_t = exp(-dt A) in (0, 1), or 2 exp(.) - 1 in (-1, 1) for the
+[-1, 1] range of Grazzi et al. 2025), S4D/IDS4 (Gu et al. 2022; Merrill et al. 2024; complex a_t),
+GLA-style decays (Yang et al. 2024a) and the rotation / real-diagonal bilinear models (Ebrahimi &
+Memisevic 2025). Layout: a, b [B, T, ...] (any trailing state shape, e.g. [B, T, D, N] or
 [B, T, H, D]); h_0 [B, ...]; real or complex.
 
 Fast forms (`diagonal_scan`). On CPU, the recurrence and its backward as one fused compiled loop
@@ -140,7 +141,7 @@ IMPLS = ("auto", "native", "chunked")
 
 
 def diagonal_scan(a, b, initial_state=None, output_final_state=True, chunk_size=None, impl="auto"):
-    """h_t = a_t * h_{t-1} + b_t (SPEC 1.1/1.2), exact, with a reverse-scan backward.
+    """h_t = a_t * h_{t-1} + b_t, exact, with a reverse-scan backward.
 
     Same arguments and results as `diagonal_scan_reference`. impl: "native" is the fused compiled
     loop (CPU; `statetrack.ops.native`), "chunked" the two-level PyTorch scan of the module

@@ -1,6 +1,6 @@
 """Inverse of a batch of unit lower-triangular matrices, (I + A)^-1 for strictly lower A.
 
-The chunkwise delta rule needs it for every chunk (the UT transform, SPEC 1.3). On CPU,
+The chunkwise delta rule needs it for every chunk (the UT transform, Yang et al. 2024b). On CPU,
 `torch.linalg.solve_triangular` loops over the batch (one LAPACK call and one copy per matrix),
 which dominated the chunk form. Here the CPU inverse is the compiled forward substitution of
 `triangular.c` (see `native.py`); on CUDA, or without a C compiler, it is built by block doubling,

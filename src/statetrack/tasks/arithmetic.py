@@ -1,7 +1,8 @@
-"""Parity, modular addition and modular arithmetic without brackets (SPEC section 2).
+"""Parity, modular addition and modular arithmetic without brackets.
 
-papers/000 format (`[BOS] ... [EOI] answer`): parity, modadd, modarith (left to right).
-papers/001 forms: parity_lm (language-model parity) and modarith_precedence (* before + and -).
+The format of Ebrahimi & Memisevic 2025 (`[BOS] ... [EOI] answer`): parity, modadd, modarith (left to
+right). The forms of Grazzi et al. 2025: parity_lm (language-model parity) and modarith_precedence
+(* before + and -).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class Parity(FinalAnswerTask):
     """`[BOS] b_1 ... b_n [EOI]` -> (sum_i b_i) mod 2."""
 
     name = "parity"
-    summary = "bits; answer = number of ones mod 2 (papers/000 format)"
+    summary = "bits; answer = number of ones mod 2 (format of Ebrahimi & Memisevic 2025)"
 
     def __init__(self):
         self._init_vocab(["0", "1"], ["0", "1"])
@@ -36,7 +37,7 @@ class ModularAddition(FinalAnswerTask):
     """`[BOS] a_1 ... a_n [EOI]` -> (sum_i a_i) mod m, each a_i in [0, m) a single token."""
 
     name = "modadd"
-    summary = "integers in [0, m); answer = sum mod m (papers/000)"
+    summary = "integers in [0, m); answer = sum mod m (Ebrahimi & Memisevic 2025)"
 
     def __init__(self, m: int = 20):
         self.m = self.check_int(self.name, "m", m, 2)
@@ -51,13 +52,13 @@ class ModularAddition(FinalAnswerTask):
 class ModularArithmetic(FinalAnswerTask):
     """`[BOS] a_1 o_1 a_2 ... o_{n-1} a_n [EOI]`, o in {+, -, *}, evaluated left to right mod m.
 
-    `length` counts the operands a_i (papers/000 App. B samples n operands and interleaves n - 1
-    operators), so an example has 2n - 1 task tokens. Example (m = 20):
+    `length` counts the operands a_i (Ebrahimi & Memisevic 2025, App. B, samples n operands and
+    interleaves n - 1 operators), so an example has 2n - 1 task tokens. Example (m = 20):
     `[BOS] 3 * 9 - 17 + 6 + 12 [EOI] 8`.
     """
 
     name = "modarith"
-    summary = "integers and + - * in [0, m), evaluated left to right mod m (papers/000); length = operands"
+    summary = "integers and + - * in [0, m), evaluated left to right mod m (Ebrahimi & Memisevic 2025); length = operands"
     operators = ("+", "-", "*")
 
     def __init__(self, m: int = 20):
@@ -79,7 +80,7 @@ class ModularArithmetic(FinalAnswerTask):
 
 @register
 class ParityLM(Task):
-    """Parity in the language-model form of papers/001 (xLSTM / negative-eigenvalue papers).
+    """Parity in the language-model form of Beck et al. 2024 and Grazzi et al. 2025.
 
     Bits are tokens 1 ("0") and 2 ("1"); token 0 is padding. The sequence is the n = length - 1
     bits followed by the answer token (the parity, written with the same bit tokens), so
@@ -90,7 +91,7 @@ class ParityLM(Task):
     """
 
     name = "parity_lm"
-    summary = "parity in LM form (papers/001): bits as tokens 1/2, answer token at the end; length includes it"
+    summary = "parity in LM form (Grazzi et al. 2025): bits as tokens 1/2, answer token at the end; length includes it"
     min_length = 2
 
     def __init__(self):
@@ -129,12 +130,13 @@ def evaluate_with_precedence(operands: torch.Tensor, operators: torch.Tensor, m:
 class ModularArithmeticPrecedence(FinalAnswerTask):
     """`[BOS] a_1 o_1 a_2 ... a_n [EOI]` with o in {+, -, *}, usual precedence (* first), mod m.
 
-    The Chomsky-hierarchy / xLSTM form of modular arithmetic without brackets (papers/001, m = 5).
+    The Chomsky-hierarchy / xLSTM form of modular arithmetic without brackets (Deletang et al. 2023;
+    Beck et al. 2024; Grazzi et al. 2025; m = 5).
     `length` counts the operands, as in `modarith`; an example has 2n - 1 task tokens.
     """
 
     name = "modarith_precedence"
-    summary = "integers and + - * mod m with operator precedence (* before + -), m = 5 (papers/001); length = operands"
+    summary = "integers and + - * mod m with operator precedence (* before + -), m = 5 (Grazzi et al. 2025); length = operands"
     operators = ("+", "-", "*")
 
     def __init__(self, m: int = 5):

@@ -1,4 +1,4 @@
-"""Random state machine of papers/000 (SPEC section 2)."""
+"""Random state machine of Ebrahimi & Memisevic 2025."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class RandomStateMachine(FinalAnswerTask):
     """
 
     name = "fsm"
-    summary = "random permutation automaton on n states; answer = final state (papers/000)"
+    summary = "random permutation automaton on n states; answer = final state (Ebrahimi & Memisevic 2025)"
 
     def __init__(self, states: int = 6, machine_seed: int = 0):
         self.states = self.check_int(self.name, "states", states, 2)

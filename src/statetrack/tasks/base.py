@@ -1,4 +1,4 @@
-"""Task base class and the `Batch` every task produces (SPEC section 2).
+"""Task base class and the `Batch` every task produces.
 
 A task is a pure, seeded generator: `sample(batch_size, length, generator)` draws every random
 number from the `torch.Generator` it is given, so the same generator state gives the same batch.
@@ -24,7 +24,7 @@ class Batch:
     """One batch: `inputs` [B, T] token ids, `targets` [B, T] class ids, `mask` [B, T] supervised.
 
     `soft_targets` (optional, default None) is a float tensor [B, T, ...] of exact target
-    distributions for tasks whose answer is a belief (PFSA-SR, papers/003): its first two
+    distributions for tasks whose answer is a belief (PFSA-SR, Siems et al. 2026): its first two
     dimensions match `inputs`. Tasks without it leave it None; callers that only use
     (inputs, targets, mask) are unaffected.
     """
@@ -80,7 +80,7 @@ class Task:
 
     @property
     def chance(self) -> float:
-        """Chance accuracy: 1 / number of possible answers (SPEC section 2)."""
+        """Chance accuracy: 1 / number of possible answers."""
         return 1.0 / self.num_classes
 
     @property
@@ -121,7 +121,7 @@ class Task:
 
 
 class FinalAnswerTask(Task):
-    """papers/000 format: `[BOS] s_1 ... s_n [EOI]`, one answer predicted at [EOI], loss only there.
+    """The format of Ebrahimi & Memisevic 2025: `[BOS] s_1 ... s_n [EOI]`, one answer predicted at [EOI], loss only there.
 
     Subclasses list their symbols in `symbols` and implement `_draw(batch_size, length, g)`
     returning symbol indices [B, n'] (n' may differ from `length`, e.g. operators interleaved)

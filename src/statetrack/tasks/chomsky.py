@@ -1,5 +1,5 @@
-"""Chomsky-hierarchy tasks (Deletang et al. 2023; papers/001, 004): even pairs, cycle navigation,
-and modular arithmetic with brackets (SPEC section 2). All use the `[BOS] ... [EOI] answer` format.
+"""Chomsky-hierarchy tasks (Deletang et al. 2023; Grazzi et al. 2025; Movahedi et al. 2025): even pairs,
+cycle navigation and modular arithmetic with brackets. All use the `[BOS] ... [EOI] answer` format.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class EvenPairs(FinalAnswerTask):
     """
 
     name = "even_pairs"
-    summary = "strings over {a, b}; is the number of ab and ba pairs even? (Chomsky hierarchy, regular)"
+    summary = "strings over {a, b}; is the number of ab and ba pairs even? (Deletang et al. 2023; regular)"
 
     def __init__(self):
         self._init_vocab(["a", "b"], ["odd", "even"])
@@ -37,7 +37,7 @@ class CycleNavigation(FinalAnswerTask):
     """
 
     name = "cycle_navigation"
-    summary = "moves 0/+1/-1 on a cycle of 5 positions from 0; answer = final position (Chomsky hierarchy, regular)"
+    summary = "moves 0/+1/-1 on a cycle of 5 positions from 0; answer = final position (Deletang et al. 2023; regular)"
     steps = (0, 1, -1)
 
     def __init__(self, cycle: int = 5):
@@ -90,7 +90,8 @@ class _Parser:
 
 @register
 class ModularArithmeticBrackets(FinalAnswerTask):
-    """Expressions with + - * and brackets over digits in [0, m), evaluated mod m (papers/001, 004).
+    """Expressions with + - * and brackets over digits in [0, m), evaluated mod m (Grazzi et al. 2025;
+    Movahedi et al. 2025).
 
     Drawn from the recursive grammar of the Chomsky-hierarchy task, sized to exactly `length`
     tokens (here `length` counts every task token, brackets and operators included):
@@ -101,7 +102,7 @@ class ModularArithmeticBrackets(FinalAnswerTask):
     """
 
     name = "modarith_brackets"
-    summary = "expressions with + - * and brackets mod m = 5 (papers/001, 004); length = all expression tokens"
+    summary = "expressions with + - * and brackets mod m = 5 (Grazzi et al. 2025; Movahedi et al. 2025); length = all expression tokens"
     operators = ("+", "-", "*")
 
     def __init__(self, m: int = 5):

@@ -1,5 +1,5 @@
-"""Counting / timing (papers/002, section 4.3): an on/off signal of fixed-length stimuli (ISI)
-separated by random gaps (ITI); next-step prediction. SPEC section 2.
+"""Counting / timing (Anonymous 2025, section 4.3): an on/off signal of fixed-length stimuli (ISI)
+separated by random gaps (ITI); next-step prediction.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from statetrack.tasks.base import PAD, Batch, Task
 from statetrack.tasks.registry import register
 
 PRESETS = {
-    # name: (ISI, ITI min, ITI max, sequence length of papers/002)
+    # name: (ISI, ITI min, ITI max, sequence length of Anonymous 2025)
     "short": (10, 20, 40, 200),
     "medium": (30, 60, 120, 600),
     "long": (50, 100, 200, 1000),
@@ -37,7 +37,7 @@ class Counting(Task):
     """
 
     name = "counting"
-    summary = "timing: on/off signal, fixed ISI, random ITI; next-step prediction (papers/002); presets short|medium|long"
+    summary = "timing: on/off signal, fixed ISI, random ITI; next-step prediction (Anonymous 2025); presets short|medium|long"
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Finite groups with canonical element indexing: Z_m, S_n, A_n and direct products (SPEC section 2).
+"""Finite groups with canonical element indexing: Z_m, S_n, A_n and direct products.
 
 Public API (`statetrack.tasks.groups`):
 

@@ -1,5 +1,5 @@
 """Memory tasks: copying (Jelassi et al. 2024), copy memory and denoising / selective copying
-(papers/002, after Arjovsky et al. 2016 and Jing et al. 2019). SPEC section 2.
+(Anonymous 2025, after Arjovsky et al. 2016 and Jing et al. 2019).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Copying(Task):
 class _DelayedRecall(Task):
     """Shared layout of copy memory and denoising: S+T input positions, an indicator, S output slots.
 
-    `vary` picks what `length` means, for the two generalization settings of papers/002:
+    `vary` picks what `length` means, for the two generalization settings of Anonymous 2025:
     `vary="blanks"`: length = T (blank count), S = `pattern` (train T in 10..50, test up to 500);
     `vary="pattern"`: length = S (pattern length), T = `blanks` (train S in 2..10, test up to 100).
     Vocabulary: `symbols` digits, blank `_`, indicator `:` (and padding). Targets are the pattern
@@ -98,16 +98,16 @@ class _DelayedRecall(Task):
 
 @register
 class CopyMemory(_DelayedRecall):
-    """Copy memory (papers/002): S digits, T blanks, the indicator `:`, then S output slots.
+    """Copy memory (Anonymous 2025): S digits, T blanks, the indicator `:`, then S output slots.
 
-    SPEC's layout (S + T + 1 + S tokens); papers/002 counts the indicator inside its T + 2S.
+    The layout is S + T + 1 + S tokens; Anonymous 2025 counts the indicator inside its T + 2S.
     `vary="blanks"`: length = T, S = `pattern` (train T in 10..50, test up to 500);
     `vary="pattern"`: length = S, T = `blanks` (train S in 2..10, test up to 100).
     Targets: the pattern digits at the S output slots (mask there only); chance 1 / symbols.
     """
 
     name = "copy_memory"
-    summary = "copy memory: S digits, T blanks, indicator, recall S digits (papers/002); vary=blanks|pattern"
+    summary = "copy memory: S digits, T blanks, indicator, recall S digits (Anonymous 2025); vary=blanks|pattern"
 
     def _body(self, x, blanks, g):
         blank = self.vocab.index(self.BLANK)
@@ -116,7 +116,7 @@ class CopyMemory(_DelayedRecall):
 
 @register
 class Denoising(_DelayedRecall):
-    """Denoising / selective copying (papers/002): the S digits are scattered, in order,
+    """Denoising / selective copying (Anonymous 2025): the S digits are scattered, in order,
     among S + T positions (uniformly random positions), the rest blank; then `:` and S slots.
 
     `vary="blanks"`: length = T, S = `pattern` (train T in 10..50, test up to 500);
@@ -125,7 +125,7 @@ class Denoising(_DelayedRecall):
     """
 
     name = "denoise"
-    summary = "selective copying: S digits scattered among S+T blanks, indicator, recall S digits (papers/002)"
+    summary = "selective copying: S digits scattered among S+T blanks, indicator, recall S digits (Anonymous 2025)"
 
     def _body(self, x, blanks, g):
         b, s = x.shape

@@ -1,4 +1,4 @@
-"""PFSA-SR permutation tracking (papers/003, section 4.1 and appendix C; SPEC section 1.5).
+"""PFSA-SR permutation tracking (Siems et al. 2026, section 4.1 and appendix C).
 
 A list of n positions holds the n elements 0..n-1, starting in order (the identity). Each
 token is either a noisy shuffle `swap(i,j)?` (the contents of positions i and j are exchanged
@@ -23,7 +23,7 @@ MAX_N = 6  # 720 joint states; the exact tracker keeps [B, n!] beliefs
 
 @register
 class PermutationPFSA(Task):
-    """Probabilistic permutation shuffles with partial reveals; exact belief targets (papers/003).
+    """Probabilistic permutation shuffles with partial reveals; exact belief targets (Siems et al. 2026).
 
     Each token is a reveal with probability `reveal_prob`, else a noisy swap of a uniformly
     random pair of positions that fails with probability `noise`. States are the n!
@@ -37,7 +37,7 @@ class PermutationPFSA(Task):
     """
 
     name = "pfsa"
-    summary = "noisy swaps + reveals of a permutation; exact belief targets (papers/003 PFSA-SR)"
+    summary = "noisy swaps + reveals of a permutation; exact belief targets (PFSA-SR, Siems et al. 2026)"
 
     def __init__(self, n: int = 4, noise: float = 0.5, reveal_prob: float = 0.3, belief: str = "auto"):
         self.n = self.check_int(self.name, "n", n, 2)
@@ -78,7 +78,7 @@ class PermutationPFSA(Task):
 
         Returns (beliefs [B, T, n!], or [B, T, n, n] marginals with `marginal`; norms [B, T]): with `renormalise` the PFSA-SR update
         b = f(T Z b) (norms are then the per-step survival probabilities s_t); without it the
-        linear recurrence h = T Z h of papers/003, whose norm ||h_t||_1 = prod_k s_k decays
+        linear recurrence h = T Z h of Siems et al. 2026, whose norm ||h_t||_1 = prod_k s_k decays
         geometrically and underflows at a predictable length.
         """
         b_size, length = inputs.shape

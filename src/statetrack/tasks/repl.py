@@ -1,4 +1,4 @@
-"""REPL traces (papers/003, section 3): S_n permutation tracking written as a Python REPL session.
+"""REPL traces (Siems et al. 2026, section 3): S_n permutation tracking written as a Python REPL session.
 
 A trace assigns n distinct values to n variables, then issues `length` commands that permute the
 variables' contents, and every `spacing` commands prints one variable. Tokens are text fragments
@@ -25,12 +25,12 @@ from statetrack.tasks.registry import register
 
 PROMPT, COMMA, ASSIGN, PRINT, CLOSE, NEWLINE = ">>> ", ", ", " = ", "print(", ")", "\n"
 CURRICULUM = ((8, 1), (16, 2), (32, 4), (64, 8))
-"""papers/003 curriculum stages (commands, reveal spacing), 15,000 traces each."""
+"""Curriculum stages of Siems et al. 2026 (commands, reveal spacing), 15,000 traces each."""
 
 
 @register
 class ReplTrace(Task):
-    """S_n permutation tracking as a Python REPL trace (papers/003).
+    """S_n permutation tracking as a Python REPL trace (Siems et al. 2026).
 
     Parameters: `n` variables (a, b, c, ...) holding the distinct values 0..n-1 in a random
     initial order; `moves="full"` commands assign a uniformly random permutation of all n
@@ -41,7 +41,7 @@ class ReplTrace(Task):
     """
 
     name = "repl"
-    summary = "S_n permutation tracking as Python REPL traces with print reveals (papers/003); length = commands"
+    summary = "S_n permutation tracking as Python REPL traces with print reveals (Siems et al. 2026); length = commands"
 
     def __init__(self, n: int = 5, spacing: int = 1, moves: str = "full"):
         self.n = self.check_int(self.name, "n", n, 2)
@@ -131,7 +131,7 @@ class ReplTrace(Task):
 
 
 def repl_curriculum(n: int = 5, moves: str = "full", traces_per_stage: int = 15_000) -> list[dict]:
-    """The papers/003 curriculum: one stage per (commands, spacing) in CURRICULUM.
+    """The curriculum of Siems et al. 2026: one stage per (commands, spacing) in CURRICULUM.
 
     Each stage is {"task": ReplTrace(n, spacing, moves), "length": commands, "spacing": spacing,
     "traces": traces_per_stage}; train on the stages in order.

@@ -1,4 +1,4 @@
-"""Group word problems (Merrill et al. 2024; papers/001, 002, 004; SPEC section 2).
+"""Group word problems (Merrill et al. 2024; Siems et al. 2025; Anonymous 2025; Movahedi et al. 2025).
 
 Inputs g_1 .. g_T are drawn uniformly from the group G, one token per element (token id =
 canonical element index of `statetrack.tasks.groups`, identity = 0). The target at every
@@ -26,7 +26,7 @@ class WordProblem(Task):
     """
 
     name = "word_problem"
-    summary = "group word problem (Z_m, S_n, A_n, products like A4xZ5); target = prefix product at every position"
+    summary = "group word problem (Z_m, S_n, A_n, products like A4xZ5); target = prefix product at every position (Merrill et al. 2024)"
     min_length = 1
 
     def __init__(self, group: str = "A5"):
