@@ -32,3 +32,14 @@ def tiny_spec(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture
+def registry():
+    """The model registry, restored afterwards: models registered by a test do not leak."""
+    from statetrack.layers import MODELS
+
+    saved = dict(MODELS)
+    yield MODELS
+    MODELS.clear()
+    MODELS.update(saved)

@@ -62,7 +62,7 @@ def test_models_without_a_linear_transition_say_so(tmp_path):
 
 def test_layer_spectra_of_a_two_layer_model_and_stats():
     torch.manual_seed(1)
-    model = zoo.build_model({"name": "deltaproduct", "n_h": 2, "d_model": 8, "num_layers": 2}, 3, 2)
+    model = zoo.build_model({"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]", "d_model": 8, "num_layers": 2}, 3, 2)
     spectra = layer_spectra(model, torch.randint(0, 3, (2, 5)))
     assert [s["layer"] for s in spectra] == [0, 1]
     stats = spectrum_stats(spectra[0]["eigenvalues"])

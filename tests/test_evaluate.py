@@ -34,7 +34,7 @@ def test_chunked_predictions_equal_whole_sequence(spec):
 def test_evaluation_is_chunk_size_invariant_and_reaches_length_10000():
     torch.manual_seed(0)
     task = make_task("parity")
-    model = zoo.build_model({"name": "deltanet", "d_model": 8, "num_heads": 1}, task.vocab_size, task.num_classes)
+    model = zoo.build_model({"name": "deltanet", "eig_range": "[-1,1]", "d_model": 8, "num_heads": 1}, task.vocab_size, task.num_classes)
     a = evaluate_lengths(model, task, [30], samples=8, batch_size=8, chunk_size=None)
     b = evaluate_lengths(model, task, [30], samples=8, batch_size=8, chunk_size=7)
     assert a == b

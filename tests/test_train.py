@@ -25,7 +25,7 @@ def test_lstm_learns_modular_addition_in_distribution():
 
 def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
     task = make_task("parity")
-    spec = {"name": "deltanet", "d_model": 8, "num_heads": 1}
+    spec = {"name": "deltanet", "eig_range": "[-1,1]", "d_model": 8, "num_heads": 1}
     config = dict(batch_size=8, lr=1e-2, min_length=2, max_length=6, early_stop_loss=None, checkpoint_every=5, device="cpu")
 
     straight = make(spec, task)

@@ -6,6 +6,7 @@ import torch
 
 from statetrack import zoo
 from statetrack.layers import GLA, IDS4, S4D, DeltaNet, DeltaProduct, GatedDeltaNet, Mamba, Mamba2, mLSTM
+from statetrack.ops import delta_product
 from statetrack.ops.delta_rule import delta_rule_reference
 
 D = 8
@@ -50,26 +51,45 @@ def test_deltaproduct_is_deltanet_on_interleaved_micro_steps():
     layer = DeltaProduct(D, 2, n_h=3, eig_range="[-1,1]").double()
     x = torch.randn(2, 5, D, dtype=torch.float64)
     g = layer.gates(x)
+    k, v, beta = g["k"].view(2, 5, 3, 2, -1), g["v"].view(2, 5, 3, 2, -1), g["beta"].view(2, 5, 3, 2)  # token t, micro-step j
     S = None
     outs = []
     for t in range(x.shape[1]):
         for j in range(3):
-            o, S = delta_rule_reference(g["q"][:, t : t + 1], g["k"][:, t : t + 1, j], g["v"][:, t : t + 1, j], g["beta"][:, t : t + 1, j], initial_state=S)
+            o, S = delta_rule_reference(g["q"][:, t : t + 1], k[:, t : t + 1, j], v[:, t : t + 1, j], beta[:, t : t + 1, j], initial_state=S)
         outs.append(o)
     o = torch.cat(outs, 1)
     expected = layer.o_proj(layer.o_norm(o).reshape(2, 5, -1))
     torch.testing.assert_close(layer(x)[0], expected, rtol=1e-10, atol=1e-10)
 
 
+def test_deltanet_is_deltaproduct_with_one_householder():
+    """Same init for the same seed, same outputs; and the `delta_rule` path DeltaNet takes equals the
+    `delta_product` op with one micro-step per token."""
+    x = torch.randn(2, 9, D, dtype=torch.float64)
+    for eig_range in ("[0,1]", "[-1,1]"):
+        torch.manual_seed(7)
+        deltanet = DeltaNet(D, 2, eig_range=eig_range).double()
+        torch.manual_seed(7)
+        product = DeltaProduct(D, 2, n_h=1, eig_range=eig_range).double()
+        for (name, a), (name_b, b) in zip(deltanet.state_dict().items(), product.state_dict().items()):
+            assert name == name_b and torch.equal(a, b)
+        torch.testing.assert_close(deltanet(x)[0], product(x)[0], rtol=0, atol=0)
+        o, _ = delta_product(**deltanet.gates(x), num_householder=1)
+        expected = deltanet.o_proj(deltanet.o_norm(o).reshape(2, 9, -1))
+        torch.testing.assert_close(deltanet(x)[0], expected, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(deltanet.transition_matrices(x), product.transition_matrices(x), rtol=0, atol=0)
+
+
 def test_deltaproduct_transition_is_the_product_of_householders_applied_to_the_state():
     torch.manual_seed(2)
-    layer = DeltaProduct(D, 1, n_h=2).double()
+    layer = DeltaProduct(D, 1, n_h=2, eig_range="[-1,1]").double()
     x = torch.randn(1, 1, D, dtype=torch.float64)
     S0 = torch.randn(1, 1, D, D, dtype=torch.float64)
-    g = layer.gates(x)
+    g = layer.gates(x)  # k, v [1, 2 micro-steps, 1, D]
     q = torch.zeros_like(g["q"])
-    _, S1 = delta_rule_reference(q.expand(1, 2, 1, D), g["k"][0], g["v"][0], g["beta"][0], initial_state=S0)
-    _, S_zero_v = delta_rule_reference(q.expand(1, 2, 1, D), g["k"][0], torch.zeros_like(g["v"][0]), g["beta"][0], initial_state=S0)
+    _, S1 = delta_rule_reference(q.expand(1, 2, 1, D), g["k"], g["v"], g["beta"], initial_state=S0)
+    _, S_zero_v = delta_rule_reference(q.expand(1, 2, 1, D), g["k"], torch.zeros_like(g["v"]), g["beta"], initial_state=S0)
     A = layer.transition_matrices(x)[0, 0, 0]
     torch.testing.assert_close(S_zero_v[0, 0], A @ S0[0, 0])  # the state part of the update is A S
     assert not torch.allclose(S1, S_zero_v)
@@ -77,7 +97,7 @@ def test_deltaproduct_transition_is_the_product_of_householders_applied_to_the_s
 
 def _eigs(layer, x):
     with torch.no_grad():
-        if isinstance(layer, DeltaProduct):  # each Householder factor is the materialised symmetric transition
+        if type(layer) is DeltaProduct:  # each Householder factor is the materialised symmetric transition
             return torch.linalg.eigvalsh(layer.householder_factors(x))
         return layer.transition_eigenvalues(x)
 

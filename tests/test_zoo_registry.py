@@ -1,9 +1,15 @@
-"""The model registry: every model builds, trains a step and has the papers' display name."""
+"""The model registry: every model builds (also on the meta device), trains a step, rejects a badly
+shaped input and has the papers' display name; `@register_model` adds a model without touching the zoo."""
+
+import re
 
 import pytest
 import torch
+from torch import nn
 
 from statetrack import StatetrackError, zoo
+from statetrack.layers import MODELS
+from statetrack.layers.common import DEFAULT_EIG_RANGE, head_split
 
 
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))
@@ -17,6 +23,41 @@ def test_every_model_builds_and_backpropagates(name):
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_every_model_builds_on_the_meta_device(name):
+    with torch.device("meta"):
+        model = zoo.build_model(name, 7, 4)
+    params = list(model.parameters())
+    assert params and all(p.is_meta for p in params)
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_every_mixer_rejects_a_badly_shaped_input(name):
+    d = 16
+    mixer = _mixer(name, d)
+    for bad in (torch.randn(2, 5, d + 1), torch.randn(5, d)):
+        expected = f"{type(mixer).__name__} expects x of shape [B, T, d_model] = [B, T, {d}], got {tuple(bad.shape)}"
+        with pytest.raises(StatetrackError, match=re.escape(expected)):
+            mixer(bad)
+
+
+def _mixer(name: str, d_model: int) -> nn.Module:
+    spec = zoo.resolve({"name": name, "d_model": d_model})
+    return zoo.get_entry(name).mixer(d_model, **{k: v for k, v in spec.items() if k != "name" and k not in zoo.MODEL_DEFAULTS})
+
+
+@pytest.mark.parametrize("name", sorted(n for n in zoo.MODELS if "eig_range" in zoo.mixer_parameters(n)))
+def test_the_default_eig_range_is_the_published_models_zero_one(name):
+    assert DEFAULT_EIG_RANGE == "[0,1]"
+    assert zoo.mixer_parameters(name)["eig_range"] == "[0,1]"
+    assert zoo.display_name(name).endswith(" [0,1]")
+
+
+def test_the_switched_families():
+    switched = {n for n in zoo.MODELS if "eig_range" in zoo.mixer_parameters(n)}
+    assert switched == {"deltanet", "gated_deltanet", "deltaproduct", "mamba", "mamba2"}
+
+
 @pytest.mark.parametrize(
     "spec, name",
     [
@@ -28,8 +69,10 @@ def test_every_model_builds_and_backpropagates(name):
         ({"name": "mamba"}, "Mamba [0,1]"),
         ({"name": "mamba2", "eig_range": "[-1,1]"}, "Mamba-2 [-1,1]"),
         ({"name": "deltanet", "eig_range": "[0,1]"}, "DeltaNet [0,1]"),
-        ({"name": "gated_deltanet"}, "Gated DeltaNet [-1,1]"),
-        ({"name": "deltaproduct", "n_h": 3}, "DeltaProduct_3 [-1,1]"),
+        ({"name": "deltanet", "eig_range": "[-1,1]"}, "DeltaNet [-1,1]"),
+        ({"name": "gated_deltanet"}, "Gated DeltaNet [0,1]"),
+        ({"name": "gated_deltanet", "eig_range": "[-1,1]"}, "Gated DeltaNet [-1,1]"),
+        ({"name": "deltaproduct", "n_h": 3, "eig_range": "[-1,1]"}, "DeltaProduct_3 [-1,1]"),
         ("deltaproduct-2", "DeltaProduct_2 [-1,1]"),
         ({"name": "s4d"}, "S4D"),
         ({"name": "ids4"}, "IDS4"),
@@ -42,14 +85,113 @@ def test_display_names(spec, name):
 
 @pytest.mark.parametrize("spec, match", [
     ({"name": "mamba", "eig_range": "[0,2]"}, r"unknown eig_range '\[0,2\]'"),
+    ({"name": "deltanet", "eig_range": "[-1,0]"}, r"unknown eig_range '\[-1,0\]'; expected one of: \[0,1\], \[-1,1\]"),
     ({"name": "deltaproduct", "n_h": 0}, "n_h .* must be an integer >= 1"),
     ({"name": "mamba", "heads": 2}, "model 'mamba' has no parameter 'heads'"),
+    ({"name": "mamba2", "d_model": 16, "head_dim": 12}, r"expand \* d_model = 32 is not divisible by head_dim 12"),
+    ({"name": "s4d", "d_state": 3}, "d_state must be an even number"),
 ])
 def test_bad_switches_are_named(spec, match):
     with pytest.raises(StatetrackError, match=match):
         zoo.build_model(spec, 4, 2)
 
 
+@pytest.mark.parametrize("name", ["deltanet", "gated_deltanet", "deltaproduct", "gla", "mlstm", "slstm", "transformer"])
+def test_every_head_split_is_one_statetrack_error(name):
+    with pytest.raises(StatetrackError, match="d_model 30 is not divisible by num_heads 4; choose num_heads dividing d_model"):
+        zoo.build_model({"name": name, "d_model": 30, "num_heads": 4}, 4, 2)
+
+
+def test_head_split():
+    assert head_split(32, 4) == (4, 8)
+    assert head_split(32, 5, head_dim=8) == (5, 8)  # an explicit head_dim needs no divisibility
+    with pytest.raises(StatetrackError, match="d_model 32 is not divisible by num_heads 5; choose num_heads dividing d_model or set head_dim"):
+        head_split(32, 5)
+    with pytest.raises(StatetrackError, match="num_heads must be an integer >= 1, got 0"):
+        head_split(32, 0)
+
+
 def test_transformer_is_not_chunk_evaluated_but_recurrent_models_are():
     assert not zoo.get_entry("transformer").recurrent
     assert all(zoo.get_entry(n).recurrent for n in zoo.MODELS if n != "transformer")
+
+
+def test_zoo_exposes_the_registry_itself():
+    assert zoo.MODELS is MODELS
+    assert all(entry.name == name for name, entry in zoo.MODELS.items())
+    assert zoo.get_entry("deltanet").summary.startswith("The delta rule")  # the docstring's first line
+
+
+# --- @register_model ---------------------------------------------------------------------------
+
+
+class Doubler(nn.Module):
+    """Doubles its input: a stateless test mixer.
+
+    More docstring that is not the summary.
+    """
+
+    def __init__(self, d_model: int, factor: int = 2):
+        super().__init__()
+        self.d_model, self.factor = d_model, factor
+        self.scale = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x, state=None):
+        return self.factor * self.scale * x, state
+
+
+def test_a_registered_mixer_builds_through_the_zoo(registry):
+    zoo.register_model("test_doubler", display="Doubler x{factor}")(Doubler)
+    spec = zoo.resolve({"name": "test_doubler", "factor": 3, "d_model": 8})
+    assert spec == {"name": "test_doubler", "d_model": 8, "num_layers": 1, "mlp": True, "factor": 3}
+    assert zoo.display_name(spec) == "Doubler x3"
+    entry = zoo.get_entry("test_doubler")
+    assert entry.summary == "Doubles its input: a stateless test mixer" and entry.recurrent and entry.mixer is Doubler
+    model = zoo.build_model(spec, vocab_size=5, num_classes=3)
+    logits, _ = model(torch.randint(0, 5, (2, 4)))
+    assert logits.shape == (2, 4, 3)
+    mixers = [m for m in model.modules() if isinstance(m, Doubler)]
+    assert len(mixers) == 1 and mixers[0].factor == 3
+
+
+def test_display_callable_summary_and_recurrent_flag(registry):
+    zoo.register_model("test_doubler", display=lambda s: f"D{s['factor'] * 10}", summary="mine", recurrent=False)(Doubler)
+    entry = zoo.get_entry("test_doubler")
+    assert (entry.summary, entry.recurrent, zoo.display_name("test_doubler")) == ("mine", False, "D20")
+
+
+def test_the_same_class_registered_again_replaces_its_entry(registry):
+    zoo.register_model("test_doubler", display="A")(Doubler)
+    zoo.register_model("test_doubler", display="B")(Doubler)  # e.g. a user module imported twice
+    assert zoo.display_name("test_doubler") == "B"
+
+
+def test_a_taken_name_is_an_error_naming_both_classes(registry):
+    class Other(Doubler):
+        pass
+
+    with pytest.raises(StatetrackError, match=r"model name 'deltanet' is taken by statetrack\.layers\.deltanet\.DeltaNet; "
+                                              r"cannot register .*Other under it"):
+        zoo.register_model("deltanet", display="X")(Other)
+    assert zoo.get_entry("deltanet").mixer.__name__ == "DeltaNet"
+
+
+class NoDModel(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+
+
+@pytest.mark.parametrize("name, target, display, match", [
+    ("", Doubler, "X", "the name must be a non-empty string, got ''"),
+    (3, Doubler, "X", "the name must be a non-empty string, got 3"),
+    ("test_bad", object, "X", "expects an nn.Module subclass whose __init__ takes d_model as its first parameter, got <class 'object'>"),
+    ("test_bad", len, "X", "expects an nn.Module subclass"),
+    ("test_bad", NoDModel, "X", "NoDModel.__init__ takes width first"),
+    ("test_bad", Doubler, "X {heads}", "display 'X {heads}' names 'heads', which is not a parameter; its parameters: .*factor"),
+    ("test_bad", Doubler, 5, "display must be a template string or a callable"),
+])
+def test_bad_registrations_are_one_line_errors(registry, name, target, display, match):
+    with pytest.raises(StatetrackError, match=match) as error:
+        zoo.register_model(name, display=display)(target)
+    assert "\n" not in str(error.value)
+    assert "test_bad" not in MODELS

@@ -1,6 +1,8 @@
-"""Model registry: mixer names, their parameters and display names, and presets.
+"""Models by name: the registry of mixers (`statetrack.layers.registry`), their parameters and
+display names, presets, and `build_model`.
 
-A model spec is a flat dict: `{"name": "deltanet", "eig_range": "[-1,1]", "d_model": 32,
+Every mixer in `statetrack.layers` registers itself with `@register_model`, so adding a model never
+touches this file. A model spec is a flat dict: `{"name": "deltanet", "eig_range": "[-1,1]", "d_model": 32,
 "num_layers": 1}`. `d_model`, `num_layers` and `mlp` shape the SequenceModel; every other key is
 passed to the mixer. `resolve` fills in every default, so a resolved spec names the model fully.
 """
@@ -8,76 +10,15 @@ passed to the mixer. `resolve` fills in every default, so a resolved spec names 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
-from typing import Callable
-
-from torch import nn
 
 from statetrack.errors import StatetrackError, unknown
-from statetrack.layers import (
-    GLA,
-    IDS4,
-    LSTM,
-    S4D,
-    CausalSelfAttention,
-    DeltaNet,
-    DeltaProduct,
-    GatedDeltaNet,
-    Mamba,
-    Mamba2,
-    mLSTM,
-    sLSTM,
-)
+from statetrack.layers import MODELS, ModelEntry, register_model
 from statetrack.model import SequenceModel
 
+__all__ = ["MODELS", "MODEL_DEFAULTS", "PRESETS", "ModelEntry", "build_model", "display_name", "get_entry",
+           "mixer_parameters", "register_model", "resolve"]
+
 MODEL_DEFAULTS = {"d_model": 64, "num_layers": 1, "mlp": True}
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    mixer: type[nn.Module]
-    summary: str
-    display: Callable[[dict], str]
-    recurrent: bool = True  # carries a fixed-size state: evaluates long inputs in chunks
-
-
-MODELS: dict[str, ModelEntry] = {
-    "transformer": ModelEntry(
-        CausalSelfAttention,
-        "GPT-2 style causal Transformer (pre-LN, MLP x4, GELU); positional none | sinusoidal | rope; KV cache",
-        lambda s: "Transformer" + {"none": "", "sinusoidal": " (sinusoidal)", "rope": " (RoPE)"}[s["positional"]],
-        recurrent=False,
-    ),
-    "lstm": ModelEntry(LSTM, "LSTM baseline (torch.nn.LSTM)", lambda s: "LSTM"),
-    "mlstm": ModelEntry(mLSTM, "mLSTM (xLSTM matrix memory, exponential input gate)", lambda s: "mLSTM"),
-    "slstm": ModelEntry(sLSTM, "sLSTM (xLSTM scalar memory with recurrent connections; nonlinear)", lambda s: "sLSTM"),
-    "mamba": ModelEntry(
-        Mamba,
-        "Mamba (selective S6 block); eig_range [0,1] or [-1,1] (a = 2 exp(-dt A) - 1, papers/001)",
-        lambda s: f"Mamba {s['eig_range']}",
-    ),
-    "mamba2": ModelEntry(
-        Mamba2, "Mamba-2 (scalar decay per head, matrix state); eig_range [0,1] or [-1,1]", lambda s: f"Mamba-2 {s['eig_range']}"
-    ),
-    "s4d": ModelEntry(S4D, "S4D (time-invariant complex diagonal SSM, S4D-Lin init)", lambda s: "S4D"),
-    "ids4": ModelEntry(IDS4, "IDS4 (S4D with input-dependent complex transition)", lambda s: "IDS4"),
-    "gla": ModelEntry(GLA, "Gated linear attention (diagonal decay per key dimension)", lambda s: "GLA"),
-    "deltanet": ModelEntry(
-        DeltaNet,
-        "DeltaNet (delta rule, matrix state per head); eig_range [0,1] or [-1,1] (papers/001)",
-        lambda s: f"DeltaNet {s['eig_range']}",
-    ),
-    "gated_deltanet": ModelEntry(
-        GatedDeltaNet,
-        "Gated DeltaNet (delta rule with a scalar decay per head); eig_range [0,1] or [-1,1]",
-        lambda s: f"Gated DeltaNet {s['eig_range']}",
-    ),
-    "deltaproduct": ModelEntry(
-        DeltaProduct,
-        "DeltaProduct_{n_h} (n_h Householder micro-steps per token); eig_range [0,1] or [-1,1] (papers/001)",
-        lambda s: f"DeltaProduct_{s['n_h']} {s['eig_range']}",
-    ),
-}
 
 PRESETS: dict[str, dict] = {
     "deltanet-neg": {"name": "deltanet", "eig_range": "[-1,1]"},

@@ -1,14 +1,23 @@
 """Token mixers: nn.Modules with `forward(x [B, T, D], state=None) -> (y [B, T, D], state)`."""
 
-from statetrack.layers.deltanet import DeltaNet, DeltaProduct, GatedDeltaNet
-from statetrack.layers.gla import GLA
-from statetrack.layers.mamba import Mamba, Mamba2
-from statetrack.layers.rnn import LSTM
-from statetrack.layers.s4d import IDS4, S4D
-from statetrack.layers.transformer import CausalSelfAttention
-from statetrack.layers.xlstm import mLSTM, sLSTM
+from statetrack.layers.registry import MODELS, ModelEntry, register_model
 
-__all__ = [
-    "CausalSelfAttention", "DeltaNet", "DeltaProduct", "GLA", "GatedDeltaNet", "IDS4", "LSTM",
-    "Mamba", "Mamba2", "S4D", "mLSTM", "sLSTM",
-]
+
+def _import_layer_modules() -> dict[str, type]:
+    """Import every module of this package, which registers its mixers with `@register_model`: a new
+    mixer is one file with the decorator, and no list to keep. `catalog` is left out: it is the
+    script that renders the models tables of docs/models.md and README.md. Returns the mixer classes
+    by class name."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        if module.name != "catalog":
+            importlib.import_module(f"{__name__}.{module.name}")
+    return {entry.mixer.__name__: entry.mixer for entry in MODELS.values()}
+
+
+_MIXERS = _import_layer_modules()
+globals().update(_MIXERS)  # `from statetrack.layers import DeltaNet`
+
+__all__ = ["MODELS", "ModelEntry", "register_model", *sorted(_MIXERS)]

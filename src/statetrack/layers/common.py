@@ -1,29 +1,59 @@
-"""Pieces shared by the zoo's mixers: the eigenvalue-range switch, the causal short convolution,
-and the interface a layer offers to spectrum analysis."""
+"""Pieces shared by the zoo's mixers: the eigenvalue-range table, head splits, the input check,
+the causal short convolution, and the interface a layer offers to spectrum analysis."""
 
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from statetrack.errors import StatetrackError
 
-EIG_RANGES = ("[0,1]", "[-1,1]")
+# The eigenvalue-range switch, one table for every family: eig_range -> the scale s of the gate.
+# A gate g in (0, 1) becomes beta = s g for the delta rule (transition eigenvalue 1 - beta along k)
+# and s g - (s - 1) for a diagonal decay: s = 1 keeps the eigenvalues in [0, 1], s = 2 extends them
+# to [-1, 1] (Grazzi et al. 2025, for Mamba and DeltaNet; as fla's `allow_neg_eigval`).
+EIG_RANGES = {"[0,1]": 1.0, "[-1,1]": 2.0}
+
+# Every family defaults to the range of its published model (Gu & Dao 2023; Dao & Gu 2024;
+# Schlag et al. 2021; Yang et al. 2025; Siems et al. 2025); "[-1,1]" is Grazzi et al. 2025's extension.
+DEFAULT_EIG_RANGE = "[0,1]"
 
 
-def check_eig_range(eig_range: str) -> str:
+def check_eig_range(eig_range: str) -> float:
+    """The gate scale of `eig_range` (EIG_RANGES); an unknown range is a StatetrackError."""
     if eig_range not in EIG_RANGES:
         raise StatetrackError(f"unknown eig_range {eig_range!r}; expected one of: {', '.join(EIG_RANGES)}")
-    return eig_range
+    return EIG_RANGES[eig_range]
 
 
 def decay_to_range(decay: torch.Tensor, eig_range: str) -> torch.Tensor:
     """Map a decay in (0, 1) to the transition value: itself for [0,1], 2 decay - 1 in (-1, 1) for
-    [-1,1] (papers/001, the Mamba extension: a_t = 2 exp(-dt A) - 1)."""
-    return decay if eig_range == "[0,1]" else 2 * decay - 1
+    [-1,1] (Grazzi et al. 2025, the Mamba extension a_t = 2 exp(-dt A) - 1)."""
+    scale = EIG_RANGES[eig_range]
+    return decay if scale == 1 else scale * decay - (scale - 1)
+
+
+def head_split(d_model: int, num_heads: int, head_dim: int | None = None) -> tuple[int, int]:
+    """(num_heads, head_dim): head_dim = d_model // num_heads unless given."""
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise StatetrackError(f"num_heads must be an integer >= 1, got {num_heads!r}")
+    if head_dim is not None:
+        if not isinstance(head_dim, int) or head_dim < 1:
+            raise StatetrackError(f"head_dim must be an integer >= 1 or None, got {head_dim!r}")
+        return num_heads, head_dim
+    if d_model % num_heads:
+        raise StatetrackError(f"d_model {d_model} is not divisible by num_heads {num_heads}; "
+                              "choose num_heads dividing d_model or set head_dim")
+    return num_heads, d_model // num_heads
+
+
+def check_input(x: torch.Tensor, d_model: int, layer: str) -> None:
+    """Every mixer's forward starts here: x must be [B, T, d_model]."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise StatetrackError(f"{layer} expects x of shape [B, T, d_model] = [B, T, {d_model}], got {got}")
 
 
 def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -31,7 +61,7 @@ def inverse_softplus(x: torch.Tensor) -> torch.Tensor:
 
 
 def log_uniform_dt(n: int, dt_min: float = 1e-3, dt_max: float = 1e-1, generator=None) -> torch.Tensor:
-    """dt log-uniform in [dt_min, dt_max] (Mamba / S4D init, SPEC 1.2)."""
+    """dt log-uniform in [dt_min, dt_max] (the Mamba and S4D init: Gu & Dao 2023; Gu et al. 2022)."""
     u = torch.rand(n, generator=generator)
     return torch.exp(u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
 
@@ -54,11 +84,6 @@ class CausalConv1d(nn.Module):
         return y, padded[:, padded.shape[1] - (k - 1) :]
 
 
-def check_input(x: torch.Tensor, d_model: int, layer: str) -> None:
-    if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"{layer} expects x of shape [B, T, {d_model}], got {tuple(x.shape)}")
-
-
 class Spectral:
     """Mixin: `transition_eigenvalues(x)` = eigenvalues of the materialised state transitions.
 
@@ -76,4 +101,3 @@ class Spectral:
         if torch.allclose(A, A.transpose(-1, -2)):
             return torch.linalg.eigvalsh(A)
         return torch.linalg.eigvals(A)
-

@@ -1,73 +1,29 @@
-"""Delta-rule token mixers (SPEC section 1.3) with the eigenvalue-range switch of papers/001:
-DeltaNet, Gated DeltaNet and DeltaProduct_{n_h}, all on the `delta_rule` op."""
+"""The delta-rule family: DeltaProduct_{n_h} (Siems et al. 2025), DeltaNet = DeltaProduct_1
+(Schlag et al. 2021; Yang et al. 2024b) and Gated DeltaNet (Yang et al. 2025), each with the
+eigenvalue-range switch of Grazzi et al. 2025.
+
+One class holds the projections and the forward: a token contributes n_h delta-rule micro-steps,
+run by the `delta_rule` op for n_h = 1 (the faster path) and by `delta_product` otherwise.
+"""
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from statetrack.errors import StatetrackError
-from statetrack.layers.common import Spectral
+from statetrack.layers.common import (
+    DEFAULT_EIG_RANGE,
+    Spectral,
+    check_eig_range,
+    check_input,
+    head_split,
+    inverse_softplus,
+    log_uniform_dt,
+)
+from statetrack.layers.registry import register_model
 from statetrack.ops import delta_product, delta_rule
-
-EIG_RANGES = {"[0,1]": 1.0, "[-1,1]": 2.0}
-
-
-def beta_scale(eig_range: str) -> float:
-    """beta = scale * sigmoid(.): 1 gives eigenvalues 1 - beta in [0, 1], 2 gives (-1, 1]."""
-    if eig_range not in EIG_RANGES:
-        raise StatetrackError(f"unknown eig_range {eig_range!r}; expected one of: {', '.join(EIG_RANGES)}")
-    return EIG_RANGES[eig_range]
-
-
-class DeltaNet(Spectral, nn.Module):
-    """S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, o_t = S_t^T q_t, per head.
-
-    q, k = L2-normalised SiLU projections, v a linear projection, beta_t = s * sigmoid(w_b x_t)
-    with s = 1 for eig_range "[0,1]" and s = 2 for "[-1,1]" (papers/001, as fla's
-    `allow_neg_eigval`). The head outputs are RMS-normalised before the output projection, which
-    makes the readout invariant to the state's overall scale. State: S [B, H, Dk, Dv].
-    """
-
-    def __init__(self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = "[-1,1]"):
-        super().__init__()
-        self.eig_range = eig_range
-        self.scale = beta_scale(eig_range)
-        if head_dim is None:
-            if d_model % num_heads:
-                raise StatetrackError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-            head_dim = d_model // num_heads
-        self.num_heads, self.head_dim = num_heads, head_dim
-        inner = num_heads * head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=False)
-        self.k_proj = nn.Linear(d_model, inner, bias=False)
-        self.v_proj = nn.Linear(d_model, inner, bias=False)
-        self.b_proj = nn.Linear(d_model, num_heads, bias=True)
-        self.o_norm = nn.RMSNorm(head_dim)
-        self.o_proj = nn.Linear(inner, d_model, bias=False)
-
-    def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """q, k, v [B, T, H, D] and beta [B, T, H] for input x [B, T, d_model]."""
-        B, T, _ = x.shape
-        heads = (B, T, self.num_heads, self.head_dim)
-        q = F.normalize(F.silu(self.q_proj(x)).view(heads), dim=-1)
-        k = F.normalize(F.silu(self.k_proj(x)).view(heads), dim=-1)
-        v = self.v_proj(x).view(heads)
-        beta = self.scale * torch.sigmoid(self.b_proj(x))
-        return {"q": q, "k": k, "v": v, "beta": beta}
-
-    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
-        B, T, _ = x.shape
-        o, state = delta_rule(**self.gates(x), initial_state=state, output_final_state=True)
-        return self.o_proj(self.o_norm(o).reshape(B, T, -1)), state
-
-    def transition_matrices(self, x: torch.Tensor) -> torch.Tensor:
-        """I - beta_t k_t k_t^T, [B, T, H, Dk, Dk] (a generalized Householder; symmetric)."""
-        g = self.gates(x)
-        return householder(g["k"], g["beta"])
 
 
 def householder(k: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
@@ -76,21 +32,102 @@ def householder(k: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     return eye - beta[..., None, None] * k[..., :, None] * k[..., None, :]
 
 
-class GatedDeltaNet(DeltaNet):
-    """S_t = (I - beta_t k_t k_t^T)(alpha_t S_{t-1}) + beta_t k_t v_t^T (Yang et al. 2025, SPEC 1.3),
+@register_model("deltaproduct", display="DeltaProduct_{n_h} {eig_range}")
+class DeltaProduct(Spectral, nn.Module):
+    """n_h delta-rule steps per token, a product of n_h generalized Householders (Siems et al. 2025); eig_range [-1,1] as Grazzi et al. 2025.
 
-    alpha_t = exp(g_t), g_t = -exp(A_log) softplus(w_a x_t + b) per head (Mamba-2 style decay);
-    beta as in DeltaNet, so eig_range "[-1,1]" gives transition eigenvalues alpha (1 - beta) in
-    (-1, 1]. State: S [B, H, Dk, Dv].
+    Per head, token t applies n_h micro-steps j = 1..n_h, each with its own key, value and beta:
+
+        S <- (I - beta_{t,j} k_{t,j} k_{t,j}^T) S + beta_{t,j} k_{t,j} v_{t,j}^T,    o_t = S^T q_t
+
+    so the state transition is A(x_t) = prod_j (I - beta_{t,j} k_{t,j} k_{t,j}^T). q, k are
+    L2-normalised SiLU projections, v a linear projection, beta = s sigmoid(w_b x) with s = 1 for
+    eig_range "[0,1]" and s = 2 for "[-1,1]" (Grazzi et al. 2025; `common.EIG_RANGES`). The head
+    outputs are RMS-normalised before the output projection, which makes the readout invariant to
+    the state's overall scale. n_h = 1 is DeltaNet. State: S [B, H, Dk, Dv].
     """
 
-    def __init__(self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = "[-1,1]"):
+    def __init__(self, d_model: int, num_heads: int = 1, n_h: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
+        super().__init__()
+        if not isinstance(n_h, int) or n_h < 1:
+            raise StatetrackError(f"n_h (Householders per token) must be an integer >= 1, got {n_h!r}")
+        self.d_model, self.n_h, self.eig_range, self.scale = d_model, n_h, eig_range, check_eig_range(eig_range)
+        self.num_heads, self.head_dim = head_split(d_model, num_heads, head_dim)
+        inner = self.num_heads * self.head_dim
+        self.q_proj = nn.Linear(d_model, inner, bias=False)
+        self.k_proj = nn.Linear(d_model, n_h * inner, bias=False)
+        self.v_proj = nn.Linear(d_model, n_h * inner, bias=False)
+        self.b_proj = nn.Linear(d_model, n_h * self.num_heads, bias=True)
+        self.o_norm = nn.RMSNorm(self.head_dim)
+        self.o_proj = nn.Linear(inner, d_model, bias=False)
+
+    def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The delta rule's inputs for x [B, T, d_model], token t's micro-step j at t * n_h + j:
+        q [B, T, H, D]; k, v [B, T n_h, H, D]; beta [B, T n_h, H] (the `delta_product` layout)."""
+        B, T, _ = x.shape
+        steps = (B, T * self.n_h, self.num_heads, self.head_dim)
+        q = F.normalize(F.silu(self.q_proj(x)).view(B, T, self.num_heads, self.head_dim), dim=-1)
+        k = F.normalize(F.silu(self.k_proj(x)).view(steps), dim=-1)
+        v = self.v_proj(x).view(steps)
+        beta = self.scale * torch.sigmoid(self.b_proj(x)).view(steps[:3])
+        return {"q": q, "k": k, "v": v, "beta": beta}
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
+        check_input(x, self.d_model, type(self).__name__)
+        B, T, _ = x.shape
+        gates = self.gates(x)
+        if self.n_h == 1:
+            o, state = delta_rule(**gates, initial_state=state, output_final_state=True)
+        else:
+            o, state = delta_product(**gates, initial_state=state, output_final_state=True, num_householder=self.n_h)
+        return self.o_proj(self.o_norm(o).reshape(B, T, -1)), state
+
+    def householder_factors(self, x: torch.Tensor) -> torch.Tensor:
+        """The n_h factors I - beta_{t,j} k_{t,j} k_{t,j}^T, [B, T, n_h, H, D, D] (j = 1 first)."""
+        g = self.gates(x)
+        B, T, _ = x.shape
+        return householder(g["k"], g["beta"]).view(B, T, self.n_h, self.num_heads, self.head_dim, self.head_dim)
+
+    def transition_matrices(self, x: torch.Tensor) -> torch.Tensor:
+        """A(x_t) = H_{n_h} ... H_1 (the last micro-step acts last), [B, T, H, D, D]."""
+        factors = self.householder_factors(x).unbind(2)
+        A = factors[0]
+        for factor in factors[1:]:
+            A = factor @ A
+        return A
+
+
+@register_model("deltanet", display="DeltaNet {eig_range}")
+class DeltaNet(DeltaProduct):
+    """The delta rule, matrix state per head (Schlag et al. 2021; Yang et al. 2024b); eig_range [-1,1] as Grazzi et al. 2025.
+
+        S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,    o_t = S_t^T q_t
+
+    DeltaProduct_1 (its docstring has the projections); eig_range "[-1,1]" takes beta to (0, 2), so
+    the transition's eigenvalue 1 - beta along k reaches -1 (Grazzi et al. 2025).
+    """
+
+    def __init__(self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
+        super().__init__(d_model, num_heads, n_h=1, head_dim=head_dim, eig_range=eig_range)
+
+
+@register_model("gated_deltanet", display="Gated DeltaNet {eig_range}")
+class GatedDeltaNet(DeltaNet):
+    """The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025); eig_range [-1,1] as Grazzi et al. 2025.
+
+        S_t = (I - beta_t k_t k_t^T)(alpha_t S_{t-1}) + beta_t k_t v_t^T,
+
+    alpha_t = exp(g_t), g_t = -exp(A_log) softplus(w_a x_t + b) per head (the Mamba-2 decay, Dao &
+    Gu 2024); beta as in DeltaNet, so eig_range "[-1,1]" gives transition eigenvalues alpha (1 - beta)
+    in (-1, 1]. State: S [B, H, Dk, Dv].
+    """
+
+    def __init__(self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
         super().__init__(d_model, num_heads, head_dim, eig_range)
-        self.a_proj = nn.Linear(d_model, num_heads, bias=True)
+        self.a_proj = nn.Linear(d_model, self.num_heads, bias=True)
         with torch.no_grad():
-            dt = torch.exp(torch.rand(num_heads) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-            self.a_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
-        self.A_log = nn.Parameter(torch.log(torch.empty(num_heads).uniform_(1, 16)))
+            self.a_proj.bias.copy_(inverse_softplus(log_uniform_dt(self.num_heads)))
+        self.A_log = nn.Parameter(torch.log(torch.empty(self.num_heads).uniform_(1, 16)))
 
     def gates(self, x):
         gates = super().gates(x)
@@ -101,65 +138,3 @@ class GatedDeltaNet(DeltaNet):
         """alpha_t (I - beta_t k_t k_t^T), [B, T, H, Dk, Dk]."""
         g = self.gates(x)
         return g["g"].exp()[..., None, None] * householder(g["k"], g["beta"])
-
-
-class DeltaProduct(Spectral, nn.Module):
-    """DeltaProduct_{n_h} (Siems et al. 2025, papers/001; SPEC 1.3): n_h delta-rule micro-steps per token,
-
-        A(x_t) = prod_{j=1..n_h} (I - beta_{t,j} k_{t,j} k_{t,j}^T),
-
-    each with its own key, value and beta (beta = 2 sigmoid(.) for eig_range "[-1,1]"), through the
-    `delta_product` op (the delta rule on the T * n_h interleaved micro-steps, read at each token's
-    last one). n_h = 1 is DeltaNet. State: S [B, H, Dk, Dv].
-    """
-
-    def __init__(self, d_model: int, num_heads: int = 1, n_h: int = 2, head_dim: int | None = None, eig_range: str = "[-1,1]"):
-        super().__init__()
-        if not isinstance(n_h, int) or n_h < 1:
-            raise StatetrackError(f"n_h (Householders per token) must be an integer >= 1, got {n_h!r}")
-        self.eig_range, self.scale, self.n_h = eig_range, beta_scale(eig_range), n_h
-        if head_dim is None:
-            if d_model % num_heads:
-                raise StatetrackError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-            head_dim = d_model // num_heads
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, head_dim
-        inner = num_heads * head_dim
-        self.q_proj = nn.Linear(d_model, inner, bias=False)
-        self.k_proj = nn.Linear(d_model, n_h * inner, bias=False)
-        self.v_proj = nn.Linear(d_model, n_h * inner, bias=False)
-        self.b_proj = nn.Linear(d_model, n_h * num_heads, bias=True)
-        self.o_norm = nn.RMSNorm(head_dim)
-        self.o_proj = nn.Linear(inner, d_model, bias=False)
-
-    def gates(self, x):
-        """q [B, T, H, D]; k, v [B, T, n_h, H, D]; beta [B, T, n_h, H]."""
-        B, T, _ = x.shape
-        micro = (B, T, self.n_h, self.num_heads, self.head_dim)
-        q = F.normalize(F.silu(self.q_proj(x)).view(B, T, self.num_heads, self.head_dim), dim=-1)
-        k = F.normalize(F.silu(self.k_proj(x)).view(micro), dim=-1)
-        v = self.v_proj(x).view(micro)
-        beta = self.scale * torch.sigmoid(self.b_proj(x)).view(B, T, self.n_h, self.num_heads)
-        return {"q": q, "k": k, "v": v, "beta": beta}
-
-    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
-        B, T, _ = x.shape
-        g = self.gates(x)
-        H, D, n = self.num_heads, self.head_dim, self.n_h
-        o, state = delta_product(
-            g["q"], g["k"].reshape(B, T * n, H, D), g["v"].reshape(B, T * n, H, D), g["beta"].reshape(B, T * n, H),
-            initial_state=state, output_final_state=True, num_householder=n,
-        )
-        return self.o_proj(self.o_norm(o).reshape(B, T, -1)), state
-
-    def householder_factors(self, x):
-        """The n_h factors I - beta_{t,j} k_{t,j} k_{t,j}^T, [B, T, n_h, H, D, D] (j = 1 first)."""
-        g = self.gates(x)
-        return householder(g["k"], g["beta"])
-
-    def transition_matrices(self, x):
-        """A(x_t) = H_{n_h} ... H_1 (the last micro-step acts last), [B, T, H, D, D]."""
-        factors = self.householder_factors(x).unbind(2)
-        A = factors[0]
-        for factor in factors[1:]:
-            A = factor @ A
-        return A

@@ -1,4 +1,4 @@
-"""Gated linear attention (Yang et al. 2024; SPEC 1.2):
+"""Gated linear attention (Yang et al. 2024a):
 
     S_t = diag(alpha_t) S_{t-1} + k_t v_t^T,    o_t = S_t^T q_t,    S_t in R^{d_k x d_v} per head,
 
@@ -13,21 +13,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from statetrack.layers.common import Spectral, check_input
+from statetrack.layers.common import Spectral, check_input, head_split
+from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
 
 
+@register_model("gla", display="GLA")
 class GLA(Spectral, nn.Module):
-    """GLA token mixer (module docstring). Output: RMSNorm per head, gate silu(W_g x), out-projection.
+    """Gated linear attention: a data-dependent decay per key dimension, matrix state per head (Yang et al. 2024a).
 
+    Equations in the module docstring. Output: RMSNorm per head, gate silu(W_g x), out-projection.
     State: S [B, H, Dk, Dv].
     """
 
     def __init__(self, d_model: int, num_heads: int = 2, gate_rank: int = 16, gate_temperature: float = 16.0):
         super().__init__()
-        if d_model % num_heads:
-            raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.d_model = d_model
+        self.num_heads, self.head_dim = head_split(d_model, num_heads)
         self.tau = gate_temperature
         self.q_proj = nn.Linear(d_model, d_model, bias=False)
         self.k_proj = nn.Linear(d_model, d_model, bias=False)
@@ -43,7 +45,7 @@ class GLA(Spectral, nn.Module):
         return torch.exp(F.logsigmoid(self.a_proj(x)) / self.tau).view(B, T, self.num_heads, self.head_dim)
 
     def forward(self, x: torch.Tensor, state=None):
-        check_input(x, self.d_model, "GLA")
+        check_input(x, self.d_model, type(self).__name__)
         B, T, _ = x.shape
         heads = (B, T, self.num_heads, self.head_dim)
         q = self.q_proj(x).view(heads) * self.head_dim**-0.5

@@ -1,5 +1,5 @@
-"""Selective state-space mixers: Mamba (S6) and Mamba-2 (SPEC 1.2), both with the eigenvalue-range
-switch of papers/001.
+"""Selective state-space mixers: Mamba (S6; Gu & Dao 2023) and Mamba-2 (Dao & Gu 2024), both with
+the eigenvalue-range switch of Grazzi et al. 2025.
 
 Both run their recurrence through the diagonal scan op h_t = a_t * h_{t-1} + b_t.
 """
@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from statetrack.errors import StatetrackError
 from statetrack.layers.common import (
+    DEFAULT_EIG_RANGE,
     CausalConv1d,
     Spectral,
     check_eig_range,
@@ -21,15 +23,19 @@ from statetrack.layers.common import (
     inverse_softplus,
     log_uniform_dt,
 )
+from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
 
 
+@register_model("mamba", display="Mamba {eig_range}")
 class Mamba(Spectral, nn.Module):
-    """Mamba block (Gu & Dao 2023) with the selective S6 scan, per channel c and state n:
+    """The selective state-space block with the S6 scan (Gu & Dao 2023); eig_range [-1,1] as Grazzi et al. 2025.
+
+    The selective scan, per channel c and state n:
 
         h_t[c, n] = a_t[c, n] h_{t-1}[c, n] + dt_t[c] B_t[n] u_t[c],   y_t[c] = sum_n C_t[n] h_t[c, n] + D[c] u_t[c]
         a_t = exp(-dt_t[c] exp(A_log[c, n]))          eig_range "[0,1]"
-        a_t = 2 exp(-dt_t[c] exp(A_log[c, n])) - 1    eig_range "[-1,1]"  (papers/001, eq. for Mamba)
+        a_t = 2 exp(-dt_t[c] exp(A_log[c, n])) - 1    eig_range "[-1,1]"  (Grazzi et al. 2025)
 
     dt = softplus(W_dt x + b_dt) through a rank-`dt_rank` bottleneck. Block: in-projection to
     2 * expand * d_model (u, z), causal depthwise conv (d_conv), SiLU, the scan, y * silu(z),
@@ -37,9 +43,10 @@ class Mamba(Spectral, nn.Module):
     State: (conv state [B, d_conv - 1, E], h [B, E, N]), E = expand * d_model.
     """
 
-    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank: int | None = None, eig_range: str = "[0,1]"):
+    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
         super().__init__()
-        self.d_model, self.d_state, self.eig_range = d_model, d_state, check_eig_range(eig_range)
+        check_eig_range(eig_range)
+        self.d_model, self.d_state, self.eig_range = d_model, d_state, eig_range
         inner = expand * d_model
         self.dt_rank = dt_rank or math.ceil(d_model / 16)
         self.in_proj = nn.Linear(d_model, 2 * inner, bias=False)
@@ -63,7 +70,7 @@ class Mamba(Spectral, nn.Module):
         return u, z, a, dt, B_t, C_t, conv_state
 
     def forward(self, x: torch.Tensor, state=None):
-        check_input(x, self.d_model, "Mamba")
+        check_input(x, self.d_model, type(self).__name__)
         conv_state, h0 = state if state is not None else (None, None)
         u, z, a, dt, B_t, C_t, conv_state = self._inputs(x, conv_state)
         b = (dt * u)[..., None] * B_t[:, :, None, :]  # [B, T, E, N]
@@ -76,8 +83,9 @@ class Mamba(Spectral, nn.Module):
         return self._inputs(x)[2]
 
 
+@register_model("mamba2", display="Mamba-2 {eig_range}")
 class Mamba2(Spectral, nn.Module):
-    """Mamba-2 (Dao & Gu 2024): the selective scan with one scalar decay per head (SPEC 1.2),
+    """One scalar decay and a matrix state per head (Dao & Gu 2024); eig_range [-1,1] as Grazzi et al. 2025.
 
         H_t = a_t H_{t-1} + dt_t x_t B_t^T  (H_t in R^{P x N} per head),   y_t = H_t C_t + D x_t,
         a_t = exp(-dt_t exp(A_log)) in (0, 1), or 2 exp(.) - 1 in (-1, 1) for eig_range "[-1,1]".
@@ -86,12 +94,14 @@ class Mamba2(Spectral, nn.Module):
     RMSNorm(y * silu(z)), out-projection. State: (conv state, H [B, heads, P, N]).
     """
 
-    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, head_dim: int = 16, d_conv: int = 4, eig_range: str = "[0,1]"):
+    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, head_dim: int = 16, d_conv: int = 4, eig_range: str = DEFAULT_EIG_RANGE):
         super().__init__()
-        self.d_model, self.d_state, self.eig_range = d_model, d_state, check_eig_range(eig_range)
+        check_eig_range(eig_range)
+        self.d_model, self.d_state, self.eig_range = d_model, d_state, eig_range
         inner = expand * d_model
-        if inner % head_dim:
-            raise ValueError(f"expand * d_model = {inner} is not divisible by head_dim {head_dim}")
+        if not isinstance(head_dim, int) or head_dim < 1 or inner % head_dim:
+            raise StatetrackError(f"expand * d_model = {inner} is not divisible by head_dim {head_dim!r}; "
+                                  "choose head_dim dividing it")
         self.inner, self.head_dim, self.num_heads = inner, head_dim, inner // head_dim
         self.in_proj = nn.Linear(d_model, 2 * inner + 2 * d_state + self.num_heads, bias=False)
         self.conv = CausalConv1d(inner + 2 * d_state, d_conv)
@@ -110,7 +120,7 @@ class Mamba2(Spectral, nn.Module):
         return z, u, B_t, C_t, dt, a, conv_state
 
     def forward(self, x: torch.Tensor, state=None):
-        check_input(x, self.d_model, "Mamba2")
+        check_input(x, self.d_model, type(self).__name__)
         conv_state, h0 = state if state is not None else (None, None)
         z, u, B_t, C_t, dt, a, conv_state = self._inputs(x, conv_state)
         B, T, _ = x.shape

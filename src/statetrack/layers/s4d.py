@@ -1,4 +1,4 @@
-"""Complex diagonal state-space mixers (SPEC 1.2): S4D (time-invariant) and IDS4 (input-dependent).
+"""Complex diagonal state-space mixers: S4D (time-invariant) and IDS4 (input-dependent).
 
 Per channel c and complex mode n (d_state // 2 modes, the conjugate half implied by taking 2 Re):
 
@@ -20,12 +20,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from statetrack.errors import StatetrackError
 from statetrack.layers.common import Spectral, check_input, inverse_softplus, log_uniform_dt
+from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
 
 
+@register_model("s4d", display="S4D")
 class S4D(Spectral, nn.Module):
-    """S4D (input_dependent=False) and IDS4 (input_dependent=True); module docstring for the equations.
+    """Time-invariant complex diagonal SSM: S4D-Lin init, zero-order hold (Gu et al. 2022).
+
+    input_dependent=True is IDS4; the module docstring has the equations.
 
     State: h [B, d_model, d_state // 2] complex.
     """
@@ -33,7 +38,7 @@ class S4D(Spectral, nn.Module):
     def __init__(self, d_model: int, d_state: int = 32, input_dependent: bool = False):
         super().__init__()
         if d_state < 2 or d_state % 2:
-            raise ValueError(f"d_state must be an even number >= 2 (complex modes come in conjugate pairs), got {d_state}")
+            raise StatetrackError(f"d_state must be an even number >= 2 (complex modes come in conjugate pairs), got {d_state}")
         self.d_model, self.modes, self.input_dependent = d_model, d_state // 2, input_dependent
         n = self.modes
         self.A_re_log = nn.Parameter(torch.full((d_model, n), math.log(0.5)))
@@ -64,7 +69,7 @@ class S4D(Spectral, nn.Module):
         return a, (a - 1) / lam * torch.view_as_complex(self.B)
 
     def forward(self, x: torch.Tensor, state=None):
-        check_input(x, self.d_model, "S4D/IDS4")
+        check_input(x, self.d_model, type(self).__name__)
         a, B_bar = self._discretize(x)
         b = B_bar * x[..., None]  # [B, T, d, modes] complex
         h, h_last = diagonal_scan(a.expand_as(b), b, state)
@@ -77,8 +82,9 @@ class S4D(Spectral, nn.Module):
         return a.expand(x.shape[:2] + a.shape[2:])
 
 
+@register_model("ids4", display="IDS4")
 class IDS4(S4D):
-    """S4D with an input-dependent complex transition (SPEC 1.2, Merrill et al. 2024)."""
+    """S4D with an input-dependent complex transition: dt and rotation from the input (Merrill et al. 2024)."""
 
     def __init__(self, d_model: int, d_state: int = 32):
         super().__init__(d_model, d_state, input_dependent=True)

@@ -1,4 +1,4 @@
-"""Causal self-attention, the mixer of the GPT-2 style Transformer baseline (SPEC 1.6).
+"""Causal self-attention, the mixer of the GPT-2 style Transformer baseline (Radford et al. 2019).
 
 With `mlp: true` (the zoo's default for this model) the SequenceModel's pre-LN blocks around it
 (LayerNorm, attention, residual, LayerNorm, MLP x4 with GELU, residual) make a GPT-2 decoder.
@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from statetrack.errors import StatetrackError
-from statetrack.layers.common import check_input
+from statetrack.layers.common import check_input, head_split
+from statetrack.layers.registry import register_model
 
 POSITIONAL = ("none", "sinusoidal", "rope")
 
@@ -44,23 +45,30 @@ def rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
+@register_model(
+    "transformer",
+    display=lambda spec: "Transformer" + {"none": "", "sinusoidal": " (sinusoidal)", "rope": " (RoPE)"}[spec["positional"]],
+    recurrent=False,
+)
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with a KV cache (module docstring)."""
+    """GPT-2 style causal decoder (Radford et al. 2019); NoPE, sinusoidal or RoPE (Su et al. 2021); a KV cache as state.
+
+    Multi-head causal self-attention; the module docstring has the block and the encodings.
+    """
 
     def __init__(self, d_model: int, num_heads: int = 2, positional: str = "none"):
         super().__init__()
         if positional not in POSITIONAL:
             raise StatetrackError(f"unknown positional encoding {positional!r}; expected one of: {', '.join(POSITIONAL)}")
-        if d_model % num_heads:
-            raise StatetrackError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-        self.d_model, self.num_heads, self.head_dim, self.positional = d_model, num_heads, d_model // num_heads, positional
+        self.d_model, self.positional = d_model, positional
+        self.num_heads, self.head_dim = head_split(d_model, num_heads)
         if positional == "rope" and self.head_dim % 2:
             raise StatetrackError(f"rope needs an even head dimension, got {self.head_dim}")
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor, state=None):
-        check_input(x, self.d_model, "CausalSelfAttention")
+        check_input(x, self.d_model, type(self).__name__)
         B, T, _ = x.shape
         past = 0 if state is None else state[0].shape[2]
         positions = torch.arange(past, past + T, device=x.device)

@@ -1,8 +1,8 @@
-"""xLSTM mixers (Beck et al. 2024; SPEC 1.6): mLSTM (matrix memory, linear in the state) and sLSTM
+"""xLSTM mixers (Beck et al. 2024): mLSTM (matrix memory, linear in the state) and sLSTM
 (scalar memory with recurrent connections, nonlinear).
 
-Both use exponential input gates with the stabiliser m_t of the xLSTM paper (eqs. 15-17 for sLSTM,
-19-27 for mLSTM): the stored state is the true state times exp(-m_t), which changes no output.
+Both use exponential input gates with the stabiliser m_t of Beck et al. 2024 (eqs. 15-17 for
+sLSTM, 19-27 for mLSTM): the stored state is the true state times exp(-m_t), which changes no output.
 """
 
 from __future__ import annotations
@@ -13,13 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from statetrack.layers.common import Spectral, check_input
-
-
-def _heads(d_model: int, num_heads: int) -> int:
-    if d_model % num_heads:
-        raise ValueError(f"d_model {d_model} is not divisible by num_heads {num_heads}")
-    return d_model // num_heads
+from statetrack.layers.common import Spectral, check_input, head_split
+from statetrack.layers.registry import register_model
 
 
 def _forget_bias(n: int) -> torch.Tensor:
@@ -27,6 +22,7 @@ def _forget_bias(n: int) -> torch.Tensor:
     return torch.linspace(3.0, 6.0, n)
 
 
+@register_model("mlstm", display="mLSTM", summary="xLSTM matrix memory with an exponential input gate (Beck et al. 2024)")
 class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
     """mLSTM per head: C_t = f_t C_{t-1} + i_t k_t v_t^T, n_t = f_t n_{t-1} + i_t k_t,
     h~_t = C_t^T q_t / max(|n_t^T q_t|, 1), with i_t = exp(i~_t), f_t = sigmoid(f~_t), k scaled by
@@ -40,7 +36,8 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
 
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, _heads(d_model, num_heads)
+        self.d_model = d_model
+        self.num_heads, self.head_dim = head_split(d_model, num_heads)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.gates = nn.Linear(d_model, 2 * num_heads)  # i~, f~
         with torch.no_grad():
@@ -55,7 +52,7 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
         return i_pre, F.logsigmoid(f_pre)
 
     def forward(self, x: torch.Tensor, state=None):
-        check_input(x, self.d_model, "mLSTM")
+        check_input(x, self.d_model, type(self).__name__)
         B, T, _ = x.shape
         H, D = self.num_heads, self.head_dim
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))  # [B, H, T, D]
@@ -87,8 +84,11 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
         return self._log_gates(x)[1].exp().transpose(1, 2)
 
 
+@register_model(
+    "slstm", display="sLSTM", summary="xLSTM scalar memory with recurrent connections; nonlinear, a loop over time (Beck et al. 2024)"
+)
 class sLSTM(nn.Module):  # noqa: N801
-    """sLSTM per head (block-diagonal recurrent matrices R), xLSTM eqs. 8-17:
+    """sLSTM per head (block-diagonal recurrent matrices R), Beck et al. 2024, eqs. 8-17:
 
         z = tanh(W_z x + R_z h + b_z), i~ = W_i x + R_i h + b_i, f~ = ..., o = sigmoid(...)
         m_t = max(log f_t + m_{t-1}, i~_t), i' = exp(i~ - m_t), f' = exp(log f_t + m_{t-1} - m_t)
@@ -100,7 +100,8 @@ class sLSTM(nn.Module):  # noqa: N801
 
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()
-        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, _heads(d_model, num_heads)
+        self.d_model = d_model
+        self.num_heads, self.head_dim = head_split(d_model, num_heads)
         D = self.head_dim
         self.W = nn.Linear(d_model, 4 * d_model)  # gates ordered z, i, f, o; each [H, D]
         self.R = nn.Parameter(torch.randn(num_heads, D, 4 * D) / math.sqrt(D))
@@ -110,7 +111,7 @@ class sLSTM(nn.Module):  # noqa: N801
         self.o_proj = nn.Linear(d_model, d_model, bias=False)
 
     def forward(self, x: torch.Tensor, state=None):
-        check_input(x, self.d_model, "sLSTM")
+        check_input(x, self.d_model, type(self).__name__)
         B, T, _ = x.shape
         H, D = self.num_heads, self.head_dim
         pre_x = self.W(x).view(B, T, 4, H, D)

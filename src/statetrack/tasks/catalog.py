@@ -34,6 +34,11 @@ EXAMPLES: dict[str, tuple[dict, int]] = {
 EXAMPLE_SEED = 0
 
 
+def shipped_tasks() -> list[str]:
+    """Names of the tasks defined in this package (a user's registered tasks are not catalogued here)."""
+    return sorted(name for name, cls in TASKS.items() if cls.__module__.startswith(f"{__package__}."))
+
+
 def example(name: str) -> str:
     """Readable text of one example of task `name` (fixed seed)."""
     params, length = EXAMPLES.get(name, ({}, 8))
@@ -63,8 +68,9 @@ def markdown() -> str:
         "| task | summary |",
         "| --- | --- |",
     ]
-    lines += [f"| `{name}` | {TASKS[name].summary.replace('|', chr(92) + '|')} |" for name in sorted(TASKS)]
-    for name in sorted(TASKS):
+    names = shipped_tasks()
+    lines += [f"| `{name}` | {TASKS[name].summary.replace('|', chr(92) + '|')} |" for name in names]
+    for name in names:
         cls = TASKS[name]
         params = task_parameters(name)
         listed = ", ".join(f"`{k}={v!r}`" for k, v in params.items()) or "none"

@@ -1,0 +1,133 @@
+"""The models catalogue: the models tables of docs/models.md and README.md are generated from the
+registry, between the markers below. Rewrite both with `python -m statetrack.layers.catalog --write`;
+a test fails when either is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+from statetrack import zoo
+from statetrack.layers.common import EIG_RANGES
+from statetrack.layers.transformer import POSITIONAL
+
+COMMAND = "python -m statetrack.layers.catalog --write"
+BEGIN = f"<!-- generated: models table ({COMMAND}) -->"
+END = "<!-- end generated -->"
+ROOT = Path(__file__).resolve().parents[3]
+
+# parameters with a fixed set of values: each value can give a different display name
+CHOICES = {"eig_range": tuple(EIG_RANGES), "positional": POSITIONAL}
+
+
+def packaged_models() -> list[str]:
+    """Names of the models defined in this package, sorted; user models registered from outside
+    (`imports:`, `--import`) are not part of its documentation."""
+    return sorted(name for name, entry in zoo.MODELS.items() if entry.mixer.__module__.startswith(f"{__package__}."))
+
+
+def display_names(name: str) -> list[str]:
+    """Every display name model `name` can have: one per value of its choice parameters, other
+    parameters shown as `{param}` where the display names them (DeltaProduct_{n_h} [0,1])."""
+    entry, params = zoo.get_entry(name), zoo.mixer_parameters(name)
+    choices = {k: values for k, values in CHOICES.items() if k in params}
+    placeholders = {k: "{" + k + "}" for k in params if k not in choices}
+    names = []
+    for values in itertools.product(*choices.values()):
+        spec = zoo.resolve({"name": name, **dict(zip(choices, values))})
+        try:
+            shown = entry.display({**spec, **placeholders})
+        except Exception:  # a display callable that computes with a parameter: show its default
+            shown = entry.display(spec)
+        if shown not in names:
+            names.append(shown)
+    return names
+
+
+def summary(name: str) -> str:
+    """The registry's summary (what `statetrack models` prints too)."""
+    return zoo.get_entry(name).summary
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _flow(spec: dict) -> str:
+    """A spec in YAML flow style, as written in experiment specs."""
+    return "{" + ", ".join(f"{k}: {json.dumps(v) if isinstance(v, str) and k != 'name' else v}" for k, v in spec.items()) + "}"
+
+
+def docs_table() -> str:
+    """docs/models.md: every model with its display names, parameters and defaults, and presets."""
+    common = ", ".join(f"`{k}={v!r}`" for k, v in zoo.MODEL_DEFAULTS.items())
+    lines = [
+        f"Parameters of every model: {common}.",
+        "",
+        "| name | display names | parameters (defaults) | recurrent | what it is |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name in packaged_models():
+        entry = zoo.get_entry(name)
+        params = ", ".join(f"`{k}={v!r}`" for k, v in zoo.mixer_parameters(name).items()) or "-"
+        shown = ", ".join(f"`{n}`" for n in display_names(name))
+        lines.append(f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} | {_cell(summary(name))} |")
+    presets = ", ".join(f"`{k}` = `{_flow(v)}`" for k, v in zoo.PRESETS.items())
+    lines += ["", f"Presets (usable as `name:` in a spec; other keys override them): {presets}."]
+    return "\n".join(lines)
+
+
+def readme_table() -> str:
+    """README.md: every model with its display names and parameter names."""
+    lines = ["| name | display names | parameters | what it is |", "| --- | --- | --- | --- |"]
+    for name in packaged_models():
+        params = ", ".join(f"`{k}`" for k in zoo.mixer_parameters(name)) or "-"
+        lines.append(f"| `{name}` | {_cell(' / '.join(display_names(name)))} | {params} | {_cell(summary(name))} |")
+    return "\n".join(lines)
+
+
+def targets(root: Path = ROOT) -> dict[Path, str]:
+    """Each generated file and the table that belongs between its markers."""
+    return {root / "docs" / "models.md": docs_table(), root / "README.md": readme_table()}
+
+
+def render(text: str, table: str, path: Path) -> str:
+    """`text` with the block between the markers replaced by `table`."""
+    if text.count(BEGIN) != 1 or text.count(END) < 1:
+        raise SystemExit(f"{path}: expected one '{BEGIN}' ... '{END}' block")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+
+
+def stale(root: Path = ROOT) -> list[Path]:
+    """The generated files whose tables differ from the registry."""
+    return [path for path, table in targets(root).items() if path.read_text() != render(path.read_text(), table, path)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m statetrack.layers.catalog", description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the tables of docs/models.md and README.md in place")
+    parser.add_argument("--check", action="store_true", help="exit 1 if either file is stale")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository root (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if args.write:
+        for path, table in targets(args.root).items():
+            path.write_text(render(path.read_text(), table, path))
+        return 0
+    if args.check:
+        paths = stale(args.root)
+        for path in paths:
+            print(f"{path} is stale; regenerate: {COMMAND}", file=sys.stderr)
+        return 1 if paths else 0
+    for path, table in targets(args.root).items():
+        print(f"{path.name}:\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

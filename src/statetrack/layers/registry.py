@@ -1,0 +1,89 @@
+"""The model registry: `@register_model(name, display=...)` on a token mixer adds it to `MODELS`.
+
+A mixer is an `nn.Module` whose first constructor argument is `d_model`, with
+`forward(x [B, T, d_model], state=None) -> (y [B, T, d_model], state)`; its other keyword arguments
+are the model's parameters. `statetrack.zoo` wraps a registered mixer in the SequenceModel stack.
+"""
+
+from __future__ import annotations
+
+import inspect
+import string
+from dataclasses import dataclass
+from typing import Callable
+
+from torch import nn
+
+from statetrack.errors import StatetrackError
+
+STACK_KEYS = ("name", "d_model", "num_layers", "mlp")  # spec keys every model has besides its mixer's
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    mixer: type[nn.Module]
+    summary: str
+    display: Callable[[dict], str]  # resolved spec -> the name shown in results, e.g. "DeltaNet [-1,1]"
+    recurrent: bool = True  # carries a fixed-size state: evaluation runs long inputs in chunks
+
+
+MODELS: dict[str, ModelEntry] = {}
+
+
+def register_model(name: str, *, display: str | Callable[[dict], str], summary: str | None = None, recurrent: bool = True):
+    """Class decorator: register the mixer as model `name`.
+
+    `display` is a template filled from the resolved spec (`"DeltaProduct_{n_h} {eig_range}"`) or a
+    callable spec -> str. `summary` defaults to the first line of the class docstring. `recurrent`:
+    the mixer carries a fixed-size state, so evaluation feeds long inputs in chunks.
+    """
+    if not isinstance(name, str) or not name:
+        raise StatetrackError(f"register_model: the name must be a non-empty string, got {name!r}")
+
+    def decorate(mixer):
+        parameters = _check_mixer(name, mixer)
+        entry = ModelEntry(name, mixer, _summary(name, mixer, summary), _display(name, display, parameters), bool(recurrent))
+        old = MODELS.get(name)
+        if old is not None and _qualified(old.mixer) != _qualified(mixer):
+            raise StatetrackError(f"model name {name!r} is taken by {_qualified(old.mixer)}; cannot register {_qualified(mixer)} under it")
+        MODELS[name] = entry  # the same class again (a module imported twice) replaces its entry
+        return mixer
+
+    return decorate
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_mixer(name: str, mixer) -> list[str]:
+    """The mixer's constructor parameters (d_model first); anything else is a one-line error."""
+    expected = "an nn.Module subclass whose __init__ takes d_model as its first parameter"
+    if not (inspect.isclass(mixer) and issubclass(mixer, nn.Module)):
+        raise StatetrackError(f"register_model({name!r}) expects {expected}, got {mixer!r}")
+    parameters = [p for p in inspect.signature(mixer.__init__).parameters.values() if p.name != "self"]
+    if not parameters or parameters[0].name != "d_model":
+        first = parameters[0].name if parameters else "nothing"
+        raise StatetrackError(f"register_model({name!r}) expects {expected}; {mixer.__qualname__}.__init__ takes {first} first")
+    return [p.name for p in parameters]
+
+
+def _summary(name: str, mixer: type, summary: str | None) -> str:
+    if summary is not None:
+        return summary
+    doc = mixer.__dict__.get("__doc__")  # the class's own docstring, not an inherited one
+    return inspect.cleandoc(doc).splitlines()[0].rstrip(".") if doc and doc.strip() else name
+
+
+def _display(name: str, display, parameters: list[str]) -> Callable[[dict], str]:
+    if callable(display):
+        return display
+    if not isinstance(display, str):
+        raise StatetrackError(f"register_model({name!r}): display must be a template string or a callable spec -> str, got {display!r}")
+    fields = {field for _, field, _, _ in string.Formatter().parse(display) if field is not None}
+    bad = sorted(fields - set(parameters) - set(STACK_KEYS))
+    if bad:
+        raise StatetrackError(f"register_model({name!r}): display {display!r} names {bad[0]!r}, which is not a parameter; "
+                              f"its parameters: {', '.join(list(STACK_KEYS) + parameters[1:])}")
+    return lambda spec: display.format(**spec)
