@@ -59,7 +59,7 @@ def test_a_new_layer_file_appears_in_the_tables_and_makes_them_stale(registry, m
     monkeypatch.setattr(Echo, "__module__", "statetrack.layers.echo")  # as if defined in src/statetrack/layers/echo.py
     zoo.register_model("test_echo", display="Echo-{width}")(Echo)
     assert display_names("test_echo") == ["Echo-{width}"]
-    assert "| `test_echo` | `Echo-{width}` | `width=3` | yes | Returns its input (a test mixer) |" in docs_table()
+    assert "| `test_echo` | `Echo-{width}` | `width=3` | yes | Returns its input (a test mixer) | none stated |" in docs_table()
     assert {path.name for path in stale(ROOT)} == {"models.md", "README.md"}
 
 

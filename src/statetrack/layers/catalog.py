@@ -48,6 +48,12 @@ def display_names(name: str) -> list[str]:
     return names
 
 
+def departures(name: str) -> str:
+    """Where the mixer departs from the published model on purpose: its class attribute `departures`
+    (each one is checked by the test that compares the layer with an independent implementation)."""
+    return " ".join(str(getattr(zoo.get_entry(name).mixer, "departures", "") or "none stated").split())
+
+
 def summary(name: str) -> str:
     """The registry's summary (what `statetrack models` prints too)."""
     return zoo.get_entry(name).summary
@@ -68,14 +74,15 @@ def docs_table() -> str:
     lines = [
         f"Parameters of every model: {common}.",
         "",
-        "| name | display names | parameters (defaults) | recurrent | what it is |",
-        "| --- | --- | --- | --- | --- |",
+        "| name | display names | parameters (defaults) | recurrent | what it is | departures from the published model |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for name in packaged_models():
         entry = zoo.get_entry(name)
         params = ", ".join(f"`{k}={v!r}`" for k, v in zoo.mixer_parameters(name).items()) or "-"
         shown = ", ".join(f"`{n}`" for n in display_names(name))
-        lines.append(f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} | {_cell(summary(name))} |")
+        lines.append(f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} | {_cell(summary(name))} "
+                     f"| {_cell(departures(name))} |")
     presets = ", ".join(f"`{k}` = `{_flow(v)}`" for k, v in zoo.PRESETS.items())
     lines += ["", f"Presets (usable as `name:` in a spec; other keys override them): {presets}."]
     return "\n".join(lines)
