@@ -47,6 +47,9 @@ class DeltaProduct(Spectral, nn.Module):
     the state's overall scale. n_h = 1 is DeltaNet. State: S [B, H, Dk, Dv].
     """
 
+    departures = ("eig_range [-1,1] doubles beta (Grazzi et al. 2025); no short convolution before q, k, v; "
+                  "q unscaled (L2-normalised); per-head RMSNorm on the outputs before the output projection")
+
     def __init__(self, d_model: int, num_heads: int = 1, n_h: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
         super().__init__()
         if not isinstance(n_h, int) or n_h < 1:
@@ -121,6 +124,8 @@ class GatedDeltaNet(DeltaNet):
     Gu 2024); beta as in DeltaNet, so eig_range "[-1,1]" gives transition eigenvalues alpha (1 - beta)
     in (-1, 1]. State: S [B, H, Dk, Dv].
     """
+
+    departures = DeltaProduct.departures + "; no output gate"
 
     def __init__(self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
         super().__init__(d_model, num_heads, head_dim, eig_range)

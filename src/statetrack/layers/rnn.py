@@ -17,6 +17,8 @@ class LSTM(nn.Module):
     State: (h, c), each [num_layers=1, B, hidden].
     """
 
+    departures = "none (torch.nn.LSTM: the forget-gate LSTM of Gers et al. 2000); a linear map back to d_model when hidden differs"
+
     def __init__(self, d_model: int, hidden: int | None = None):
         super().__init__()
         self.d_model = d_model

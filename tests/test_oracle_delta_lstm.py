@@ -1,0 +1,184 @@
+"""DeltaNet, Gated DeltaNet, DeltaProduct and the LSTM against independent definitions.
+
+Each layer's weights are randomised, read out, and fed to an implementation that shares no code
+with the layer: a per-step loop written here from the published equations (float64, relative
+error <= 1e-10 on outputs and final state), and, for the delta rule family, fla-core's naive
+recurrences too (written by others; they compute in float32, so their tolerance is float32's).
+The state is carried in: the layer runs on two halves, the oracle on the whole sequence.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from ops_helpers import load_fla_naive, rel_error
+
+from statetrack.layers import LSTM, DeltaNet, DeltaProduct, GatedDeltaNet
+
+EXACT = 1e-10
+B, T, D = 2, 11, 16
+
+
+def randomised(layer: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """The layer in float64 with every parameter drawn at random (the init alone could hide a
+    transposed or unused weight)."""
+    gen = torch.Generator().manual_seed(seed)
+    layer = layer.double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return layer
+
+
+def halves(layer, x):
+    """The layer on x[:, :T//2] then on the rest with the returned state: (y, final state)."""
+    y1, state = layer(x[:, : T // 2])
+    y2, state = layer(x[:, T // 2 :], state)
+    return torch.cat([y1, y2], dim=1), state
+
+
+def rms_norm(o: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """RMSNorm over the last dimension with torch's default eps (the dtype's machine epsilon)."""
+    eps = torch.finfo(o.dtype).eps
+    return o / torch.sqrt(o.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+# ---- the delta rule family: Schlag et al. 2021; Yang et al. 2024b; Yang et al. 2025; Siems et al. 2025
+def delta_inputs(layer, x):
+    """q, k, v, beta, log-decay g per token and micro-step, from the read-out weights:
+    q, k = L2-normalised SiLU projections, v linear, beta = s sigmoid(w_b x + b) with s = 1 for
+    [0,1] and 2 for [-1,1] (Grazzi et al. 2025), g = -exp(A_log) softplus(w_a x + b_a) (Yang et
+    al. 2025). Shapes: q [B, T, H, Dk]; k, v [B, T, n_h, H, D]; beta [B, T, n_h, H]; g [B, T, H]."""
+    H, Dh, n = layer.num_heads, layer.head_dim, layer.n_h
+    q = F.normalize(F.silu(x @ layer.q_proj.weight.T).view(B, T, H, Dh), dim=-1)
+    k = F.normalize(F.silu(x @ layer.k_proj.weight.T).view(B, T, n, H, Dh), dim=-1)
+    v = (x @ layer.v_proj.weight.T).view(B, T, n, H, Dh)
+    s = {"[0,1]": 1.0, "[-1,1]": 2.0}[layer.eig_range]
+    beta = s * torch.sigmoid(x @ layer.b_proj.weight.T + layer.b_proj.bias).view(B, T, n, H)
+    g = None
+    if hasattr(layer, "a_proj"):
+        g = -layer.A_log.exp() * F.softplus(x @ layer.a_proj.weight.T + layer.a_proj.bias)
+    return q, k, v, beta, g
+
+
+def delta_per_step(q, k, v, beta, g, S0):
+    """Per token t: S <- alpha_t S, then for j = 1..n_h: S <- (I - beta k k^T) S + beta k v^T;
+    o_t = S^T q_t (per head). Returns o [B, T, H, Dv] and S [B, H, Dk, Dv]."""
+    S, outputs = S0.clone(), []
+    for t in range(T):
+        if g is not None:
+            S = g[:, t].exp()[..., None, None] * S
+        for j in range(k.shape[2]):
+            kj, vj, bj = k[:, t, j], v[:, t, j], beta[:, t, j]  # [B, H, D], [B, H, D], [B, H]
+            eye = torch.eye(kj.shape[-1], dtype=S.dtype)
+            transition = eye - bj[..., None, None] * kj[..., :, None] * kj[..., None, :]
+            S = transition @ S + bj[..., None, None] * kj[..., :, None] * vj[..., None, :]
+        outputs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(outputs, dim=1), S
+
+
+def delta_readout(layer, o):
+    """Per-head RMS normalisation, then the output projection."""
+    return rms_norm(o, layer.o_norm.weight).reshape(B, T, -1) @ layer.o_proj.weight.T
+
+
+DELTA_LAYERS = {
+    "deltanet": lambda r: DeltaNet(D, num_heads=2, eig_range=r),
+    "gated_deltanet": lambda r: GatedDeltaNet(D, num_heads=2, eig_range=r),
+    "deltaproduct": lambda r: DeltaProduct(D, num_heads=2, n_h=3, eig_range=r),
+}
+
+
+def _delta_case(name, eig_range, seed=0):
+    layer = randomised(DELTA_LAYERS[name](eig_range), seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(B, T, D, dtype=torch.float64, generator=gen)
+    S0 = torch.randn(B, layer.num_heads, layer.head_dim, layer.head_dim, dtype=torch.float64, generator=gen)
+    with torch.no_grad():
+        y1, state = layer(x[:, : T // 2], S0)
+        y2, state = layer(x[:, T // 2 :], state)
+    return layer, x, S0, torch.cat([y1, y2], dim=1), state
+
+
+@pytest.mark.parametrize("eig_range", ["[0,1]", "[-1,1]"])
+@pytest.mark.parametrize("name", sorted(DELTA_LAYERS))
+def test_delta_family_matches_per_step_delta_rule_equations(name, eig_range):
+    layer, x, S0, y, state = _delta_case(name, eig_range)
+    with torch.no_grad():
+        q, k, v, beta, g = delta_inputs(layer, x)
+        o, S = delta_per_step(q, k, v, beta, g, S0)
+        expected = delta_readout(layer, o)
+    assert rel_error(y, expected) <= EXACT
+    assert rel_error(state, S) <= EXACT
+    # the departure Grazzi et al. 2025 introduce, checked: [-1,1] doubles beta, so the transition's
+    # eigenvalue along k, 1 - beta, reaches below 0 (and it never does in [0,1])
+    assert (beta.min() < 1) and ((beta.max() > 1) == (eig_range == "[-1,1]"))
+
+
+@pytest.mark.parametrize("eig_range", ["[0,1]", "[-1,1]"])
+@pytest.mark.parametrize("name", sorted(DELTA_LAYERS))
+def test_delta_family_matches_fla_naive_recurrence(name, eig_range):
+    """fla-core's naive gated delta product (num_householder = n_h; g = None without decay), with
+    scale 1: our q is L2-normalised and used as it is. fla computes in float32."""
+    fla = load_fla_naive("gated_delta_product/naive.py")
+    layer, x, S0, y, state = _delta_case(name, eig_range, seed=3)
+    with torch.no_grad():
+        q, k, v, beta, g = delta_inputs(layer, x)
+        n, H, Dh = layer.n_h, layer.num_heads, layer.head_dim
+        o, S = fla.naive_recurrent_gated_delta_product(
+            q.float(), k.reshape(B, T * n, H, Dh).float(), v.reshape(B, T * n, H, Dh).float(),
+            None if g is None else g.float(), beta.reshape(B, T * n, H).float(), scale=1.0,
+            initial_state=S0.float(), output_final_state=True, num_householder=n)
+        expected = delta_readout(layer, o.double())
+    assert rel_error(y, expected) <= 1e-5
+    assert rel_error(state, S.double()) <= 1e-5
+
+
+def test_deltanet_departures_are_explicit():
+    """Departures from DeltaNet as Yang et al. 2024b train it, each checked: no short convolution
+    before q, k, v; q is used without a 1/sqrt(d) scale (it is L2-normalised; the oracle above has
+    none); a per-head RMSNorm before the output projection is applied (without it the oracle
+    would not match), which makes the output invariant to the state's scale."""
+    layer, x, S0, y, _ = _delta_case("deltanet", "[-1,1]")
+    assert not any(isinstance(m, torch.nn.Conv1d) for m in layer.modules())
+    with torch.no_grad():
+        q, k, v, beta, g = delta_inputs(layer, x)
+        o, _ = delta_per_step(q, k, v, beta, g, S0)
+        unnormalised = o.reshape(B, T, -1) @ layer.o_proj.weight.T
+        assert rel_error(y, unnormalised) > 1e-2
+        assert rel_error(delta_readout(layer, 7.0 * o), delta_readout(layer, o)) <= EXACT
+
+
+# ---- LSTM: Hochreiter & Schmidhuber 1997, with the forget gate of Gers et al. 2000 -------------
+def lstm_per_step(layer, x, h0, c0):
+    """i, f, g, o = sigma(W_i x + b_i + U_i h), sigma(..f), tanh(..g), sigma(..o) (PyTorch's row
+    order of the stacked weights); c = f c + i g; h = o tanh(c); projected back to d_model."""
+    rnn = layer.rnn
+    W, U, b = rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0 + rnn.bias_hh_l0
+    h, c, outputs = h0, c0, []
+    for t in range(x.shape[1]):
+        i, f, g, o = (x[:, t] @ W.T + h @ U.T + b).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outputs.append(h)
+    y = torch.stack(outputs, dim=1)
+    if isinstance(layer.proj, torch.nn.Linear):
+        y = y @ layer.proj.weight.T + layer.proj.bias
+    return y, h, c
+
+
+@pytest.mark.parametrize("hidden", [None, 24])
+def test_lstm_matches_per_step_lstm_equations(hidden):
+    layer = randomised(LSTM(D, hidden=hidden))
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(B, T, D, dtype=torch.float64, generator=gen)
+    size = hidden or D
+    h0, c0 = (torch.randn(1, B, size, dtype=torch.float64, generator=gen) for _ in range(2))
+    with torch.no_grad():
+        y1, state = layer(x[:, : T // 2], (h0, c0))
+        y2, (h, c) = layer(x[:, T // 2 :], state)
+        expected, h_ref, c_ref = lstm_per_step(layer, x, h0[0], c0[0])
+    assert rel_error(torch.cat([y1, y2], dim=1), expected) <= EXACT
+    assert rel_error(h[0], h_ref) <= EXACT and rel_error(c[0], c_ref) <= EXACT
+    assert math.isfinite(float(expected.abs().max()))
