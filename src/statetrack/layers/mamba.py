@@ -43,6 +43,9 @@ class Mamba(Spectral, nn.Module):
     State: (conv state [B, d_conv - 1, E], h [B, E, N]), E = expand * d_model.
     """
 
+    departures = ('eig_range "[-1,1]" makes the transition 2 exp(dt A) - 1 in (-1, 1) instead of exp(dt A) '
+                  '(Grazzi et al. 2025); with the default "[0,1]", none.')
+
     def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
         super().__init__()
         check_eig_range(eig_range)
@@ -91,8 +94,12 @@ class Mamba2(Spectral, nn.Module):
         a_t = exp(-dt_t exp(A_log)) in (0, 1), or 2 exp(.) - 1 in (-1, 1) for eig_range "[-1,1]".
 
     Block: in-projection to (z, x, B, C, dt), causal conv over (x, B, C), SiLU, the scan,
-    RMSNorm(y * silu(z)), out-projection. State: (conv state, H [B, heads, P, N]).
+    RMSNorm(y * silu(z)) (eps 1e-5, as Dao & Gu 2024's code), out-projection. One group: B and C
+    are shared by all heads. State: (conv state, H [B, heads, P, N]).
     """
+
+    departures = ('eig_range "[-1,1]" makes the per-head decay 2 exp(dt A) - 1 in (-1, 1) instead of exp(dt A) '
+                  '(Grazzi et al. 2025); with the default "[0,1]", none.')
 
     def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, head_dim: int = 16, d_conv: int = 4, eig_range: str = DEFAULT_EIG_RANGE):
         super().__init__()
@@ -108,7 +115,7 @@ class Mamba2(Spectral, nn.Module):
         self.dt_bias = nn.Parameter(inverse_softplus(log_uniform_dt(self.num_heads)))
         self.A_log = nn.Parameter(torch.log(torch.linspace(1, 16, self.num_heads)))
         self.D = nn.Parameter(torch.ones(self.num_heads))
-        self.norm = nn.RMSNorm(inner)
+        self.norm = nn.RMSNorm(inner, eps=1e-5)  # torch's default eps is the dtype's machine epsilon
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
     def _inputs(self, x, conv_state=None):
