@@ -25,11 +25,13 @@ from statetrack.layers.registry import register_model
 POSITIONAL = ("none", "sinusoidal", "rope")
 
 
-def sinusoidal(positions: torch.Tensor, dim: int) -> torch.Tensor:
-    """[T] -> [T, dim]: sin/cos of position / 10000^(2i/dim) (Vaswani et al. 2017)."""
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)
-    angles = positions.float()[:, None] * freq  # [T, dim/2]
-    out = torch.zeros(len(positions), dim, device=positions.device)
+def sinusoidal(positions: torch.Tensor, dim: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[T] -> [T, dim]: sin/cos of position / 10000^(2i/dim) (Vaswani et al. 2017), computed in
+    `dtype` but never below float32 (angles of far positions need the digits)."""
+    dtype = torch.promote_types(dtype, torch.float32)
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=dtype, device=positions.device) / dim)
+    angles = positions.to(dtype)[:, None] * freq  # [T, dim/2]
+    out = torch.zeros(len(positions), dim, dtype=dtype, device=positions.device)
     out[:, 0::2] = angles.sin()
     out[:, 1::2] = angles.cos()[:, : dim // 2]
     return out
@@ -37,9 +39,9 @@ def sinusoidal(positions: torch.Tensor, dim: int) -> torch.Tensor:
 
 def rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """RoPE (Su et al. 2021) on x [B, H, T, D] (D even): rotate pairs (x_i, x_{i + D/2}) by position * freq_i."""
-    D = x.shape[-1]
-    freq = torch.exp(-math.log(10000.0) * torch.arange(0, D // 2, dtype=torch.float32, device=x.device) / (D // 2))
-    angles = positions.float()[:, None] * freq  # [T, D/2]
+    D, dtype = x.shape[-1], torch.promote_types(x.dtype, torch.float32)  # angles at x's precision, at least float32
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, D // 2, dtype=dtype, device=x.device) / (D // 2))
+    angles = positions.to(dtype)[:, None] * freq  # [T, D/2]
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., : D // 2], x[..., D // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
@@ -55,6 +57,10 @@ class CausalSelfAttention(nn.Module):
 
     Multi-head causal self-attention; the module docstring has the block and the encodings.
     """
+
+    departures = ("no dropout (Radford et al. 2019); sinusoidal encodings (Vaswani et al. 2017) added at each "
+                  "attention layer's input, not once to the embedding; RoPE rotates dimension pairs (j, j + D/2), "
+                  "not (2j, 2j + 1) (Su et al. 2021): the same up to a fixed permutation of head dimensions")
 
     def __init__(self, d_model: int, num_heads: int = 2, positional: str = "none"):
         super().__init__()
@@ -73,7 +79,7 @@ class CausalSelfAttention(nn.Module):
         past = 0 if state is None else state[0].shape[2]
         positions = torch.arange(past, past + T, device=x.device)
         if self.positional == "sinusoidal":
-            x = x + sinusoidal(positions, self.d_model).to(x.dtype)
+            x = x + sinusoidal(positions, self.d_model, x.dtype).to(x.dtype)
         q, k, v = (t.view(B, T, self.num_heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
         if self.positional == "rope":
             q, k = rotary(q, positions), rotary(k, positions)

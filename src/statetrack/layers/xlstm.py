@@ -34,6 +34,10 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
     State: (C~ [B, H, D, D], n~ [B, H, D], m [B, H]).
     """
 
+    departures = ("the cell alone, without the mLSTM block (Beck et al. 2024): no up-projection, causal convolution "
+                  "or learnable skip; no biases on q, k, v; sigmoid forget gate (one of the paper's two choices); "
+                  "a per-head RMSNorm on h~ before the output gate, where the block has a head-wise GroupNorm")
+
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()
         self.d_model = d_model
@@ -97,6 +101,10 @@ class sLSTM(nn.Module):  # noqa: N801
     with log f = logsigmoid(f~). Nonlinear in h, so it runs as a loop over time. Output: RMSNorm per
     head, out-projection. State: (h, c, n, m), each [B, d_model].
     """
+
+    departures = ("the cell alone, without the sLSTM block (Beck et al. 2024): no causal convolution before the "
+                  "i, f gates and no gated MLP after; sigmoid forget gate (one of the paper's two choices); "
+                  "a per-head RMSNorm on h before the output projection, where the block has a head-wise GroupNorm")
 
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()
