@@ -35,6 +35,9 @@ class S4D(Spectral, nn.Module):
     State: h [B, d_model, d_state // 2] complex.
     """
 
+    departures = ("C is initialised with std 0.5 / sqrt(d_state / 2) per real and imaginary part, smaller than the "
+                  "unit complex normal of Gu et al. 2022's reference S4D; the equations are as published.")
+
     def __init__(self, d_model: int, d_state: int = 32, input_dependent: bool = False):
         super().__init__()
         if d_state < 2 or d_state % 2:
@@ -85,6 +88,10 @@ class S4D(Spectral, nn.Module):
 @register_model("ids4", display="IDS4")
 class IDS4(S4D):
     """S4D with an input-dependent complex transition: dt and rotation from the input (Merrill et al. 2024)."""
+
+    departures = ("How the transition depends on the input (Merrill et al. 2024) is this project's choice: dt_t = "
+                  "softplus(W x_t + b) per channel (as Mamba, Gu & Dao 2023) and a rotation W_phi x_t added to "
+                  "Im(lambda) per mode, discretised by zero-order hold at every step; C initialised as in S4D.")
 
     def __init__(self, d_model: int, d_state: int = 32):
         super().__init__(d_model, d_state, input_dependent=True)
