@@ -149,3 +149,22 @@ def test_bad_shapes_name_the_expected_shape():
         diagonal_scan(torch.rand(2, 5, 3), torch.rand(2, 5, 4))
     with pytest.raises(ValueError, match=r"initial_state must be \[B, ...\]"):
         diagonal_scan(torch.rand(2, 5, 3), torch.rand(2, 5, 3), torch.rand(2, 4))
+
+
+@pytest.mark.parametrize("impl", ["auto", "chunked"])
+def test_lazily_conjugated_complex_inputs_are_read_as_conjugated(impl):
+    """`t.conj()` is a view that only flags the conjugation; the scan must see the conjugated
+    values (the native loop reads memory, so the flag has to be resolved first), in forward and
+    backward."""
+    g = torch.Generator().manual_seed(0)
+    c = lambda *shape: torch.complex(torch.randn(*shape, dtype=torch.float64, generator=g),  # noqa: E731
+                                     torch.randn(*shape, dtype=torch.float64, generator=g))
+    a, b, h0 = 0.7 * c(2, 9, 3), c(2, 9, 3), c(2, 3)
+    lazy = {"a": a.conj(), "b": b.conj(), "initial_state": h0.conj()}
+    resolved = {k: v.resolve_conj() for k, v in lazy.items()}
+    assert all(v.is_conj() for v in lazy.values())
+    h, final = diagonal_scan(**lazy, impl=impl)
+    h_ref, final_ref = diagonal_scan_reference(**resolved)
+    assert rel_error(h, h_ref) <= TOL[torch.complex128] and rel_error(final, final_ref) <= TOL[torch.complex128]
+    inputs = {k: v.clone().requires_grad_() for k, v in resolved.items()}
+    assert_same(lambda **x: diagonal_scan(**x, impl=impl), diagonal_scan_reference, inputs, TOL[torch.complex128])

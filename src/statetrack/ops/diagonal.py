@@ -123,7 +123,8 @@ class _DiagonalScan(torch.autograd.Function):
         if T == 0:
             return torch.zeros_like(a), torch.zeros_like(h), grad_final, None, None
         if ctx.use_native:
-            grad_a, grad_b, grad_h0 = native.scan_backward(a, h, h0, grad_h.contiguous(), grad_final)
+            grad_a, grad_b, grad_h0 = native.scan_backward(a, h, h0, grad_h.resolve_conj().contiguous(),
+                                                           grad_final.resolve_conj().contiguous())
             return grad_a, grad_b, grad_h0, None, None
         # lambda_t = dL/dh_t + conj(a_{t+1}) lambda_{t+1}, lambda_T = dL/dh_T (final-state gradient)
         a_next = torch.empty_like(a)
@@ -158,12 +159,14 @@ def diagonal_scan(a, b, initial_state=None, output_final_state=True, chunk_size=
     B, T = b.shape[:2]
     state_shape = tuple(b.shape[2:])
     F = math.prod(state_shape)
-    a3 = a.to(dtype).reshape(B, T, F).contiguous()
-    b3 = b.to(dtype).reshape(B, T, F).contiguous()
+    # resolve_conj: a lazily conjugated complex view shares memory with its source, and the native
+    # loop reads memory, so the conjugation is materialised first
+    a3 = a.to(dtype).reshape(B, T, F).resolve_conj().contiguous()
+    b3 = b.to(dtype).reshape(B, T, F).resolve_conj().contiguous()
     if initial_state is None:
         h0 = b3.new_zeros(B, F)
     else:
-        h0 = initial_state.to(dtype).reshape(B, F).contiguous()
+        h0 = initial_state.to(dtype).reshape(B, F).resolve_conj().contiguous()
     use_native = impl != "chunked" and native.supports(a3, b3, h0)
     if impl == "native" and not use_native:
         raise RuntimeError(
