@@ -1,4 +1,5 @@
-"""Shared helpers of the ops tests: the one relative-error measure, and fla's naive oracles by file path."""
+"""Shared helpers of the ops and oracle tests: the one relative-error measure, fla's naive oracles by
+file path, and layers with random float64 weights to feed to an independent implementation."""
 
 from __future__ import annotations
 
@@ -59,3 +60,20 @@ def load_fla_naive(relative: str):
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module
+
+
+def randomised(layer: torch.nn.Module, seed: int = 0, std: float = 0.5) -> torch.nn.Module:
+    """The layer in float64 with every parameter drawn at random (the init alone could hide a
+    transposed or unused weight, e.g. RMSNorm weights of one)."""
+    gen = torch.Generator().manual_seed(seed)
+    layer = layer.double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(std * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return layer
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None) -> torch.Tensor:
+    """RMSNorm over the last dimension; eps None is torch's default, the dtype's machine epsilon."""
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import load_fla_naive, rel_error
+from ops_helpers import load_fla_naive, randomised, rel_error, rms_norm
 
 from statetrack.layers import LSTM, DeltaNet, DeltaProduct, GatedDeltaNet
 
@@ -20,15 +20,6 @@ EXACT = 1e-10
 B, T, D = 2, 11, 16
 
 
-def randomised(layer: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """The layer in float64 with every parameter drawn at random (the init alone could hide a
-    transposed or unused weight)."""
-    gen = torch.Generator().manual_seed(seed)
-    layer = layer.double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return layer
 
 
 def halves(layer, x):
@@ -38,10 +29,6 @@ def halves(layer, x):
     return torch.cat([y1, y2], dim=1), state
 
 
-def rms_norm(o: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """RMSNorm over the last dimension with torch's default eps (the dtype's machine epsilon)."""
-    eps = torch.finfo(o.dtype).eps
-    return o / torch.sqrt(o.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
 # ---- the delta rule family: Schlag et al. 2021; Yang et al. 2024b; Yang et al. 2025; Siems et al. 2025
@@ -101,9 +88,7 @@ def _delta_case(name, eig_range, seed=0):
     return layer, x, S0, torch.cat([y1, y2], dim=1), state
 
 
-@pytest.mark.parametrize("eig_range", ["[0,1]", "[-1,1]"])
-@pytest.mark.parametrize("name", sorted(DELTA_LAYERS))
-def test_delta_family_matches_per_step_delta_rule_equations(name, eig_range):
+def check_per_step(name, eig_range):
     layer, x, S0, y, state = _delta_case(name, eig_range)
     with torch.no_grad():
         q, k, v, beta, g = delta_inputs(layer, x)
@@ -116,9 +101,7 @@ def test_delta_family_matches_per_step_delta_rule_equations(name, eig_range):
     assert (beta.min() < 1) and ((beta.max() > 1) == (eig_range == "[-1,1]"))
 
 
-@pytest.mark.parametrize("eig_range", ["[0,1]", "[-1,1]"])
-@pytest.mark.parametrize("name", sorted(DELTA_LAYERS))
-def test_delta_family_matches_fla_naive_recurrence(name, eig_range):
+def check_fla(name, eig_range):
     """fla-core's naive gated delta product (num_householder = n_h; g = None without decay), with
     scale 1: our q is L2-normalised and used as it is. fla computes in float32."""
     fla = load_fla_naive("gated_delta_product/naive.py")
@@ -133,6 +116,30 @@ def test_delta_family_matches_fla_naive_recurrence(name, eig_range):
         expected = delta_readout(layer, o.double())
     assert rel_error(y, expected) <= 1e-5
     assert rel_error(state, S.double()) <= 1e-5
+
+
+RANGES = pytest.mark.parametrize("eig_range", ["[0,1]", "[-1,1]"])
+
+
+@RANGES
+def test_deltanet_matches_per_step_delta_rule(eig_range):
+    check_per_step("deltanet", eig_range)
+
+
+@RANGES
+def test_gated_deltanet_matches_per_step_gated_delta_rule(eig_range):
+    check_per_step("gated_deltanet", eig_range)
+
+
+@RANGES
+def test_deltaproduct_matches_per_step_householder_products(eig_range):
+    check_per_step("deltaproduct", eig_range)
+
+
+@RANGES
+@pytest.mark.parametrize("name", sorted(DELTA_LAYERS))
+def test_delta_family_matches_fla_naive_gated_delta_product(name, eig_range):
+    check_fla(name, eig_range)
 
 
 def test_deltanet_departures_are_explicit():

@@ -11,7 +11,7 @@ and runs on two halves, carrying its state; the oracle runs on the whole sequenc
 
 import pytest
 import torch
-from ops_helpers import load_fla_naive, rel_error
+from ops_helpers import load_fla_naive, randomised, rel_error
 
 from statetrack.layers import Mamba, Mamba2
 
@@ -34,14 +34,12 @@ def transition(decay, eig_range):
     return decay if eig_range == "[0,1]" else 2 * decay - 1
 
 
-def randomised(layer, seed):
+def randomised_ssm(layer, seed):
     """The layer in float64 with every parameter random; A_log and the dt bias in ranges where
     dt A spans about [0.1, 4], so decays range over (0, 1) and, for [-1,1], take both signs."""
-    gen = torch.Generator().manual_seed(seed)
-    layer = layer.double()
+    layer = randomised(layer, seed, std=0.4)
+    gen = torch.Generator().manual_seed(seed + 1000)
     with torch.no_grad():
-        for p in layer.parameters():
-            torch.nn.init.normal_(p, std=0.4, generator=gen)
         layer.A_log.copy_(torch.log(0.5 + 3.5 * torch.rand(layer.A_log.shape, generator=gen, dtype=torch.float64)))
         dt_bias = layer.dt_proj.bias if isinstance(layer, Mamba) else layer.dt_bias
         dt = 0.2 + 0.8 * torch.rand(dt_bias.shape, generator=gen, dtype=torch.float64)
@@ -194,7 +192,7 @@ def check_transition(layer, x, decay, eig_range):
 
 @pytest.mark.parametrize("eig_range", EIG_RANGES)
 def test_mamba_matches_per_step_s6_loop(eig_range):
-    layer = randomised(Mamba(D, d_state=4, expand=2, d_conv=4, eig_range=eig_range), seed=1)
+    layer = randomised_ssm(Mamba(D, d_state=4, expand=2, d_conv=4, eig_range=eig_range), seed=1)
     E, N = layer.A_log.shape
     x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     history, h0 = random_state(layer, E, (B, E, N), seed=3)
@@ -213,7 +211,7 @@ def test_mamba_matches_per_step_s6_loop(eig_range):
 @pytest.mark.parametrize("eig_range", EIG_RANGES)
 def test_mamba2_matches_fla_simple_gla_naive(eig_range):
     fla = load_fla_naive("simple_gla/naive.py")
-    layer = randomised(Mamba2(D, d_state=4, expand=2, head_dim=4, d_conv=4, eig_range=eig_range), seed=4)
+    layer = randomised_ssm(Mamba2(D, d_state=4, expand=2, head_dim=4, d_conv=4, eig_range=eig_range), seed=4)
     H, P, N = layer.num_heads, layer.head_dim, layer.d_state
     x = torch.randn(B, T, D, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     history, h0 = random_state(layer, layer.inner + 2 * N, (B, H, P, N), seed=6)

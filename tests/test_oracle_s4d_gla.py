@@ -13,7 +13,7 @@ import math
 
 import pytest
 import torch
-from ops_helpers import load_fla_naive, rel_error
+from ops_helpers import load_fla_naive, randomised, rel_error
 
 from statetrack.layers import GLA, IDS4, S4D
 
@@ -21,15 +21,6 @@ EXACT = 1e-10
 B, T, D = 2, 10, 4
 
 
-def randomised(layer: torch.nn.Module, std: float, seed: int) -> torch.nn.Module:
-    """The layer in float64 with every parameter drawn at random (the init alone could hide a
-    transposed or unused weight)."""
-    gen = torch.Generator().manual_seed(seed)
-    layer = layer.double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(std * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return layer
 
 
 def uniform(shape, lo: float, hi: float, gen: torch.Generator) -> torch.Tensor:
@@ -109,7 +100,7 @@ def s4d_parameters(layer):
 def randomised_s4d(layer, seed: int):
     """All parameters random, then the dynamics in real ranges: Re(lambda) in [-1, -0.1], Im(lambda)
     = pi n + noise (rotations up to ~2.5 rad per step with dt), dt in [0.05, 0.5]."""
-    layer = randomised(layer, 0.3, seed)
+    layer = randomised(layer, seed, std=0.3)
     gen = torch.Generator().manual_seed(seed + 100)
     n = layer.modes
     with torch.no_grad():
@@ -260,7 +251,7 @@ def gla_output(layer, x, o):
 def randomised_gla(seed: int):
     """All parameters random; the gate bias sets alpha^tau = sigmoid(.) around 1e-3..0.5, i.e. decays
     alpha in about [0.65, 0.96] with tau = 16: state entries forget at visibly different rates."""
-    layer = randomised(GLA(8, num_heads=2), 0.4, seed)
+    layer = randomised(GLA(8, num_heads=2), seed, std=0.4)
     gen = torch.Generator().manual_seed(seed + 100)
     with torch.no_grad():
         layer.a_proj[1].bias.copy_(uniform(8, -7.0, 0.0, gen))

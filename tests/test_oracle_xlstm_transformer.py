@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import rel_error
+from ops_helpers import randomised, rel_error, rms_norm
 
 from statetrack.layers import mLSTM, sLSTM
 from statetrack.layers.transformer import POSITIONAL, CausalSelfAttention
@@ -23,15 +23,6 @@ B, T, DM, H = 2, 10, 8, 2  # batch, length, d_model, heads
 D = DM // H
 
 
-def randomised(layer: torch.nn.Module, seed: int = 0, std: float = 0.5) -> torch.nn.Module:
-    """The layer in float64 with every parameter drawn at random (the init alone could hide a
-    transposed or unused weight, e.g. RMSNorm weights of one)."""
-    gen = torch.Generator().manual_seed(seed)
-    layer = layer.double()
-    with torch.no_grad():
-        for p in layer.parameters():
-            p.copy_(std * torch.randn(p.shape, generator=gen, dtype=p.dtype))
-    return layer
 
 
 def inputs(seed: int = 1) -> torch.Tensor:
@@ -59,10 +50,6 @@ def norm_inputs(layer, x):
     return y, state, caught
 
 
-def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float | None) -> torch.Tensor:
-    """RMSNorm over the last dimension; torch's eps=None means the dtype's machine epsilon."""
-    eps = torch.finfo(h.dtype).eps if eps is None else eps
-    return h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
 def assert_close(errors: dict) -> None:
