@@ -6,7 +6,6 @@ import pytest
 from torch import nn
 
 from statetrack import zoo
-from statetrack.layers import MODELS
 from statetrack.layers.catalog import (
     BEGIN,
     COMMAND,

@@ -105,8 +105,10 @@ def test_every_head_split_is_one_statetrack_error(name):
 def test_head_split():
     assert head_split(32, 4) == (4, 8)
     assert head_split(32, 5, head_dim=8) == (5, 8)  # an explicit head_dim needs no divisibility
-    with pytest.raises(StatetrackError, match="d_model 32 is not divisible by num_heads 5; choose num_heads dividing d_model or set head_dim"):
+    with pytest.raises(StatetrackError, match="d_model 32 is not divisible by num_heads 5; choose num_heads dividing d_model$"):
         head_split(32, 5)
+    with pytest.raises(StatetrackError, match="choose num_heads dividing d_model or set head_dim$"):
+        head_split(32, 5, takes_head_dim=True)
     with pytest.raises(StatetrackError, match="num_heads must be an integer >= 1, got 0"):
         head_split(32, 0)
 

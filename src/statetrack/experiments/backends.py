@@ -216,7 +216,9 @@ def make_backend(name: str, workers: int | None, results_dir: Path, device: str,
     check_backend(name, workers, address)
     if name == "ray":
         return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports)
-    workers = min(workers or default_workers(device), max(1, runs if runs is not None else workers or 1))
+    workers = workers or default_workers(device)
+    if runs:  # no more workers than runs
+        workers = min(workers, runs)
     if workers == 1:
         return InProcessBackend(results_dir, device, progress)
     return LocalBackend(workers, results_dir, device, imports)

@@ -185,22 +185,18 @@ def check_buildable(model: dict, task) -> None:
     numbers is built on the CPU instead."""
     import torch
 
-    def build(device):
-        with torch.device(device):
-            zoo.build_model(model, task.vocab_size, task.num_classes)
-
-    try:
+    for device in ("meta", "cpu"):
         try:
-            build("meta")
-        except StatetrackError:
-            raise
-        except Exception:
-            build("cpu")
-    except StatetrackError as error:
-        raise StatetrackError(f"model {model['name']!r}: {error}") from None
-    except Exception as error:
-        settings = ", ".join(f"{k}={v!r}" for k, v in model.items() if k != "name")
-        raise StatetrackError(f"model {model['name']!r} cannot be built with {settings}: {type(error).__name__}: {error}") from None
+            with torch.device(device):
+                zoo.build_model(model, task.vocab_size, task.num_classes)
+            return
+        except StatetrackError as error:
+            raise StatetrackError(f"model {model['name']!r}: {error}") from None
+        except Exception as error:
+            if device == "cpu":
+                settings = ", ".join(f"{k}={v!r}" for k, v in model.items() if k != "name")
+                raise StatetrackError(f"model {model['name']!r} cannot be built with {settings}: "
+                                      f"{type(error).__name__}: {error}") from None
 
 
 def expand(spec: dict) -> list[RunSpec]:
@@ -215,7 +211,7 @@ def expand(spec: dict) -> list[RunSpec]:
         for length in [train_config.min_length, *eval_spec["lengths"]]:
             task.check_length(length)
     built = set()
-    for (_, task) in tasks:
+    for _, task in tasks:
         for model in models:
             key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
             if key not in built:

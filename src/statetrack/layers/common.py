@@ -35,8 +35,9 @@ def decay_to_range(decay: torch.Tensor, eig_range: str) -> torch.Tensor:
     return decay if scale == 1 else scale * decay - (scale - 1)
 
 
-def head_split(d_model: int, num_heads: int, head_dim: int | None = None) -> tuple[int, int]:
-    """(num_heads, head_dim): head_dim = d_model // num_heads unless given."""
+def head_split(d_model: int, num_heads: int, head_dim: int | None = None, *, takes_head_dim: bool = False) -> tuple[int, int]:
+    """(num_heads, head_dim): head_dim = d_model // num_heads unless given. `takes_head_dim`: the
+    layer has a head_dim parameter, so the error can suggest setting it."""
     if not isinstance(num_heads, int) or num_heads < 1:
         raise StatetrackError(f"num_heads must be an integer >= 1, got {num_heads!r}")
     if head_dim is not None:
@@ -44,8 +45,8 @@ def head_split(d_model: int, num_heads: int, head_dim: int | None = None) -> tup
             raise StatetrackError(f"head_dim must be an integer >= 1 or None, got {head_dim!r}")
         return num_heads, head_dim
     if d_model % num_heads:
-        raise StatetrackError(f"d_model {d_model} is not divisible by num_heads {num_heads}; "
-                              "choose num_heads dividing d_model or set head_dim")
+        remedy = "choose num_heads dividing d_model" + (" or set head_dim" if takes_head_dim else "")
+        raise StatetrackError(f"d_model {d_model} is not divisible by num_heads {num_heads}; {remedy}")
     return num_heads, d_model // num_heads
 
 

@@ -55,7 +55,7 @@ class DeltaProduct(Spectral, nn.Module):
         if not isinstance(n_h, int) or n_h < 1:
             raise StatetrackError(f"n_h (Householders per token) must be an integer >= 1, got {n_h!r}")
         self.d_model, self.n_h, self.eig_range, self.scale = d_model, n_h, eig_range, check_eig_range(eig_range)
-        self.num_heads, self.head_dim = head_split(d_model, num_heads, head_dim)
+        self.num_heads, self.head_dim = head_split(d_model, num_heads, head_dim, takes_head_dim=True)
         inner = self.num_heads * self.head_dim
         self.q_proj = nn.Linear(d_model, inner, bias=False)
         self.k_proj = nn.Linear(d_model, n_h * inner, bias=False)
