@@ -58,6 +58,11 @@ class SequenceModel(nn.Module):
         self.blocks = nn.ModuleList([Block(d_model, make_mixer(), mlp) for _ in range(num_layers)])
         self.norm = nn.LayerNorm(d_model)
         self.readout = nn.Linear(d_model, num_classes)
+        if num_layers and getattr(self.blocks[0].mixer, "frozen_input", False):
+            # a mixer with a frozen recurrence (e.g. the frozen bilinear RNN) is fed by frozen weights too:
+            # its input x = LayerNorm(embedding) decides the transitions, so training them would train the recurrence
+            self.embedding.requires_grad_(False)
+            self.blocks[0].norm1.requires_grad_(False)
 
     def forward(self, tokens: torch.Tensor, state: list | None = None):
         if tokens.dim() != 2:

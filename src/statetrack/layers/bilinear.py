@@ -1,0 +1,258 @@
+"""Bilinear RNNs: pure multiplicative state transitions, and the hierarchy of their structures.
+
+Ebrahimi & Memisevic 2025, eqs. 2-5. With x_t the layer input (d_x = d_model) and h_t in R^{d_h}:
+
+    h_t = A(x_t) h_{t-1}  [+ U x_t]  [+ b],          y_t = W_o h_t / ||h_t||
+
+and A(x) linear in x, structured as one of
+
+    full      A(x) = sum_k x[k] W[:, :, k]                       W in R^{d_h x d_h x d_x}   (eq. 2-3)
+    cp        A(x) = U diag(C^T x) V^T                           U, V in R^{d_h x R}, C in R^{d_x x R}  (eq. 4)
+    block     A(x) = blockdiag(A_1(x), ..., A_{d_h/b}(x))        each A_i a full bilinear block of size b
+    rotation  A(x) = blockdiag(R(theta_1(x)), ...),  theta = Theta^T x,  R(t) = [[cos t, -sin t], [sin t, cos t]]
+    diagonal  A(x) = diag(D^T x)                                 (block size 1)
+
+"Pure" (the default, `additive="none"`) means no additive term, so h_t may be rescaled by any positive
+constant at any step without changing the direction read out. That is the paper's scale invariance,
+used here at evaluation: the state is renormalised to unit norm every `normalize_every` steps, so
+inputs of any length neither overflow nor underflow (training leaves it unnormalised; lengths are
+short). Additive terms (`input`: U x_t, `constant`: b, `both`) break the invariance, and such models
+are never renormalised.
+
+Fast path: A(x_t) for every step in one matrix product, then the dense scan of `ops.dense` (full,
+cp, block: vector state, d_h/b heads) or the diagonal scan of `ops.diagonal` (diagonal; rotation as
+a complex diagonal scan on the d_h/2 planes). `forward_reference` is the definition: a per-step loop
+that forms A(x_t) inside the loop.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from statetrack.errors import StatetrackError
+from statetrack.layers.common import Spectral, check_input
+from statetrack.layers.registry import register_model
+from statetrack.ops import dense_transition, diagonal_scan
+
+STRUCTURES = ("full", "cp", "block", "rotation", "diagonal")
+ADDITIVE = ("none", "input", "constant", "both")
+_ADDITIVE_SUFFIX = {"none": "", "input": " +input", "constant": " +const", "both": " +both"}
+
+
+def _display(spec: dict) -> str:
+    name = {
+        "full": "Bilinear full",
+        "cp": f"Bilinear CP R={spec['rank']}",
+        "block": f"Bilinear block b={spec['block_size']}",
+        "rotation": "Bilinear rotation",
+        "diagonal": "Bilinear diagonal",
+    }.get(spec["structure"], f"Bilinear {spec['structure']}")
+    return name + _ADDITIVE_SUFFIX.get(spec["additive"], f" +{spec['additive']}") + (" frozen" if spec["frozen_recurrence"] else "")
+
+
+def _uniform(shape, bound: float) -> nn.Parameter:
+    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+
+
+@register_model("bilinear", display=_display)
+class Bilinear(Spectral, nn.Module):
+    """Bilinear RNN h_t = A(x_t) h_{t-1}, A linear in x: full, CP, block, rotation or real diagonal (Ebrahimi & Memisevic 2025).
+
+    The module docstring has the equations. `hidden` (d_h) defaults to d_model; `rank` is R of the CP
+    form, `block_size` b of the block form. Init: weights uniform with the range chosen so that the
+    spectral radius of A(x) is about 1 for the unit-variance input the block's LayerNorm gives
+    (RMS of the diagonal entries 1 for `diagonal`; angles spread over several turns for `rotation`).
+    `additive_init` is a of the additive terms' init U(-a, a). `learn_h0`: h_0 is trained (else a
+    fixed random unit vector). `frozen_recurrence`: A's weights, the additive terms and the token
+    embedding feeding the layer keep their random init; only the readout (and h_0) train.
+    `normalize_every`: at evaluation, renormalise a pure state every k steps (0: never).
+
+    State: h [B, d_h] (real), or [B, d_h / 2] complex for `rotation`.
+    """
+
+    departures = ("the readout is W_o h_t / ||h_t|| (the direction of the state), not W_o h_t: the paper's linear readout is "
+                  "scale invariant only through its argmax, and the residual and LayerNorm around every mixer here are not, "
+                  "so evaluation-time renormalisation would otherwise change predictions; the input is the block's "
+                  "LayerNorm of a learned embedding")
+
+    def __init__(
+        self,
+        d_model: int,
+        structure: str = "full",
+        hidden: int | None = None,
+        rank: int = 16,
+        block_size: int = 8,
+        additive: str = "none",
+        additive_init: float = 0.1,
+        learn_h0: bool = True,
+        frozen_recurrence: bool = False,
+        normalize_every: int = 1,
+    ):
+        super().__init__()
+        if structure not in STRUCTURES:
+            raise StatetrackError(f"unknown bilinear structure {structure!r}; expected one of: {', '.join(STRUCTURES)}")
+        if additive not in ADDITIVE:
+            raise StatetrackError(f"unknown additive setting {additive!r}; expected one of: {', '.join(ADDITIVE)}")
+        d_h = d_model if hidden is None else hidden
+        for name, value in (("hidden", d_h), ("rank", rank), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StatetrackError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(normalize_every, bool) or not isinstance(normalize_every, int) or normalize_every < 0:
+            raise StatetrackError(f"normalize_every must be an integer >= 0 (0: never), got {normalize_every!r}")
+        if not isinstance(additive_init, (int, float)) or additive_init < 0:
+            raise StatetrackError(f"additive_init must be a number >= 0, got {additive_init!r}")
+        if structure == "block" and d_h % block_size:
+            raise StatetrackError(f"hidden {d_h} is not divisible by block_size {block_size}; choose a block size dividing it")
+        if structure == "rotation" and d_h % 2:
+            raise StatetrackError(f"the rotation structure needs an even hidden size (2-D planes), got {d_h}")
+        self.d_model, self.hidden, self.structure, self.additive = d_model, d_h, structure, additive
+        self.normalize_every, self.frozen_recurrence = normalize_every, frozen_recurrence
+        self.frozen_input = frozen_recurrence  # SequenceModel freezes the embedding that feeds this layer
+        d_x = d_model
+
+        if structure in ("full", "block"):
+            b = d_h if structure == "full" else block_size
+            self.block = b
+            # A entries of variance 1/b from unit-variance x: radius of a random b x b block ~ 1
+            self.W = _uniform((d_x, d_h // b, b, b), math.sqrt(3.0 / (d_x * b)))
+        elif structure == "cp":
+            self.block = d_h
+            self.U = _uniform((d_h, rank), math.sqrt(3.0 / d_h))
+            self.V = _uniform((d_h, rank), math.sqrt(3.0 / d_h))
+            # eigenvalues of U diag(c) V^T are those of diag(c) V^T U: radius ~ sqrt(R var(c)), so var(c) = d_h / R
+            self.C = _uniform((d_x, rank), math.sqrt(3.0 * d_h / (rank * d_x)))
+        elif structure == "diagonal":
+            self.D = _uniform((d_x, d_h), math.sqrt(3.0 / d_x))  # a = D^T x with E[a^2] = 1
+        else:  # rotation
+            self.Theta = _uniform((d_x, d_h // 2), math.pi * math.sqrt(3.0 / d_x))  # theta ~ N(0, pi^2)
+        if additive in ("input", "both"):
+            self.U_in = _uniform((d_x, d_h), additive_init)
+        if additive in ("constant", "both"):
+            self.bias = _uniform((d_h,), additive_init)
+        h0 = torch.randn(d_h)
+        h0 = h0 / h0.norm()
+        if learn_h0:
+            self.h0 = nn.Parameter(h0)
+        else:
+            self.register_buffer("h0", h0)
+        self.out_proj = nn.Linear(d_h, d_model, bias=False)
+        if frozen_recurrence:
+            for name, p in self.named_parameters():
+                if name not in ("h0", "out_proj.weight"):
+                    p.requires_grad_(False)
+
+    # ---- the transition A(x) ------------------------------------------------------------------
+    @property
+    def pure(self) -> bool:
+        return self.additive == "none"
+
+    def transition(self, x: torch.Tensor) -> torch.Tensor:
+        """A(x) for x [B, T, d_x]: [B, T, d_h / b, b, b] (full, cp, block), the diagonal [B, T, d_h]
+        (diagonal), or the complex rotations exp(i theta) [B, T, d_h / 2] (rotation)."""
+        B, T, d_x = x.shape
+        if self.structure in ("full", "block"):
+            n, b = self.W.shape[1], self.W.shape[2]
+            return (x.reshape(B * T, d_x) @ self.W.reshape(d_x, -1)).view(B, T, n, b, b)
+        if self.structure == "cp":
+            c = x @ self.C  # [B, T, R]
+            return torch.matmul(self.U * c[..., None, :], self.V.t()).unsqueeze(2)  # [B, T, 1, d_h, d_h]
+        if self.structure == "diagonal":
+            return x @ self.D
+        return torch.polar(torch.ones_like(theta := x @ self.Theta), theta)
+
+    def additive_term(self, x: torch.Tensor) -> torch.Tensor | None:
+        """U x_t + b [B, T, d_h] (the terms this model has), or None for a pure model."""
+        term = None
+        if self.additive in ("input", "both"):
+            term = x @ self.U_in
+        if self.additive in ("constant", "both"):
+            term = self.bias.expand(x.shape[:2] + self.bias.shape) if term is None else term + self.bias
+        return term
+
+    def transition_matrices(self, x):
+        """The dense transitions [B, T, d_h / b, b, b] (full, cp, block)."""
+        if self.structure in ("diagonal", "rotation"):
+            raise NotImplementedError("diagonal structures expose transition_eigenvalues")
+        return self.transition(x)
+
+    def transition_eigenvalues(self, x):
+        """Eigenvalues of A(x_t): the diagonal itself, the rotations' e^{i theta} (and conjugates implied), or those of the blocks."""
+        if self.structure in ("diagonal", "rotation"):
+            return self.transition(x)
+        return super().transition_eigenvalues(x)
+
+    # ---- state layout -------------------------------------------------------------------------
+    def _to_state(self, h: torch.Tensor) -> torch.Tensor:
+        """Real vector(s) [..., d_h] -> the op's layout ([..., n, b] blocks, or complex planes)."""
+        if self.structure == "rotation":
+            return torch.view_as_complex(h.reshape(h.shape[:-1] + (-1, 2)).contiguous())
+        if self.structure == "diagonal":
+            return h
+        return h.reshape(h.shape[:-1] + (-1, self.block))
+
+    def _to_vector(self, h: torch.Tensor) -> torch.Tensor:
+        """Inverse of `_to_state`: real [..., d_h]."""
+        if self.structure == "rotation":
+            return torch.view_as_real(h).flatten(-2)
+        if self.structure == "diagonal":
+            return h
+        return h.flatten(-2)
+
+    def _scan(self, A, add, h0):
+        """All states h_1..h_T [B, T, d_h] from h0 [B, d_h] through the fast op."""
+        s0 = self._to_state(h0)
+        add = None if add is None else self._to_state(add)
+        if self.structure in ("diagonal", "rotation"):
+            h, _ = diagonal_scan(A, add if add is not None else torch.zeros_like(A), s0, output_final_state=False)
+        else:
+            h, _ = dense_transition(A, add, s0, output_final_state=False)
+        return self._to_vector(h)
+
+    def _initial(self, x: torch.Tensor) -> torch.Tensor:
+        return self.h0.to(x.dtype).expand(x.shape[0], self.hidden)
+
+    def _read(self, h: torch.Tensor) -> torch.Tensor:
+        return self.out_proj(h / h.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny))
+
+    # ---- forward ------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, state=None):
+        check_input(x, self.d_model, type(self).__name__)
+        h0 = self._initial(x) if state is None else state
+        A, add = self.transition(x), self.additive_term(x)
+        k = self.normalize_every
+        if self.training or not self.pure or k == 0 or x.shape[1] == 0:
+            h = self._scan(A, add, h0)
+        else:  # evaluation: renormalise every k steps (scale invariance)
+            pieces, start = [], h0
+            for t in range(0, x.shape[1], k):
+                piece = self._scan(A[:, t : t + k], None, start)
+                start = piece[:, -1]
+                start = start / start.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(start.dtype).tiny)
+                pieces.append(piece)
+            h = torch.cat(pieces, 1)
+            h[:, -1] = start
+        final = h[:, -1] if x.shape[1] else h0
+        return self._read(h), final
+
+    def forward_reference(self, x: torch.Tensor, state=None):
+        """The definition, step by step: A(x_t) formed inside the loop, h_t = A(x_t) h_{t-1} + additive. No renormalisation."""
+        check_input(x, self.d_model, type(self).__name__)
+        h = self._initial(x) if state is None else state
+        outputs = []
+        for t in range(x.shape[1]):
+            x_t = x[:, t : t + 1]
+            A_t, s = self.transition(x_t)[:, 0], self._to_state(h)
+            if self.structure in ("diagonal", "rotation"):
+                s = A_t * s
+            else:
+                s = (A_t @ s.unsqueeze(-1)).squeeze(-1)
+            h = self._to_vector(s)
+            add = self.additive_term(x_t)
+            if add is not None:
+                h = h + add[:, 0]
+            outputs.append(h)
+        hs = torch.stack(outputs, 1) if outputs else x.new_zeros(x.shape[0], 0, self.hidden)
+        return self._read(hs), h
