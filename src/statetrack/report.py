@@ -13,8 +13,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from statetrack.scoring import describe_selection, experiment_summary, planned_ids, selection_of  # noqa: E402
+from statetrack.scoring import data_efficiency, describe_selection, experiment_summary, planned_ids, selection_of  # noqa: E402
 from statetrack.store import Store  # noqa: E402
+
+
+def model_label(model: str, dataset_size: int | None = None) -> str:
+    """The model's name in tables and legends; runs on a fixed training set add "N=<size>"."""
+    return model if dataset_size is None else f"{model} N={dataset_size}"
+
+
+def _label(entry: dict) -> str:
+    return model_label(entry["model"], entry.get("dataset_size"))
 
 
 def _fmt(value) -> str:
@@ -42,7 +51,7 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
             cells = ["-" if n not in e["mean"] else f"{e['mean'][n]:.3f} ± {e['std'][n]:.3f}" for n in lengths]
         else:
             cells = [_fmt(e["best"].get(n)) for n in lengths]
-        body.append([e["task"], e["model"], f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
+        body.append([e["task"], _label(e), f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
     return header, body
 
 
@@ -50,7 +59,7 @@ def seed_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     """One row per seed at the selected lr: the spread behind the headline."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model", "lr", "seed", _score_header(summary)] + [str(n) for n in lengths]
-    body = [[e["task"], e["model"], f"{e['lr']:g}", str(seed) + (" *" if seed == e["best_seed"] else ""), _fmt_score(e, r["score"])]
+    body = [[e["task"], _label(e), f"{e['lr']:g}", str(seed) + (" *" if seed == e["best_seed"] else ""), _fmt_score(e, r["score"])]
             + [_fmt(r["scaled"].get(n)) for n in lengths]
             for e in summary for seed, r in e["per_seed"].items()]
     return header, body
@@ -60,7 +69,7 @@ def lr_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Each learning rate's score under the lr rule; the selected one is marked."""
     lrs = sorted(set().union(*[set(e["lr_scores"]) for e in summary])) if summary else []
     header = ["task", "model"] + [f"lr {lr:g}" for lr in lrs]
-    body = [[e["task"], e["model"]] + ["-" if lr not in e["lr_scores"] else _fmt_score(e, e["lr_scores"][lr]) + (" *" if lr == e["lr"] else "")
+    body = [[e["task"], _label(e)] + ["-" if lr not in e["lr_scores"] else _fmt_score(e, e["lr_scores"][lr]) + (" *" if lr == e["lr"] else "")
                                        for lr in lrs] for e in summary]
     return header, body
 
@@ -91,7 +100,7 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path) -> Path:
         for e in (e for e in summary if e["task"] == task):
             xs = e["lengths"]
             label = "mean over seeds" if e["selection"]["seeds"] == "mean" else "best seed"
-            (line,) = ax.plot(xs, [e["headline"][n] for n in xs], marker="o", label=f"{e['model']} lr={e['lr']:g} ({label})")
+            (line,) = ax.plot(xs, [e["headline"][n] for n in xs], marker="o", label=f"{_label(e)} lr={e['lr']:g} ({label})")
             for r in e["per_seed"].values():
                 ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=line.get_color(), lw=0.6, alpha=0.35)
             lo = [e["mean"][n] - e["std"][n] for n in xs]
@@ -113,12 +122,58 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path) -> Path:
     return path
 
 
+def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """`scoring.data_efficiency` as a table: one row per (task, model), mean ± std per N."""
+    sizes = sorted({n for e in efficiency for n in e["by_size"]})
+    header = ["task", "model", "length"] + [f"N={n}" for n in sizes]
+    body = []
+    for e in efficiency:
+        cells = [e["by_size"].get(n, {}).get("mean") for n in sizes]
+        body.append([e["task"], e["model"], str(e["length"])]
+                    + ["-" if m is None else f"{m:.3f} ± {e['by_size'][n]['std']:.3f}" for n, m in zip(sizes, cells)])
+    return header, body
+
+
+def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
+    """Per task: each model's scaled accuracy at the longest test length against the training-set
+    size N (log scale), mean ± std over seeds (Ebrahimi & Memisevic 2025, Fig. 2)."""
+    tasks = sorted({e["task"] for e in efficiency})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        entries = [e for e in efficiency if e["task"] == task]
+        for e in entries:
+            xs = [n for n, v in e["by_size"].items() if v["mean"] is not None]
+            mean = [e["by_size"][n]["mean"] for n in xs]
+            std = [e["by_size"][n]["std"] for n in xs]
+            (line,) = ax.plot(xs, mean, marker="o", label=e["model"])
+            ax.fill_between(xs, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)], color=line.get_color(), alpha=0.12)
+        sizes = sorted({n for e in entries for n in e["by_size"]})
+        ax.set_xscale("log")
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.minorticks_off()
+        ax.set_ylim(-0.1, 1.05)
+        ax.axhline(0.0, color="grey", lw=0.5)
+        ax.set_xlabel("training-set size N")
+        ax.set_ylabel(f"scaled accuracy at length {entries[0]['length']}")
+        ax.set_title(task)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _run_label(run: dict) -> str:
+    """A stored run's model label (N from its configuration)."""
+    return model_label(run["model"], ((run.get("config") or {}).get("train") or {}).get("dataset_size", run.get("dataset_size")))
+
+
 def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for run in runs:
         curve = store.curves(run["id"])
         if curve:
-            ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], lw=1, label=f"{run['model']} s{run['seed']} lr{run['lr']:g}")
+            ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], lw=1, label=f"{_run_label(run)} s{run['seed']} lr{run['lr']:g}")
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
@@ -142,13 +197,15 @@ def missing_runs(store: Store, experiment: str) -> list[dict]:
         row = stored.get(r["id"])
         if row is None or row["status"] != "done":
             status = "not started" if row is None else "running or interrupted" if row["status"] == "running" else "failed"
-            missing.append({**r, "status": status, "error": row["error"] if row else None})
+            size = row["config"].get("train", {}).get("dataset_size") if row else r.get("dataset_size")
+            missing.append({**r, "status": status, "error": row["error"] if row else None,
+                            **({"dataset_size": size} if size is not None else {})})
     return missing
 
 
 def _missing_line(r: dict) -> str:
     error = f" ({r['error'].splitlines()[0]})" if r.get("error") else ""
-    return f"{r['model']} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}{error}"
+    return f"{_run_label(r)} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}{error}"
 
 
 def write_report(experiment: str, store: Store, results_dir: str | Path = "results", description: str = "",
@@ -172,6 +229,9 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     missing = missing_runs(store, experiment)
     expected = len(plan["runs"]) if plan else len(runs)
     plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png")] if summary else []
+    efficiency = data_efficiency(summary)
+    if efficiency:
+        plots.append(plot_accuracy_vs_dataset_size(efficiency, out / "accuracy_vs_dataset_size.png"))
     if any(r["status"] == "done" for r in runs):
         plots.append(plot_curves(store, [r for r in runs if r["status"] == "done"], out / "training_curves.png"))
     rule = describe_selection(selection)
@@ -182,9 +242,13 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         ("Per seed at the selected lr", "* marks the best seed", seed_rows(summary)),
         ("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)),
     ]
+    if efficiency:
+        tables.insert(1, ("Data efficiency: scaled accuracy at the test length vs training-set size N",
+                          "mean ± std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
+                          data_efficiency_rows(efficiency)))
     run_header = ["model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
     run_rows = [
-        [r["model"], r["task"], f"{r['lr']:g}", str(r["seed"]), r["status"], str(r["steps"] or "-"),
+        [_run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]), r["status"], str(r["steps"] or "-"),
          f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
         for r in runs
     ]

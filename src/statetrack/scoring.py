@@ -14,6 +14,9 @@
   - seeds: the headline figure at that lr: `mean` (± std, Anonymous 2025) or `max` (the best seed).
   Grazzi et al. 2025 report both, so the report always shows the best seed and mean ± std beside
   the headline.
+- Runs on a fixed training set of N examples (`train.dataset_size`) are read as a model of their
+  own per N; `data_efficiency` gathers each model's figure at the longest test length against N
+  (Ebrahimi & Memisevic 2025, Fig. 2).
 Selection is not part of any run's id: changing it retrains nothing.
 """
 
@@ -90,24 +93,24 @@ def describe_selection(selection: dict | None) -> str:
 
 
 def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
-    """Rows of `Store.results` -> one entry per (task, model) with the selected figures.
+    """Rows of `Store.results` -> one entry per (task, model, dataset_size) with the selected figures.
 
-    Each entry: task, model, lr (selected), lengths, seeds, selection, score (the headline's
+    Each entry: task, model, dataset_size (None for fresh batches), lr (selected), lengths, seeds, selection, score (the headline's
     criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
     best and best_seed, mean and std (per length over seeds at the selected lr), per_seed
     ({seed: {scaled, accuracy, score}} at that lr) and lr_scores ({lr: score under the lr rule}).
     """
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    runs: dict = defaultdict(lambda: ({}, {}))  # (task, model, lr, seed) -> ({length: scaled}, {length: accuracy})
+    runs: dict = defaultdict(lambda: ({}, {}))  # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy})
     for r in rows:
-        scaled, accuracy = runs[(r["task"], r["model"], r["lr"], r["seed"])]
+        scaled, accuracy = runs[(r["task"], r["model"], r.get("dataset_size"), r["lr"], r["seed"])]
         scaled[r["length"]] = r["scaled_accuracy"]
         accuracy[r["length"]] = r.get("accuracy", r["scaled_accuracy"])
-    groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model) -> lr -> seed -> per-seed record
-    for (task, model, lr, seed), (scaled, accuracy) in runs.items():
-        groups[(task, model)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "score": run_score(scaled, accuracy, selection)}
+    groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model, N) -> lr -> seed -> per-seed record
+    for (task, model, size, lr, seed), (scaled, accuracy) in runs.items():
+        groups[(task, model, size)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "score": run_score(scaled, accuracy, selection)}
     summary = []
-    for (task, model), by_lr in groups.items():
+    for (task, model, size), by_lr in groups.items():
         def lr_score(lr):
             scores = [s["score"] for s in by_lr[lr].values()]
             return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
@@ -122,7 +125,7 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
         best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
         by_mean = selection["seeds"] == "mean"
         summary.append({
-            "task": task, "model": model, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
+            "task": task, "model": model, "dataset_size": size, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
             "score": (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0],
             "headline": mean if by_mean else best,
             "best_seed": best_seed, "best": best, "mean": mean,
@@ -130,7 +133,26 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
             "lr_scores": {x: score[0] for x, score in lr_scores.items()},
         })
-    return sorted(summary, key=lambda e: (e["task"], e["model"]))
+    return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
+
+
+def data_efficiency(summary: list[dict]) -> list[dict]:
+    """Accuracy against training-set size (Ebrahimi & Memisevic 2025, Fig. 2), read off `summarize`:
+    one entry per (task, model) with runs on fixed training sets: task, model, length (the task's
+    longest evaluation length) and by_size {N: {mean, std, best}}, the scaled accuracy at that
+    length over seeds at the lr the selection rule picked for that N (None where not evaluated).
+    Empty unless the runs of some task differ in N."""
+    out = []
+    for task in sorted({e["task"] for e in summary}):
+        entries = [e for e in summary if e["task"] == task and e["dataset_size"] is not None]
+        if len({e["dataset_size"] for e in entries}) < 2:
+            continue
+        length = max(n for e in entries for n in e["lengths"])
+        for model in sorted({e["model"] for e in entries}):
+            by_size = {e["dataset_size"]: {k: e[k].get(length) for k in ("mean", "std", "best")}
+                       for e in entries if e["model"] == model}
+            out.append({"task": task, "model": model, "length": length, "by_size": dict(sorted(by_size.items()))})
+    return out
 
 
 def planned_ids(store, experiment: str) -> set[str] | None:

@@ -157,15 +157,18 @@ class Store:
 
     def results(self, experiment: str, run_ids: set[str] | None = None) -> list[dict]:
         """One row per (finished run, evaluation length): the `statetrack results --json` schema.
+        `dataset_size` (N of a run on a fixed training set) is in the rows of runs that set it.
         `run_ids`: only these runs (the runs of the experiment's plan, say)."""
         with self._connect() as db:
             rows = db.execute(
-                "SELECT r.id, r.model, r.task, r.seed, r.lr, e.length, e.accuracy, e.scaled_accuracy"
+                "SELECT r.id, r.model, r.task, json_extract(r.config, '$.train.dataset_size') AS dataset_size,"
+                " r.seed, r.lr, e.length, e.accuracy, e.scaled_accuracy"
                 " FROM runs r JOIN evals e ON e.run_id = r.id"
-                " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, r.lr, r.seed, e.length",
+                " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, dataset_size, r.lr, r.seed, e.length",
                 (experiment,),
             ).fetchall()
-        return [{k: r[k] for k in r.keys() if k != "id"} for r in rows if run_ids is None or r["id"] in run_ids]
+        return [{k: r[k] for k in r.keys() if k != "id" and not (k == "dataset_size" and r[k] is None)}
+                for r in rows if run_ids is None or r["id"] in run_ids]
 
     def curves(self, run_id: str) -> list[dict]:
         with self._connect() as db:

@@ -1,4 +1,5 @@
-"""Trainer: AdamW, gradient clipping, per-batch lengths, early stopping, checkpoints, progress."""
+"""Trainer: AdamW, gradient clipping, per-batch lengths, early stopping, checkpoints, progress;
+fresh batches every step, or epochs over a fixed training set (`dataset_size`)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from tqdm.auto import tqdm
 
 from statetrack.errors import StatetrackError
 from statetrack.evaluate import masked_loss_and_accuracy
-from statetrack.tasks import Task
+from statetrack.tasks import Batch, Task
 
 
 @dataclass
 class TrainConfig:
-    """Training settings. Lengths are drawn uniformly from [min_length, max_length] per batch."""
+    """Training settings. Lengths are drawn uniformly from [min_length, max_length] per batch.
+
+    `dataset_size`: None draws a fresh batch every step; N trains on one fixed set of N examples,
+    drawn from the seed at the start, for as many epochs as `steps` allows (see FixedTrainingSet)."""
 
     steps: int = 2000
     batch_size: int = 64
@@ -38,6 +42,7 @@ class TrainConfig:
     checkpoint_every: int = 500
     seed: int = 0
     device: str = "auto"
+    dataset_size: int | None = None
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -59,6 +64,55 @@ class TrainConfig:
         for name in ("steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise StatetrackError(f"{name} must be >= 1, got {getattr(self, name)}")
+        n = self.dataset_size
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise StatetrackError(f"dataset_size must be an integer >= 1 (or null for fresh batches every step), got {n!r}")
+
+
+class FixedTrainingSet:
+    """`size` examples drawn once from `task` with `generator`, served in epochs.
+
+    Each example's length is uniform in [min_length, max_length]; tasks sample one length per batch,
+    so the examples are kept in buckets by length. Each epoch every bucket is shuffled and split into
+    batches of at most `batch_size` (sizes differing by at most one) and the epoch's batches come in
+    a shuffled order: every example is seen once per epoch, and a bucket comes up in proportion to
+    its number of batches (about its size / batch_size). Epoch e's order is fixed by (the set's shuffle seed, e), so a step's batch depends on
+    the step alone and a run resumed from a checkpoint sees the batches of an uninterrupted one.
+    """
+
+    def __init__(self, task: Task, size: int, min_length: int, max_length: int, batch_size: int,
+                 generator: torch.Generator, device: torch.device | str = "cpu"):
+        lengths = torch.randint(min_length, max_length + 1, (size,), generator=generator)
+        lengths, counts = torch.unique(lengths, return_counts=True)
+        self.lengths = lengths.tolist()  # the task's length of each bucket
+        self.buckets = [task.sample(count, length, generator).to(device) for length, count in zip(self.lengths, counts.tolist())]
+        self.shuffle_seed = int(torch.randint(2**62, (1,), generator=generator))
+        self.splits = [math.ceil(len(b.inputs) / batch_size) for b in self.buckets]
+        self.batches_per_epoch = sum(self.splits)
+        self._epoch, self._plan = -1, []
+
+    def __len__(self) -> int:
+        return sum(len(b.inputs) for b in self.buckets)
+
+    def epoch_plan(self, epoch: int) -> list[tuple[int, torch.Tensor]]:
+        """Epoch `epoch`'s batches in order: (bucket, indices into the bucket)."""
+        g = torch.Generator().manual_seed(self.shuffle_seed + epoch)
+        batches = []
+        for bucket, (examples, parts) in enumerate(zip(self.buckets, self.splits)):
+            order = torch.randperm(len(examples.inputs), generator=g)
+            batches += [(bucket, index) for index in torch.tensor_split(order, parts)]
+        return [batches[j] for j in torch.randperm(len(batches), generator=g).tolist()]
+
+    def batch(self, step: int) -> Batch:
+        """The batch of training step `step` (counted from 0)."""
+        epoch, position = divmod(step, self.batches_per_epoch)
+        if epoch != self._epoch:
+            self._epoch, self._plan = epoch, self.epoch_plan(epoch)
+        bucket, index = self._plan[position]
+        b = self.buckets[bucket]
+        index = index.to(b.inputs.device)
+        soft = None if b.soft_targets is None else b.soft_targets[index]
+        return Batch(b.inputs[index], b.targets[index], b.mask[index], soft)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -85,8 +139,12 @@ class Trainer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.generator = torch.Generator().manual_seed(config.seed)
+        # drawn from the fresh generator, so a resumed run (whose generator state then comes from the
+        # checkpoint) re-draws exactly the same set
+        self.training_set = None if config.dataset_size is None else FixedTrainingSet(
+            task, config.dataset_size, config.min_length, config.max_length, config.batch_size, self.generator, self.device)
         self.step = 0
-        self.curve: list[dict] = []  # one row per log: step, loss, accuracy (training window means)
+        self.curve: list[dict] = []  # one row per log: step, loss, accuracy (training window means), epochs (fixed set)
         self.stopped_early = False
         self.seconds = 0.0
 
@@ -131,6 +189,22 @@ class Trainer:
         self.stopped_early, self.seconds = saved["stopped_early"], saved["seconds"]
 
     # ---- training ------------------------------------------------------------------------------
+    @property
+    def epochs(self) -> float | None:
+        """Passes over the fixed training set so far (None when every batch is fresh)."""
+        return None if self.training_set is None else self.step / self.training_set.batches_per_epoch
+
+    def _next_batch(self) -> Batch:
+        if self.training_set is not None:
+            return self.training_set.batch(self.step)
+        c = self.config
+        length = int(torch.randint(c.min_length, c.max_length + 1, (1,), generator=self.generator))
+        return self.task.sample(c.batch_size, length, self.generator).to(self.device)
+
+    def _curve_point(self, loss: float, accuracy: float) -> dict:
+        point = {"step": self.step, "loss": loss, "accuracy": accuracy}
+        return point if self.training_set is None else {**point, "epochs": self.epochs}
+
     def _validation_loss(self) -> float:
         g = torch.Generator().manual_seed(self.config.seed + 7919)
         batch = self.task.sample(self.config.val_samples, self.config.max_length, g).to(self.device)
@@ -149,8 +223,7 @@ class Trainer:
         window_loss, window_acc, window_n = 0.0, 0.0, 0
         bar = tqdm(total=c.steps, initial=self.step, desc="train", disable=not self.progress, leave=False)
         while self.step < c.steps and not self.stopped_early:
-            length = int(torch.randint(c.min_length, c.max_length + 1, (1,), generator=self.generator))
-            batch = self.task.sample(c.batch_size, length, self.generator).to(self.device)
+            batch = self._next_batch()
             loss, accuracy = masked_loss_and_accuracy(self.model(batch.inputs)[0], batch)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at step {self.step}")
@@ -162,7 +235,7 @@ class Trainer:
             self.step += 1
             window_loss, window_acc, window_n = window_loss + loss.item(), window_acc + accuracy.item(), window_n + 1
             if self.step % c.log_every == 0 or self.step == c.steps:
-                self.curve.append({"step": self.step, "loss": window_loss / window_n, "accuracy": window_acc / window_n})
+                self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n))
                 bar.set_postfix(loss=f"{window_loss / window_n:.4f}", acc=f"{window_acc / window_n:.3f}")
                 window_loss, window_acc, window_n = 0.0, 0.0, 0
             if c.early_stop_loss is not None and self.step % c.val_every == 0:
@@ -173,7 +246,7 @@ class Trainer:
             bar.update(1)
         bar.close()
         if window_n:
-            self.curve.append({"step": self.step, "loss": window_loss / window_n, "accuracy": window_acc / window_n})
+            self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n))
         self.model.eval()
         self.save()
         return self

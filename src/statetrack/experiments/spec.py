@@ -2,8 +2,9 @@
 
 A spec names one or more tasks, a list of models, training and evaluation settings, learning rates
 and seeds. The base of the file is the `quick` scale; `scales: {paper: {...}}` holds what changes at
-the papers' sizes (merged key by key). Lists of models x tasks x lrs x seeds expand to runs with
-stable ids: the same configuration always has the same id, which is how a re-run skips finished work.
+the papers' sizes (merged key by key). Lists of models x tasks x lrs x seeds (and a list of
+`train.dataset_size` values, one run each) expand to runs with stable ids: the same configuration
+always has the same id, which is how a re-run skips finished work.
 `selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.scoring applies
 it); it is not part of any run's id, so changing it retrains nothing.
 """
@@ -34,7 +35,7 @@ TOP_LEVEL_KEYS = {
     "tasks": "a list of tasks",
     "models": "list of model specs (see `statetrack models`)",
     "model_defaults": "settings applied to every model (d_model, num_layers, ...)",
-    "train": "training settings (TrainConfig)",
+    "train": "training settings (TrainConfig); dataset_size may be a list, one run per value",
     "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed",
     "lrs": "learning rates",
     "seeds": "seeds",
@@ -166,6 +167,11 @@ class RunSpec:
         return zoo.display_name(self.model)
 
     @property
+    def dataset_size(self) -> int | None:
+        """N of a run on a fixed training set, None for fresh batches every step."""
+        return self.train.get("dataset_size")
+
+    @property
     def task_name(self) -> str:
         params = {k: v for k, v in self.task.items() if k != "name"}
         return self.task["name"] + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
@@ -199,14 +205,28 @@ def check_buildable(model: dict, task) -> None:
                                       f"{type(error).__name__}: {error}") from None
 
 
+def _dataset_sizes(spec: dict) -> list[dict]:
+    """The `train` settings for each value of `train.dataset_size`: one for a single value or none
+    (the key is left out when not given, so the ids of specs without it do not change)."""
+    train = dict(spec.get("train") or {})
+    if "dataset_size" not in train or not isinstance(train["dataset_size"], list):
+        return [train]
+    sizes = train["dataset_size"]
+    if not sizes or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
+        raise StatetrackError(f"experiment {spec['name']!r}: train.dataset_size must be a positive integer "
+                              f"or a non-empty list of them, got {sizes!r}")
+    return [{**train, "dataset_size": n} for n in dict.fromkeys(sizes)]
+
+
 def expand(spec: dict) -> list[RunSpec]:
-    """Every (task, model, lr, seed) of the spec as a RunSpec, validated: each distinct model is built
-    for each task, and every training and evaluation length is checked against the task."""
+    """Every (task, model, dataset size, lr, seed) of the spec as a RunSpec, validated: each distinct
+    model is built for each task, and every training and evaluation length is checked against the task."""
     tasks = [_task_spec(t) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
     defaults = spec.get("model_defaults") or {}
     models = [zoo.resolve({**defaults, **({"name": m} if isinstance(m, str) else m)}) for m in spec["models"]]
     eval_spec = {**EVAL_DEFAULTS, **(spec.get("eval") or {})}
-    train_config = TrainConfig.from_dict({**(spec.get("train") or {}), "lr": float(spec["lrs"][0])})
+    trains = _dataset_sizes(spec)
+    train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
     for _, task in tasks:
         for length in [train_config.min_length, *eval_spec["lengths"]]:
             task.check_length(length)
@@ -220,10 +240,11 @@ def expand(spec: dict) -> list[RunSpec]:
     runs = {}  # by id: a value listed twice is one run
     for task, _ in tasks:
         for model in models:
-            for lr in spec["lrs"]:
-                for seed in spec["seeds"]:
-                    train = {**(spec.get("train") or {}), "lr": float(lr), "seed": int(seed)}
-                    TrainConfig.from_dict(train)  # validate early
-                    run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr))
-                    runs.setdefault(run.id, run)
+            for base in trains:
+                for lr in spec["lrs"]:
+                    for seed in spec["seeds"]:
+                        train = {**base, "lr": float(lr), "seed": int(seed)}
+                        TrainConfig.from_dict(train)  # validate early
+                        run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr))
+                        runs.setdefault(run.id, run)
     return list(runs.values())
