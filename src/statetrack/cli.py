@@ -1,4 +1,4 @@
-"""Command-line interface: `statetrack run | tasks | models | experiments | report | results | analyze`.
+"""Command-line interface: `statetrack run | tasks | models | experiments | report | results | analyze | construct`.
 
 Bad input (unknown names, bad values, malformed specs) prints one line naming what is valid and
 exits with status 2.
@@ -163,15 +163,50 @@ def cmd_results(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from statetrack.analysis.spectrum import analyze_run
+    if args.analysis == "rotations":
+        from statetrack.analysis.rotations import analyze_rotations
 
-    text, path = analyze_run(
-        _store(args), args.run, args.results_dir, samples=args.samples, length=args.length, seed=args.seed,
-        out=args.out, model=args.model, run_seed=args.run_seed,
-    )
+        text, path = analyze_rotations(_store(args), args.run, args.results_dir, out=args.out, model=args.model,
+                                       run_seed=args.run_seed, top=args.top)
+    else:
+        from statetrack.analysis.spectrum import analyze_run
+
+        text, path = analyze_run(
+            _store(args), args.run, args.results_dir, samples=args.samples, length=args.length, seed=args.seed,
+            out=args.out, model=args.model, run_seed=args.run_seed,
+        )
     print(text)
     if path is not None:
         print(f"plot: {path}")
+    return 0
+
+
+def cmd_construct(args) -> int:
+    from statetrack import zoo
+    from statetrack.analysis.constructions import STRUCTURES, TASKS, construct, evaluate_construction
+    from statetrack.errors import unknown
+    from statetrack.report import text_table
+    from statetrack.tasks import make_task
+
+    if args.task not in TASKS:
+        raise unknown("task for an exact construction", args.task, TASKS)
+    if args.structure not in STRUCTURES:
+        raise unknown("structure", args.structure, STRUCTURES)
+    for name in ("samples", "batch_size", "chunk_size"):
+        if getattr(args, name) < 1:
+            raise StatetrackError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    task = make_task(args.task, **_params(args.params))
+    for length in args.lengths:
+        task.check_length(length)
+    built = construct(task, args.structure, normalize_every=args.normalize_every)
+    spec = built.spec
+    size = f"d_model {spec['d_model']}, hidden {spec['hidden']}" + (f", rank {spec['rank']}" if spec["structure"] == "cp" else "")
+    print(f"{zoo.display_name(spec)} ({size}, {built.model.num_parameters():,} weights) simulating {task!r} exactly; "
+          f"smallest logit margin {built.margin:.3f}")
+    rows = evaluate_construction(built.model, task, args.lengths, samples=args.samples, batch_size=args.batch_size,
+                                 seed=args.seed, chunk_size=args.chunk_size)
+    body = [[str(r["length"]), str(r["samples"]), f"{r['accuracy']:.4f}", f"{r['scaled_accuracy']:.4f}"] for r in rows]
+    print(text_table(["length", "samples", "accuracy", "scaled accuracy"], body))
     return 0
 
 
@@ -247,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
     p.set_defaults(func=cmd_results)
 
-    p = command("analyze", help="analyses of trained runs (spectrum)")
+    p = command("analyze", help="analyses of trained runs (spectrum, rotations)")
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     a = with_store(asub.add_parser("spectrum", help="eigenvalues of a run's learned state transitions, printed and plotted"))
     a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
@@ -258,6 +293,26 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=0, help="seed of the inputs")
     a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/spectrum_RUNID.png)")
     a.set_defaults(func=cmd_analyze)
+    a = with_store(asub.add_parser("rotations", help="a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted"))
+    a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
+    a.add_argument("--model", default=None, help='display name of the model when RUN is an experiment, e.g. "Bilinear rotation"')
+    a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+    a.add_argument("--top", type=int, default=20, help="planes printed (default: 20; the plot shows every plane)")
+    a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/rotations_RUNID.png)")
+    a.set_defaults(func=cmd_analyze)
+
+    p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")
+    p.add_argument("task", metavar="TASK", help="fsm, modadd, parity or word_problem")
+    p.add_argument("params", nargs="*", metavar="param=value", help="task parameters, e.g. states=6 machine_seed=1, m=20, group=A5")
+    p.add_argument("--structure", default="full",
+                   help="full, cp, block (any automaton), rotation (commuting tokens: Z_m, abelian groups) or diagonal (parity)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[10, 100, 1000, 10000], help="evaluation lengths (default: 10 100 1000 10000)")
+    p.add_argument("--samples", type=int, default=16, help="inputs per length (default: 16)")
+    p.add_argument("--batch-size", type=int, default=16, help="inputs per batch (default: 16)")
+    p.add_argument("--chunk-size", type=int, default=1024, help="tokens fed per call, carrying the state (default: 1024)")
+    p.add_argument("--normalize-every", type=int, default=1, help="the mixer's evaluation-time renormalisation period (default: 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation inputs")
+    p.set_defaults(func=cmd_construct)
     return parser
 
 
