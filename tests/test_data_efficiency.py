@@ -243,3 +243,21 @@ def test_report_without_sizes_has_no_data_efficiency_section(tiny_spec, tmp_path
     out = write_report("tiny", store, results)
     assert not (out / "accuracy_vs_dataset_size.png").exists()
     assert "Data efficiency" not in (out / "report.md").read_text() and "N=" not in (out / "report.md").read_text()
+
+
+def test_a_balanced_fixed_set_holds_every_answer():
+    """Two parity examples: one odd, one even, for every seed (Ebrahimi & Memisevic 2025's setting)."""
+    from statetrack.tasks import make_task
+    from statetrack.train import FixedTrainingSet, _last_answer
+
+    task = make_task("parity")
+    for seed in range(10):
+        fixed = FixedTrainingSet(task, 2, 2, 10, 64, torch.Generator().manual_seed(seed), balanced=True)
+        answers = sorted(a for b in fixed.buckets for a in _last_answer(b).tolist())
+        assert answers == [0, 1]
+        for b in fixed.buckets:  # the answers are the task's own
+            assert (_last_answer(b) == b.inputs[:, 1:-1].sub(task.token_id("0")).sum(1) % 2).all()
+    modadd = make_task("modadd", m=5)
+    fixed = FixedTrainingSet(modadd, 12, 2, 4, 64, torch.Generator().manual_seed(0), balanced=True)
+    counts = torch.bincount(torch.cat([_last_answer(b) for b in fixed.buckets]), minlength=5).tolist()
+    assert sorted(counts) == [2, 2, 2, 3, 3]

@@ -35,6 +35,23 @@ def test_fast_path_equals_the_per_step_definition(structure, additive):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("every", [1, 4])
+@pytest.mark.parametrize("structure", STRUCTURES)
+def test_renormalised_training_equals_the_per_step_definition(structure, every):
+    """normalize_training: h_{t-1} / ||h_{t-1}|| every k steps, with additive terms, in both forms."""
+    torch.manual_seed(6)
+    m = layer(structure, "both", normalize_training=True, normalize_every=every)
+    x = torch.randn(2, 9, 16, dtype=torch.float64, requires_grad=True)
+    (y, h), (y_ref, h_ref) = m(x), m.forward_reference(x)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(h, h_ref, rtol=1e-10, atol=1e-10)
+    params = [p for p in m.parameters() if p.requires_grad]
+    fast = torch.autograd.grad(y.square().sum(), [x, *params])
+    ref = torch.autograd.grad(y_ref.square().sum(), [x, *params])
+    for a, b in zip(fast, ref):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
 @pytest.mark.parametrize("structure", STRUCTURES)
 def test_carried_state_continues_the_sequence(structure):
     torch.manual_seed(1)
@@ -130,6 +147,7 @@ def test_fixed_h0_is_not_a_parameter():
     ({"structure": "rotation", "additive": "input"}, "Bilinear rotation +input"),
     ({"structure": "full", "additive": "constant"}, "Bilinear full +const"),
     ({"structure": "diagonal", "additive": "both", "frozen_recurrence": True}, "Bilinear diagonal +both frozen"),
+    ({"additive": "input", "normalize_training": True}, "Bilinear full +input norm"),
 ])
 def test_display_names_say_the_structure(spec, name):
     assert zoo.display_name({"name": "bilinear", **spec}) == name

@@ -119,3 +119,12 @@ def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path, workers):
         [sys.executable, "-m", "statetrack.cli", "results", "tiny", "--json", "--results-dir", str(results)],
         check=True, capture_output=True, text=True).stdout)
     assert len(rows) == 2 * expected_runs
+
+
+def test_models_sharing_a_display_name_are_told_apart():
+    from statetrack.experiments.spec import expand
+
+    spec = {"name": "twins", "task": {"name": "modadd", "m": 3}, "models": [{"name": "transformer"}, {"name": "transformer", "num_layers": 2}, {"name": "lstm"}],
+            "model_defaults": {"d_model": 8}, "train": {"steps": 1, "min_length": 2, "max_length": 3}, "eval": {"lengths": [3]},
+            "lrs": [1e-3], "seeds": [0]}
+    assert sorted(r.model_name for r in expand(spec)) == ["LSTM", "Transformer (num_layers=1)", "Transformer (num_layers=2)"]

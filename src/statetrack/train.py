@@ -43,6 +43,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"
     dataset_size: int | None = None
+    dataset_balanced: bool = False  # the fixed set holds every answer class equally often
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -76,16 +77,24 @@ class FixedTrainingSet:
     so the examples are kept in buckets by length. Each epoch every bucket is shuffled and split into
     batches of at most `batch_size` (sizes differing by at most one) and the epoch's batches come in
     a shuffled order: every example is seen once per epoch, and a bucket comes up in proportion to
-    its number of batches (about its size / batch_size). Epoch e's order is fixed by (the set's shuffle seed, e), so a step's batch depends on
+    its number of batches (about its size / batch_size). With `balanced`, the answers (the target at
+    each example's last supervised position) are spread over the classes as evenly as `size` allows,
+    as Ebrahimi & Memisevic 2025's two parity examples, one odd and one even. Epoch e's order is fixed by (the set's shuffle seed, e), so a step's batch depends on
     the step alone and a run resumed from a checkpoint sees the batches of an uninterrupted one.
     """
 
     def __init__(self, task: Task, size: int, min_length: int, max_length: int, batch_size: int,
-                 generator: torch.Generator, device: torch.device | str = "cpu"):
+                 generator: torch.Generator, device: torch.device | str = "cpu", balanced: bool = False):
         lengths = torch.randint(min_length, max_length + 1, (size,), generator=generator)
-        lengths, counts = torch.unique(lengths, return_counts=True)
-        self.lengths = lengths.tolist()  # the task's length of each bucket
-        self.buckets = [task.sample(count, length, generator).to(device) for length, count in zip(self.lengths, counts.tolist())]
+        answers = (torch.arange(size) % task.num_classes)[torch.randperm(size, generator=generator)] if balanced else None
+        self.lengths = torch.unique(lengths).tolist()  # the task's length of each bucket
+        self.buckets = []
+        for length in self.lengths:
+            if answers is None:
+                bucket = task.sample(int((lengths == length).sum()), length, generator)
+            else:
+                bucket = _draw_answers(task, length, answers[lengths == length], generator)
+            self.buckets.append(bucket.to(device))
         self.shuffle_seed = int(torch.randint(2**62, (1,), generator=generator))
         self.splits = [math.ceil(len(b.inputs) / batch_size) for b in self.buckets]
         self.batches_per_epoch = sum(self.splits)
@@ -115,6 +124,31 @@ class FixedTrainingSet:
         return Batch(b.inputs[index], b.targets[index], b.mask[index], soft)
 
 
+def _last_answer(batch: Batch) -> torch.Tensor:
+    """The target at each example's last supervised position [B]."""
+    last = batch.mask.shape[1] - 1 - batch.mask.flip(1).int().argmax(1)
+    return batch.targets.gather(1, last[:, None])[:, 0]
+
+
+def _draw_answers(task: Task, length: int, answers: torch.Tensor, generator: torch.Generator, tries: int = 200) -> Batch:
+    """Examples of `length` whose answers are `answers` (one each), drawn by rejection."""
+    need = answers.tolist()
+    picked: list[Batch] = []
+    for _ in range(tries):
+        pool = task.sample(max(64, 8 * len(need)), length, generator)
+        got = _last_answer(pool).tolist()
+        for i, answer in enumerate(got):
+            if answer in need:
+                need.remove(answer)
+                picked.append(Batch(pool.inputs[i : i + 1], pool.targets[i : i + 1], pool.mask[i : i + 1],
+                                    None if pool.soft_targets is None else pool.soft_targets[i : i + 1]))
+        if not need:
+            soft = None if picked[0].soft_targets is None else torch.cat([b.soft_targets for b in picked])
+            return Batch(*(torch.cat([getattr(b, k) for b in picked]) for k in ("inputs", "targets", "mask")), soft)
+    raise StatetrackError(f"dataset_balanced: task {task.name!r} gave no example with answer {task.answers[need[0]]!r} "
+                          f"at length {length} in {tries} tries; drop dataset_balanced for this task")
+
+
 def resolve_device(device: str) -> torch.device:
     """'auto' picks CUDA when present, else CPU."""
     if device == "auto":
@@ -142,7 +176,8 @@ class Trainer:
         # drawn from the fresh generator, so a resumed run (whose generator state then comes from the
         # checkpoint) re-draws exactly the same set
         self.training_set = None if config.dataset_size is None else FixedTrainingSet(
-            task, config.dataset_size, config.min_length, config.max_length, config.batch_size, self.generator, self.device)
+            task, config.dataset_size, config.min_length, config.max_length, config.batch_size, self.generator, self.device,
+            balanced=config.dataset_balanced)
         self.step = 0
         self.curve: list[dict] = []  # one row per log: step, loss, accuracy (training window means), epochs (fixed set)
         self.stopped_early = False

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -153,6 +153,7 @@ class RunSpec:
     eval: dict
     seed: int
     lr: float
+    label: str = field(default="", compare=False)  # the model's name in this experiment (not part of the id)
 
     @property
     def config(self) -> dict:
@@ -164,7 +165,7 @@ class RunSpec:
 
     @property
     def model_name(self) -> str:
-        return zoo.display_name(self.model)
+        return self.label or zoo.display_name(self.model)
 
     @property
     def dataset_size(self) -> int | None:
@@ -218,6 +219,18 @@ def _dataset_sizes(spec: dict) -> list[dict]:
     return [{**train, "dataset_size": n} for n in dict.fromkeys(sizes)]
 
 
+def model_labels(models: list[dict]) -> list[str]:
+    """Each resolved model's display name, told apart where two different models of one experiment
+    share it: "Transformer (num_layers=1)" and "Transformer (num_layers=2)" (the settings that differ)."""
+    names = [zoo.display_name(m) for m in models]
+    labels = []
+    for name, model in zip(names, models):
+        twins = [m for n, m in zip(names, models) if n == name and m != model]
+        differ = [k for k in model if any(t.get(k) != model[k] for t in twins)]
+        labels.append(f"{name} ({', '.join(f'{k}={model[k]}' for k in differ)})" if differ else name)
+    return labels
+
+
 def expand(spec: dict) -> list[RunSpec]:
     """Every (task, model, dataset size, lr, seed) of the spec as a RunSpec, validated: each distinct
     model is built for each task, and every training and evaluation length is checked against the task."""
@@ -238,13 +251,14 @@ def expand(spec: dict) -> list[RunSpec]:
                 check_buildable(model, task)
                 built.add(key)
     runs = {}  # by id: a value listed twice is one run
+    labels = model_labels(models)
     for task, _ in tasks:
-        for model in models:
+        for model, label in zip(models, labels):
             for base in trains:
                 for lr in spec["lrs"]:
                     for seed in spec["seeds"]:
                         train = {**base, "lr": float(lr), "seed": int(seed)}
                         TrainConfig.from_dict(train)  # validate early
-                        run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr))
+                        run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr), label)
                         runs.setdefault(run.id, run)
     return list(runs.values())

@@ -16,8 +16,10 @@ and A(x) linear in x, structured as one of
 constant at any step without changing the direction read out. That is the paper's scale invariance,
 used here at evaluation: the state is renormalised to unit norm every `normalize_every` steps, so
 inputs of any length neither overflow nor underflow (training leaves it unnormalised; lengths are
-short). Additive terms (`input`: U x_t, `constant`: b, `both`) break the invariance, and such models
-are never renormalised.
+short). Additive terms (`input`: U x_t, `constant`: b, `both`) break the invariance: such a model is
+renormalised only with `normalize_training=True`, which renormalises in training and evaluation
+alike, so that the recurrence is h_t = A(x_t) h_{t-1} / ||h_{t-1}|| (+ additive terms) at every k-th
+step. Without it, an additive model whose A(x) grows the state overflows on long inputs.
 
 Fast path: A(x_t) for every step in one matrix product, then the dense scan of `ops.dense` (full,
 cp, block: vector state, d_h/b heads) or the diagonal scan of `ops.diagonal` (diagonal; rotation as
@@ -50,7 +52,13 @@ def _display(spec: dict) -> str:
         "rotation": "Bilinear rotation",
         "diagonal": "Bilinear diagonal",
     }.get(spec["structure"], f"Bilinear {spec['structure']}")
-    return name + _ADDITIVE_SUFFIX.get(spec["additive"], f" +{spec['additive']}") + (" frozen" if spec["frozen_recurrence"] else "")
+    return (name + _ADDITIVE_SUFFIX.get(spec["additive"], f" +{spec['additive']}") + (" frozen" if spec["frozen_recurrence"] else "")
+            + (" norm" if spec.get("normalize_training") else ""))
+
+
+def _unit(h: torch.Tensor) -> torch.Tensor:
+    """h / ||h|| over the last axis (a zero vector stays zero)."""
+    return h / h.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny)
 
 
 def _uniform(shape, bound: float) -> nn.Parameter:
@@ -69,6 +77,8 @@ class Bilinear(Spectral, nn.Module):
     fixed random unit vector). `frozen_recurrence`: A's weights, the additive terms and the token
     embedding feeding the layer keep their random init; only the readout (and h_0) train.
     `normalize_every`: at evaluation, renormalise a pure state every k steps (0: never).
+    `normalize_training`: renormalise every k steps in training too, and at evaluation whatever the
+    additive terms (the consistent choice for a model with additive terms).
 
     State: h [B, d_h] (real), or [B, d_h / 2] complex for `rotation`.
     """
@@ -90,6 +100,7 @@ class Bilinear(Spectral, nn.Module):
         learn_h0: bool = True,
         frozen_recurrence: bool = False,
         normalize_every: int = 1,
+        normalize_training: bool = False,
     ):
         super().__init__()
         if structure not in STRUCTURES:
@@ -109,7 +120,7 @@ class Bilinear(Spectral, nn.Module):
         if structure == "rotation" and d_h % 2:
             raise StatetrackError(f"the rotation structure needs an even hidden size (2-D planes), got {d_h}")
         self.d_model, self.hidden, self.structure, self.additive = d_model, d_h, structure, additive
-        self.normalize_every, self.frozen_recurrence = normalize_every, frozen_recurrence
+        self.normalize_every, self.normalize_training, self.frozen_recurrence = normalize_every, bool(normalize_training), frozen_recurrence
         self.frozen_input = frozen_recurrence  # SequenceModel freezes the embedding that feeds this layer
         d_x = d_model
 
@@ -215,34 +226,41 @@ class Bilinear(Spectral, nn.Module):
         return self.h0.to(x.dtype).expand(x.shape[0], self.hidden)
 
     def _read(self, h: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(h / h.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny))
+        return self.out_proj(_unit(h))
+
+    def _renormalises(self) -> bool:
+        """Whether this call renormalises the state: in training only with normalize_training; at
+        evaluation for a pure model, or with normalize_training."""
+        if self.normalize_every == 0:
+            return False
+        return self.normalize_training or (not self.training and self.pure)
 
     # ---- forward ------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
         h0 = self._initial(x) if state is None else state
         A, add = self.transition(x), self.additive_term(x)
-        k = self.normalize_every
-        if self.training or not self.pure or k == 0 or x.shape[1] == 0:
+        if not self._renormalises() or x.shape[1] == 0:
             h = self._scan(A, add, h0)
-        else:  # evaluation: renormalise every k steps (scale invariance)
-            pieces, start = [], h0
+        else:  # renormalise the carried state every k steps
+            k, pieces, start = self.normalize_every, [], h0
             for t in range(0, x.shape[1], k):
-                piece = self._scan(A[:, t : t + k], None, start)
-                start = piece[:, -1]
-                start = start / start.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(start.dtype).tiny)
+                piece = self._scan(A[:, t : t + k], None if add is None else add[:, t : t + k], start)
+                start = _unit(piece[:, -1])
                 pieces.append(piece)
-            h = torch.cat(pieces, 1)
-            h[:, -1] = start
+            h = torch.cat(pieces[:-1] + [torch.cat([pieces[-1][:, :-1], start[:, None]], 1)], 1)
         final = h[:, -1] if x.shape[1] else h0
         return self._read(h), final
 
     def forward_reference(self, x: torch.Tensor, state=None):
-        """The definition, step by step: A(x_t) formed inside the loop, h_t = A(x_t) h_{t-1} + additive. No renormalisation."""
+        """The definition, step by step: A(x_t) formed inside the loop, h_t = A(x_t) h_{t-1} + additive;
+        with normalize_training, h_{t-1} is first divided by its norm at every k-th step."""
         check_input(x, self.d_model, type(self).__name__)
         h = self._initial(x) if state is None else state
-        outputs = []
+        outputs, k = [], self.normalize_every
         for t in range(x.shape[1]):
+            if self.normalize_training and k and t and t % k == 0:
+                h = _unit(h)
             x_t = x[:, t : t + 1]
             A_t, s = self.transition(x_t)[:, 0], self._to_state(h)
             if self.structure in ("diagonal", "rotation"):
@@ -255,4 +273,6 @@ class Bilinear(Spectral, nn.Module):
                 h = h + add[:, 0]
             outputs.append(h)
         hs = torch.stack(outputs, 1) if outputs else x.new_zeros(x.shape[0], 0, self.hidden)
+        if self.normalize_training and k and outputs:
+            h = _unit(h)
         return self._read(hs), h
