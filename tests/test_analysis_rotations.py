@@ -28,7 +28,7 @@ def known_angles_model(task):
         mixer = model.blocks[0].mixer
         mixer.Theta.copy_(torch.linalg.pinv(x) @ targets)
         out = torch.randn(10, 3, 2)
-        out = out / out.flatten(0).reshape(10, 3, 2).pow(2).sum((0, 2), keepdim=True).sqrt() * torch.tensor([1.0, 3.0, 0.5])[None, :, None]
+        out = out / out.pow(2).sum((0, 2), keepdim=True).sqrt() * torch.tensor([1.0, 3.0, 0.5])[None, :, None]  # plane norms
         mixer.out_proj.weight.copy_(out.reshape(10, 6))
     return model.eval()
 

@@ -110,7 +110,7 @@ def plot_rotations(rows: list[dict], m: int, title: str, path: str | Path, top: 
         circle.annotate(str(r["plane"]), (1.08 * math.cos(r["angle"]), 1.08 * math.sin(r["angle"])), fontsize=7, ha="center")
     circle.set_aspect("equal")
     circle.set_title(f"theta_j(1), top {len(shown)} planes by readout weight", fontsize=9)
-    circle.legend(fontsize=7, loc="lower right")
+    circle.legend(fontsize=7, loc="center")
     ranks.scatter(range(1, len(rows) + 1), [r["distance"] for r in rows], s=12)
     ranks.set_xlabel("plane rank by readout weight")
     ranks.set_ylabel("distance of theta(1) m / 2pi to an integer")

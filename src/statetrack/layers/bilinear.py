@@ -22,8 +22,9 @@ alike, so that the recurrence is h_t = A(x_t) h_{t-1} / ||h_{t-1}|| (+ additive 
 step. Without it, an additive model whose A(x) grows the state overflows on long inputs.
 
 Fast path: A(x_t) for every step in one matrix product, then the dense scan of `ops.dense` (full,
-cp, block: vector state, d_h/b heads) or the diagonal scan of `ops.diagonal` (diagonal; rotation as
-a complex diagonal scan on the d_h/2 planes). `forward_reference` is the definition: a per-step loop
+block: vector state, d_h/b heads) or the diagonal scan of `ops.diagonal` (diagonal; rotation as a
+complex diagonal scan on the d_h/2 planes); cp never forms A and steps h_t = U (c_t * (V^T h_{t-1})),
+O(d_h R) per step instead of O(d_h^2 R). `forward_reference` is the definition: a per-step loop
 that forms A(x_t) inside the loop.
 """
 
@@ -37,7 +38,8 @@ from torch import nn
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import Spectral, check_input
 from statetrack.layers.registry import register_model
-from statetrack.ops import dense_transition, diagonal_scan
+from statetrack.ops import diagonal_scan
+from statetrack.ops.dense import bilinear_transition, dense_scan
 
 STRUCTURES = ("full", "cp", "block", "rotation", "diagonal")
 ADDITIVE = ("none", "input", "constant", "both")
@@ -212,44 +214,124 @@ class Bilinear(Spectral, nn.Module):
             return h
         return h.flatten(-2)
 
-    def _scan(self, A, add, h0):
-        """All states h_1..h_T [B, T, d_h] from h0 [B, d_h] through the fast op."""
-        s0 = self._to_state(h0)
-        add = None if add is None else self._to_state(add)
-        if self.structure in ("diagonal", "rotation"):
-            h, _ = diagonal_scan(A, add if add is not None else torch.zeros_like(A), s0, output_final_state=False)
-        else:
-            h, _ = dense_transition(A, add, s0, output_final_state=False)
+    def _operands(self, x: torch.Tensor) -> torch.Tensor:
+        """What the fast scan consumes: A(x) (see `transition`), or for cp only the coefficients C^T x [B, T, R]."""
+        return x @ self.C if self.structure == "cp" else self.transition(x)
+
+    def _states(self, x, add, h0):
+        """All states h_1..h_T [B, T, d_h] from h0 [B, d_h], unnormalised, through the fast ops."""
+        B, T, _ = x.shape
+        if self.structure in ("full", "block"):
+            n, b = self.W.shape[1], self.W.shape[2]
+            add = None if add is None else add.reshape(B, T, n, b)
+            h, _ = bilinear_transition(x, self.W, add, h0.reshape(B, n, b), output_final_state=False)
+            return h.flatten(-2)
+        if self.structure == "cp":
+            return self._cp_states(x, add, h0)
+        A, s0 = self.transition(x), self._to_state(h0)
+        b = self._to_state(add) if add is not None else torch.zeros_like(A)
+        h, _ = diagonal_scan(A, b, s0, output_final_state=False)
         return self._to_vector(h)
+
+    def _cp_states(self, x, add, h0):
+        """The CP recurrence in the R coordinates z = V^T h, where its transition is R x R:
+
+            z_t = M diag(c_t) z_{t-1} + V^T a_t,   h_t = U (c_t * z_{t-1}) + a_t,   M = V^T U,  c_t = C^T x_t,
+
+        (a_t the additive term), the same h_t as U diag(c_t) V^T h_{t-1} + a_t at O(R^2) per step
+        instead of O(d_h^2 R) for forming the d_h x d_h transition.
+        """
+        c = (x @ self.C).transpose(0, 1)  # [T, B, R]
+        M = self.V.t() @ self.U  # [R, R]
+        A = M * c.unsqueeze(-2)  # [T, B, R, R]
+        e = None if add is None else (add @ self.V).transpose(0, 1).unsqueeze(-1)  # [T, B, R, 1]
+        z = dense_scan(A, e, (h0 @ self.V).unsqueeze(-1))[:-1, ..., 0]  # z_0..z_{T-1} [T, B, R]
+        h = ((c * z) @ self.U.t()).transpose(0, 1)  # [B, T, d_h]
+        return h if add is None else h + add
 
     def _initial(self, x: torch.Tensor) -> torch.Tensor:
         return self.h0.to(x.dtype).expand(x.shape[0], self.hidden)
 
     def _read(self, h: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(_unit(h))
+        return self.out_proj(h / h.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny))
 
-    def _renormalises(self) -> bool:
-        """Whether this call renormalises the state: in training only with normalize_training; at
-        evaluation for a pure model, or with normalize_training."""
-        if self.normalize_every == 0:
-            return False
-        return self.normalize_training or (not self.training and self.pure)
+    # ---- evaluation: renormalised states (scale invariance) -------------------------------------
+    def _renormalised_states(self, x, h0):
+        """States h_1..h_T [B, T, d_h] of a pure model in the directions of the unnormalised ones, and
+        the final state scaled to unit norm, for inputs of any length (no overflow or underflow).
+
+        Diagonal and rotation: a state renormalised every step is, per coordinate, h0 times the
+        product of the a's, i.e. log-magnitude log|h0| + cumsum log|a| and phase sign(h0) cumprod
+        sign(a) (angles summed for rotation), computed in float64 with each step's largest
+        log-magnitude subtracted before exponentiating: all steps at once. Dense structures: a
+        per-step loop renormalising every `normalize_every` steps (cp in its R coordinates).
+        Differentiable, though meant for inference.
+        """
+        B, T, _ = x.shape
+        tiny = torch.finfo(x.dtype).tiny
+        if self.structure in ("diagonal", "rotation"):
+            a, s0 = self.transition(x), self._to_state(h0)  # [B, T, F], [B, F]
+            wide = torch.float64
+            log_mag = torch.log(s0.abs().to(wide)).unsqueeze(1) + torch.cumsum(torch.log(a.abs().to(wide)), 1)
+            top = log_mag.amax(-1, keepdim=True)
+            top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # an all-zero state stays zero
+            mag = torch.exp(log_mag - top)
+            if a.is_complex():
+                angle = torch.angle(s0).to(wide).unsqueeze(1) + torch.cumsum(torch.angle(a).to(wide), 1)
+                s = torch.polar(mag, angle).to(a.dtype)
+            else:
+                s = (mag * (torch.sign(s0).to(wide).unsqueeze(1) * torch.cumprod(torch.sign(a).to(wide), 1))).to(a.dtype)
+            h = self._to_vector(s)
+        else:
+            h = self._renormalised_dense_states(x, h0, tiny)
+        final = h[:, -1]
+        return h, final / final.norm(dim=-1, keepdim=True).clamp_min(tiny)
+
+    def _renormalised_dense_states(self, x, h0, tiny, budget=1 << 22):
+        """Per-step loop for full, block and cp, transitions formed for as many steps at a time as
+        fit in `budget` elements (so memory does not grow with the length)."""
+        B, T, _ = x.shape
+        k = self.normalize_every
+        if self.structure == "cp":
+            M = self.V.t() @ self.U
+            c_all = x @ self.C  # [B, T, R]
+            s = (h0 @ self.V).unsqueeze(-1)  # z_0 [B, R, 1]
+            per_step = B * M.numel()
+        else:
+            n, b = self.W.shape[1], self.W.shape[2]
+            s = h0.reshape(B * n, b, 1)
+            per_step = B * self.W[0].numel()
+        span = max(1, min(T, budget // per_step))
+        states = []
+        for lo in range(0, T, span):
+            if self.structure == "cp":
+                A = M * c_all[:, lo : lo + span].transpose(0, 1).unsqueeze(-2)  # [S, B, R, R]
+            else:
+                xs = x[:, lo : lo + span].transpose(0, 1)
+                A = (xs.reshape(-1, x.shape[-1]) @ self.W.reshape(x.shape[-1], -1)).view(xs.shape[0], B * n, b, b)
+            for i, A_t in enumerate(A.unbind(0)):
+                if self.structure == "cp":
+                    states.append(s)  # z_{t-1}: h_t = U (c_t * z_{t-1})
+                s = torch.bmm(A_t, s)
+                if (lo + i + 1) % k == 0:
+                    flat = s.view(B, -1)  # block: the norm of all n blocks of a sequence together
+                    s = (flat / torch.linalg.vector_norm(flat, dim=1, keepdim=True).clamp_min(tiny)).view_as(s)
+                if self.structure != "cp":
+                    states.append(s)
+        stacked = torch.stack(states, 1)  # [B, T, R, 1] (cp) or [B * n, T, b, 1]
+        if self.structure == "cp":
+            return (c_all * stacked[..., 0]) @ self.U.t()
+        return stacked.view(B, n, T, b).transpose(1, 2).reshape(B, T, self.hidden)
 
     # ---- forward ------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
         h0 = self._initial(x) if state is None else state
-        A, add = self.transition(x), self.additive_term(x)
-        if not self._renormalises() or x.shape[1] == 0:
-            h = self._scan(A, add, h0)
-        else:  # renormalise the carried state every k steps
-            k, pieces, start = self.normalize_every, [], h0
-            for t in range(0, x.shape[1], k):
-                piece = self._scan(A[:, t : t + k], None if add is None else add[:, t : t + k], start)
-                start = _unit(piece[:, -1])
-                pieces.append(piece)
-            h = torch.cat(pieces[:-1] + [torch.cat([pieces[-1][:, :-1], start[:, None]], 1)], 1)
-        final = h[:, -1] if x.shape[1] else h0
+        if self.training or not self.pure or self.normalize_every == 0 or x.shape[1] == 0:
+            h = self._states(x, self.additive_term(x), h0)
+            final = h[:, -1] if x.shape[1] else h0
+        else:  # evaluation: renormalise every k steps (scale invariance)
+            h, final = self._renormalised_states(x, h0)
         return self._read(h), final
 
     def forward_reference(self, x: torch.Tensor, state=None):
