@@ -1,18 +1,24 @@
 """Speed of the bilinear RNN family (Ebrahimi & Memisevic 2025) on this machine.
 
-    python benchmarks/bilinear.py            # human tables
-    python benchmarks/bilinear.py --json     # JSON: one object per (structure, measurement)
+    python benchmarks/bilinear.py               # human tables
+    python benchmarks/bilinear.py --json        # JSON: one object per (structure, measurement)
+    python benchmarks/bilinear.py --markdown    # the tables of docs/performance.md
 
 1. Training: forward + backward of the layer at batch 64, d_x = d_h = 64, T = 64, float32, for each
-   structure: `Bilinear.forward` (A(x_t) for all steps in one product, then the dense or diagonal
-   scan) against `Bilinear.forward_reference` (the definition: a per-step loop forming A(x_t)
-   inside the loop). Both are timed round-robin in one run (median of --repeat passes after a
-   warm-up), so the ratio is side by side.
+   structure: `Bilinear.forward` (the fast forms: `ops.dense.bilinear_transition` for full and
+   block, CP in its R coordinates, the diagonal scan for diagonal and rotation) against
+   `Bilinear.forward_reference` (the definition: a per-step loop forming A(x_t) inside the loop).
+   Both are timed round-robin in one run (median of --repeat passes after a warm-up), so the ratio
+   is side by side; `cpu_ms` is the process CPU time of the same passes (on a shared machine it
+   counts only this process's work, where wall time also counts waiting for a core).
 2. Long inputs: evaluation of one 100,000-token input (batch 1) through
    `statetrack.evaluate.predict` in chunks of 1024 on a whole 1-layer model (width 64, no MLP), with
    the evaluation-time renormalisation on (every step). Each structure and length runs in a fresh
-   subprocess, so its peak resident memory (ru_maxrss) is its own; 10,000 against 100,000 tokens
-   shows whether memory stays flat.
+   subprocess, so its peak resident memory (VmHWM, the kernel's high-water mark of the process's
+   resident size) is its own; `growth_mb` is that peak minus the one after a one-chunk warm-up.
+   tracemalloc would miss torch's allocations; 10,000 against 100,000 tokens shows whether memory
+   stays flat.
+malloc keeps freed memory for reuse, as `statetrack` runs do (statetrack.allocator).
 Figures only, no assertions: timings are noisy on shared machines.
 """
 
@@ -32,6 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from statetrack import zoo  # noqa: E402
+from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.evaluate import predict  # noqa: E402
 from statetrack.layers.bilinear import Bilinear  # noqa: E402
 
@@ -49,18 +56,33 @@ def time_training(settings: dict, batch: int, width: int, T: int, repeat: int) -
     layer = Bilinear(width, **settings)
     x = torch.nn.functional.layer_norm(torch.randn(batch, T, width), (width,)).requires_grad_()
     forms = {"fast": layer.forward, "reference": layer.forward_reference}
-    times = {name: [] for name in forms}
+    wall = {name: [] for name in forms}
+    cpu = {name: [] for name in forms}
     for i in range(repeat + 1):
         for name, form in forms.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             y, _ = form(x)
             y.square().mean().backward()
             if i:  # the first round warms up
-                times[name].append(time.perf_counter() - start)
+                wall[name].append(time.perf_counter() - start)
+                cpu[name].append(time.process_time() - start_cpu)
             layer.zero_grad(set_to_none=True)
             x.grad = None
-    fast, ref = statistics.median(times["fast"]), statistics.median(times["reference"])
-    return {"fast_ms": 1e3 * fast, "reference_ms": 1e3 * ref, "speedup": ref / fast}
+    fast, ref = statistics.median(wall["fast"]), statistics.median(wall["reference"])
+    fast_cpu, ref_cpu = statistics.median(cpu["fast"]), statistics.median(cpu["reference"])
+    return {"fast_ms": 1e3 * fast, "reference_ms": 1e3 * ref, "speedup": ref / fast,
+            "fast_cpu_ms": 1e3 * fast_cpu, "reference_cpu_ms": 1e3 * ref_cpu, "cpu_speedup": ref_cpu / fast_cpu}
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory: VmHWM, the high-water mark of this process image (Linux).
+    ru_maxrss would not do in a child: it starts from the parent's resident size at the fork."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def long_input(settings: dict, width: int, length: int, chunk: int) -> dict:
@@ -69,19 +91,63 @@ def long_input(settings: dict, width: int, length: int, chunk: int) -> dict:
     model = zoo.build_model({"name": "bilinear", **settings, "d_model": width, "num_layers": 1, "mlp": False}, 8, 4).eval()
     tokens = torch.randint(0, 8, (1, length))
     predict(model, tokens[:, :chunk], chunk)  # warm-up
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base = peak_rss_mb()
     start = time.perf_counter()
     out = predict(model, tokens, chunk)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"seconds": seconds, "peak_rss_mb": peak / 1024, "growth_mb": (peak - base) / 1024, "tokens": int(out.numel())}
+    peak = peak_rss_mb()
+    return {"seconds": seconds, "peak_rss_mb": peak, "growth_mb": peak - base, "tokens": int(out.numel())}
+
+
+def table(rows, args) -> str:
+    lines = [f"forward + backward, batch {args.batch}, d_x = d_h = {args.width}, T {args.T}, float32, "
+             f"{args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
+             f"{'structure':<12} {'fast ms':>9} {'reference ms':>13} {'speedup':>8} {'cpu speedup':>12}"]
+    for r in rows:
+        if r["measure"] == "train_fwd_bwd":
+            lines.append(f"{r['structure']:<12} {r['fast_ms']:>9.1f} {r['reference_ms']:>13.1f} {r['speedup']:>7.1f}x "
+                         f"{r['cpu_speedup']:>11.1f}x")
+    if any(r["measure"] == "eval_long" for r in rows):
+        lines += ["", f"evaluation of one input (batch 1, width {args.width}, chunks of {args.chunk}, renormalised every step)",
+                  f"{'structure':<12} {'tokens':>8} {'seconds':>8} {'peak RSS MB':>12} {'growth MB':>10}"]
+        for r in rows:
+            if r["measure"] == "eval_long":
+                lines.append(f"{r['structure']:<12} {r['length']:>8} {r['seconds']:>8.2f} {r['peak_rss_mb']:>12.0f} "
+                             f"{r['growth_mb']:>10.1f}")
+    return "\n".join(lines)
+
+
+def markdown(rows, args) -> str:
+    lines = [f"Forward + backward of one layer, batch {args.batch}, d_x = d_h = {args.width}, T = {args.T}, float32, "
+             f"{args.threads} threads, torch {torch.__version__}; median of {args.repeat} round-robin passes.", "",
+             "| structure | fast ms | reference ms | speedup (wall) | speedup (CPU time) |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if r["measure"] == "train_fwd_bwd":
+            lines.append(f"| {r['structure']} | {r['fast_ms']:.1f} | {r['reference_ms']:.1f} | {r['speedup']:.1f}x | "
+                         f"{r['cpu_speedup']:.1f}x |")
+    longs = [r for r in rows if r["measure"] == "eval_long"]
+    if longs:
+        lengths = sorted({r["length"] for r in longs})
+        lines += ["", f"Evaluation of one input through `predict` (batch 1, width {args.width}, chunks of {args.chunk}, "
+                      "renormalised every step); peak RSS of a fresh process, and its growth over a one-chunk warm-up.", "",
+                  "| structure | " + " | ".join(f"{n:,} tokens: s / peak MB / growth MB" for n in lengths) + " |",
+                  "| --- |" + " ---: |" * len(lengths)]
+        for name in dict.fromkeys(r["structure"] for r in longs):
+            cells = []
+            for n in lengths:
+                r = next(r for r in longs if r["structure"] == name and r["length"] == n)
+                cells.append(f"{r['seconds']:.1f} / {r['peak_rss_mb']:.0f} / {r['growth_mb']:.1f}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of tables")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/performance.md)")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: torch's choice)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--T", type=int, default=64)
@@ -91,33 +157,28 @@ def main(argv=None) -> int:
     parser.add_argument("--_long", nargs=2, help=argparse.SUPPRESS)  # internal: one long-input run
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    keep_freed_memory()
     if args._long:
         print(json.dumps(long_input(STRUCTURES[args._long[0]], args.width, int(args._long[1]), args.chunk)))
         return 0
     rows = []
     for name in args.structures:
         rows.append({"structure": name, "measure": "train_fwd_bwd", "batch": args.batch, "width": args.width, "T": args.T,
-                     **time_training(STRUCTURES[name], args.batch, args.width, args.T, args.repeat)})
+                     "threads": args.threads, **time_training(STRUCTURES[name], args.batch, args.width, args.T, args.repeat)})
+        print(f"  done {name} training", file=sys.stderr, flush=True)
     for name in args.structures:
         for length in args.lengths:
             out = subprocess.run([sys.executable, __file__, "--_long", name, str(length), "--width", str(args.width),
                                   "--chunk", str(args.chunk), "--threads", str(args.threads)],
                                  capture_output=True, text=True, check=True).stdout
-            rows.append({"structure": name, "measure": "eval_long", "length": length, **json.loads(out)})
+            rows.append({"structure": name, "measure": "eval_long", "length": length, "threads": args.threads, **json.loads(out)})
+            print(f"  done {name} {length} tokens", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))
-        return 0
-    print(f"forward + backward, batch {args.batch}, d_x = d_h = {args.width}, T {args.T}, {args.threads} threads (median of {args.repeat})")
-    print(f"{'structure':<12} {'fast ms':>9} {'reference ms':>13} {'speedup':>8}")
-    for r in rows:
-        if r["measure"] == "train_fwd_bwd":
-            print(f"{r['structure']:<12} {r['fast_ms']:>9.1f} {r['reference_ms']:>13.1f} {r['speedup']:>7.1f}x")
-    if args.lengths:
-        print(f"\nevaluation of one input (batch 1, width {args.width}, chunks of {args.chunk}, renormalised every step)")
-        print(f"{'structure':<12} {'tokens':>8} {'seconds':>8} {'peak RSS MB':>12}")
-        for r in rows:
-            if r["measure"] == "eval_long":
-                print(f"{r['structure']:<12} {r['length']:>8} {r['seconds']:>8.2f} {r['peak_rss_mb']:>12.0f}")
+    elif args.markdown:
+        print(markdown(rows, args))
+    else:
+        print(table(rows, args))
     return 0
 
 

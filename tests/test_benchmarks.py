@@ -25,3 +25,18 @@ def test_ops_benchmark_json_has_every_implementation_and_key():
     assert fla <= {32}  # fla's naive chunk form runs where T fills its chunks of 32, and only there
     fast = next(r for r in rows if r["op"] == "delta_rule" and r["impl"] == "fast")
     assert fast["ms"] > 0 and fast["speedup_vs_reference"] > 0 and fast["peak_mem_mb"] is not None
+
+
+def test_bilinear_benchmark_json_has_every_structure_and_key():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bilinear.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--json", "--batch", "2", "--width", "8", "--T", "4", "--repeat", "1",
+         "--threads", "1", "--lengths", "40", "--chunk", "16"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    rows = json.loads(out)
+    train = {r["structure"]: r for r in rows if r["measure"] == "train_fwd_bwd"}
+    longs = {r["structure"]: r for r in rows if r["measure"] == "eval_long"}
+    assert set(train) == set(longs) == {"full", "cp R=16", "block b=8", "rotation", "diagonal"}
+    assert all({"fast_ms", "reference_ms", "speedup", "cpu_speedup"} <= set(r) for r in train.values())
+    assert all(r["tokens"] == 40 and r["seconds"] > 0 and r["peak_rss_mb"] > 0 for r in longs.values())

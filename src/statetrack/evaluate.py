@@ -25,11 +25,12 @@ def predict(model, inputs: torch.Tensor, chunk_size: int | None = None) -> torch
     model state, so memory stays constant in the length (recurrent models only)."""
     if chunk_size is None or inputs.shape[1] <= chunk_size:
         return model(inputs)[0].argmax(-1)
-    state, predictions = None, []
+    state = None
+    predictions = torch.empty(inputs.shape, dtype=torch.long, device=inputs.device)  # one buffer: memory flat in T
     for start in range(0, inputs.shape[1], chunk_size):
         logits, state = model(inputs[:, start : start + chunk_size], state)
-        predictions.append(logits.argmax(-1))
-    return torch.cat(predictions, dim=1)
+        predictions[:, start : start + chunk_size] = logits.argmax(-1)
+    return predictions
 
 
 def eval_generator(seed: int, length: int) -> torch.Generator:

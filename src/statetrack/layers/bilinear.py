@@ -21,11 +21,16 @@ renormalised only with `normalize_training=True`, which renormalises in training
 alike, so that the recurrence is h_t = A(x_t) h_{t-1} / ||h_{t-1}|| (+ additive terms) at every k-th
 step. Without it, an additive model whose A(x) grows the state overflows on long inputs.
 
-Fast path: A(x_t) for every step in one matrix product, then the dense scan of `ops.dense` (full,
-block: vector state, d_h/b heads) or the diagonal scan of `ops.diagonal` (diagonal; rotation as a
-complex diagonal scan on the d_h/2 planes); cp never forms A and steps h_t = U (c_t * (V^T h_{t-1})),
-O(d_h R) per step instead of O(d_h^2 R). `forward_reference` is the definition: a per-step loop
-that forms A(x_t) inside the loop.
+Fast path (`forward`; figures in docs/performance.md): full and block through
+`ops.dense.bilinear_transition`, which for one large head (full) never forms A(x_t) but contracts the
+state with W and then with x_t each step, and for small heads (block) forms every A(x_t) in one
+matrix product, time-major, before the dense scan; cp in its R coordinates z = V^T h, where the
+transition M diag(C^T x_t) (M = V^T U) is R x R; diagonal and rotation through the diagonal scan of
+`ops.diagonal` (rotation as a complex scan on the d_h/2 planes). At evaluation a pure model's
+renormalised states come from `_renormalised_states`: all steps at once in log-magnitude form for the
+diagonal structures, a per-step loop for the dense ones (transitions formed a bounded number of
+steps at a time). `forward_reference` is the definition: a per-step loop that forms A(x_t) inside
+the loop.
 """
 
 from __future__ import annotations
@@ -58,9 +63,31 @@ def _display(spec: dict) -> str:
             + (" norm" if spec.get("normalize_training") else ""))
 
 
+class _Unit(torch.autograd.Function):
+    """h / max(||h||, tiny) over the last axis, with the backward in three passes instead of autograd's
+    eight for the division, the clamp and the norm (it runs on every state, in both forms)."""
+
+    @staticmethod
+    def forward(ctx, h):
+        norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
+        clamped = norm < torch.finfo(h.dtype).tiny
+        norm = norm.clamp_min_(torch.finfo(h.dtype).tiny)
+        y = h / norm
+        ctx.save_for_backward(y, norm, clamped)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        y, norm, clamped = ctx.saved_tensors
+        # d(h / ||h||) = (g - y <y, g>) / ||h||; where the clamp holds, the divisor is a constant: g / tiny
+        along = torch.linalg.vecdot(y, g, dim=-1).unsqueeze(-1).masked_fill_(clamped, 0)
+        return torch.addcmul(g, y, along, value=-1).div_(norm)
+
+
 def _unit(h: torch.Tensor) -> torch.Tensor:
     """h / ||h|| over the last axis (a zero vector stays zero)."""
-    return h / h.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny)
+    return _Unit.apply(h)
 
 
 def _uniform(shape, bound: float) -> nn.Parameter:
@@ -174,7 +201,8 @@ class Bilinear(Spectral, nn.Module):
             return torch.matmul(self.U * c[..., None, :], self.V.t()).unsqueeze(2)  # [B, T, 1, d_h, d_h]
         if self.structure == "diagonal":
             return x @ self.D
-        return torch.polar(torch.ones_like(theta := x @ self.Theta), theta)
+        theta = x @ self.Theta  # e^{i theta} as cos + i sin (to rounding what torch.polar gives; its backward costs 3x more)
+        return torch.complex(torch.cos(theta), torch.sin(theta))
 
     def additive_term(self, x: torch.Tensor) -> torch.Tensor | None:
         """U x_t + b [B, T, d_h] (the terms this model has), or None for a pure model."""
@@ -214,10 +242,6 @@ class Bilinear(Spectral, nn.Module):
             return h
         return h.flatten(-2)
 
-    def _operands(self, x: torch.Tensor) -> torch.Tensor:
-        """What the fast scan consumes: A(x) (see `transition`), or for cp only the coefficients C^T x [B, T, R]."""
-        return x @ self.C if self.structure == "cp" else self.transition(x)
-
     def _states(self, x, add, h0):
         """All states h_1..h_T [B, T, d_h] from h0 [B, d_h], unnormalised, through the fast ops."""
         B, T, _ = x.shape
@@ -253,7 +277,14 @@ class Bilinear(Spectral, nn.Module):
         return self.h0.to(x.dtype).expand(x.shape[0], self.hidden)
 
     def _read(self, h: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(h / h.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny))
+        return self.out_proj(_unit(h))
+
+    def _renormalises(self) -> bool:
+        """Whether this call renormalises the state: in training only with normalize_training; at
+        evaluation for a pure model, or with normalize_training."""
+        if self.normalize_every == 0:
+            return False
+        return self.normalize_training or (not self.training and self.pure)
 
     # ---- evaluation: renormalised states (scale invariance) -------------------------------------
     def _renormalised_states(self, x, h0):
@@ -284,54 +315,66 @@ class Bilinear(Spectral, nn.Module):
             h = self._to_vector(s)
         else:
             h = self._renormalised_dense_states(x, h0, tiny)
-        final = h[:, -1]
-        return h, final / final.norm(dim=-1, keepdim=True).clamp_min(tiny)
+        return h, _unit(h[:, -1])
 
     def _renormalised_dense_states(self, x, h0, tiny, budget=1 << 22):
-        """Per-step loop for full, block and cp, transitions formed for as many steps at a time as
-        fit in `budget` elements (so memory does not grow with the length)."""
-        B, T, _ = x.shape
+        """Per-step loop for full, block and cp (in its R coordinates), transitions formed for as many
+        steps at a time as fit in `budget` elements (so memory does not grow with the length).
+        Transitions of size >= 32 step a row vector, h^T A^T with the transposes formed directly:
+        there batched row-times-matrix products run 3-5x faster than matrix-times-column ones, and
+        below it 2x slower."""
+        B, T, K = x.shape
         k = self.normalize_every
         if self.structure == "cp":
-            M = self.V.t() @ self.U
+            M = self.V.t() @ self.U  # z_t = M diag(c_t) z_{t-1}
             c_all = x @ self.C  # [B, T, R]
-            s = (h0 @ self.V).unsqueeze(-1)  # z_0 [B, R, 1]
-            per_step = B * M.numel()
+            n, b, s = 1, M.shape[0], h0 @ self.V  # z_0
         else:
-            n, b = self.W.shape[1], self.W.shape[2]
-            s = h0.reshape(B * n, b, 1)
-            per_step = B * self.W[0].numel()
-        span = max(1, min(T, budget // per_step))
+            n, b, s = self.W.shape[1], self.W.shape[2], h0
+        row = b >= 32
+        s = s.reshape(B * n, 1, b) if row else s.reshape(B * n, b, 1)
+        if self.structure != "cp":
+            W = (self.W.transpose(-1, -2) if row else self.W).reshape(K, -1)
+        span = max(1, min(T, budget // (B * n * b * b)))
         states = []
         for lo in range(0, T, span):
             if self.structure == "cp":
-                A = M * c_all[:, lo : lo + span].transpose(0, 1).unsqueeze(-2)  # [S, B, R, R]
+                c = c_all[:, lo : lo + span].transpose(0, 1)  # [S, B, R]
+                A = M.t() * c.unsqueeze(-1) if row else M * c.unsqueeze(-2)  # (M diag(c_t))^T or M diag(c_t)
             else:
                 xs = x[:, lo : lo + span].transpose(0, 1)
-                A = (xs.reshape(-1, x.shape[-1]) @ self.W.reshape(x.shape[-1], -1)).view(xs.shape[0], B * n, b, b)
+                A = (xs.reshape(-1, K) @ W).view(xs.shape[0], B * n, b, b)
             for i, A_t in enumerate(A.unbind(0)):
                 if self.structure == "cp":
                     states.append(s)  # z_{t-1}: h_t = U (c_t * z_{t-1})
-                s = torch.bmm(A_t, s)
+                s = torch.bmm(s, A_t) if row else torch.bmm(A_t, s)
                 if (lo + i + 1) % k == 0:
                     flat = s.view(B, -1)  # block: the norm of all n blocks of a sequence together
                     s = (flat / torch.linalg.vector_norm(flat, dim=1, keepdim=True).clamp_min(tiny)).view_as(s)
                 if self.structure != "cp":
                     states.append(s)
-        stacked = torch.stack(states, 1)  # [B, T, R, 1] (cp) or [B * n, T, b, 1]
+        stacked = torch.stack(states, 1).view(B, n, T, b)  # z_0..z_{T-1} (cp, n = 1) or h_1..h_T
         if self.structure == "cp":
-            return (c_all * stacked[..., 0]) @ self.U.t()
-        return stacked.view(B, n, T, b).transpose(1, 2).reshape(B, T, self.hidden)
+            return (c_all * stacked[:, 0]) @ self.U.t()
+        return stacked.transpose(1, 2).reshape(B, T, self.hidden)
 
     # ---- forward ------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
         h0 = self._initial(x) if state is None else state
-        if self.training or not self.pure or self.normalize_every == 0 or x.shape[1] == 0:
+        T = x.shape[1]
+        if not self._renormalises() or T == 0:
             h = self._states(x, self.additive_term(x), h0)
-            final = h[:, -1] if x.shape[1] else h0
-        else:  # evaluation: renormalise every k steps (scale invariance)
+            final = h[:, -1] if T else h0
+        elif self.pure:  # scale invariance: any positive rescaling leaves the directions read out as they are
             h, final = self._renormalised_states(x, h0)
+        else:  # additive terms: h_{t-1} / ||h_{t-1}|| at every k-th step, exactly as the definition
+            add, k, pieces, start = self.additive_term(x), self.normalize_every, [], h0
+            for t in range(0, T, k):
+                piece = self._states(x[:, t : t + k], None if add is None else add[:, t : t + k], start)
+                start = _unit(piece[:, -1])
+                pieces.append(piece)
+            h, final = torch.cat(pieces, 1), start
         return self._read(h), final
 
     def forward_reference(self, x: torch.Tensor, state=None):
