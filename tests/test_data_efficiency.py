@@ -261,3 +261,10 @@ def test_a_balanced_fixed_set_holds_every_answer():
     fixed = FixedTrainingSet(modadd, 12, 2, 4, 64, torch.Generator().manual_seed(0), balanced=True)
     counts = torch.bincount(torch.cat([_last_answer(b) for b in fixed.buckets]), minlength=5).tolist()
     assert sorted(counts) == [2, 2, 2, 3, 3]
+
+
+def test_dataset_balanced_without_a_fixed_set_is_an_error():
+    from statetrack.train import TrainConfig
+
+    with pytest.raises(StatetrackError, match="dataset_balanced needs a fixed training set"):
+        TrainConfig.from_dict({"dataset_balanced": True})

@@ -108,18 +108,24 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path) -> Path:
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
         ax.set_xscale("log")
         lengths = sorted({n for e in summary if e["task"] == task for n in e["lengths"]})
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.minorticks_off()
-        ax.set_ylim(-0.1, 1.05)
-        ax.axhline(0.0, color="grey", lw=0.5)
-        ax.set_xlabel("evaluation length")
-        ax.set_ylabel("scaled accuracy")
-        ax.set_title(task)
-        ax.legend(fontsize=8)
+        _score_axes(ax, lengths, "evaluation length", "scaled accuracy", task)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def _score_axes(ax, ticks: list[int], xlabel: str, ylabel: str, title: str) -> None:
+    """The axes every scaled-accuracy plot shares: a tick per measured x, y from just below chance
+    (0) to 1, the chance line, labels and legend."""
+    ax.set_xticks(ticks, [str(n) for n in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(-0.1, 1.05)
+    ax.axhline(0.0, color="grey", lw=0.5)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
 
 
 def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -147,16 +153,9 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
             std = [e["by_size"][n]["std"] for n in xs]
             (line,) = ax.plot(xs, mean, marker="o", label=e["model"])
             ax.fill_between(xs, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)], color=line.get_color(), alpha=0.12)
-        sizes = sorted({n for e in entries for n in e["by_size"]})
         ax.set_xscale("log")
-        ax.set_xticks(sizes, [str(n) for n in sizes])
-        ax.minorticks_off()
-        ax.set_ylim(-0.1, 1.05)
-        ax.axhline(0.0, color="grey", lw=0.5)
-        ax.set_xlabel("training-set size N")
-        ax.set_ylabel(f"scaled accuracy at length {entries[0]['length']}")
-        ax.set_title(task)
-        ax.legend(fontsize=8)
+        _score_axes(ax, sorted({n for e in entries for n in e["by_size"]}), "training-set size N",
+                    f"scaled accuracy at length {entries[0]['length']}", task)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

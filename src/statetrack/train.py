@@ -68,6 +68,8 @@ class TrainConfig:
         n = self.dataset_size
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise StatetrackError(f"dataset_size must be an integer >= 1 (or null for fresh batches every step), got {n!r}")
+        if self.dataset_balanced and n is None:
+            raise StatetrackError("dataset_balanced needs a fixed training set: set dataset_size too")
 
 
 class FixedTrainingSet:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from statetrack.analysis.spectrum import find_run, load_run_model
+from statetrack.analysis.spectrum import find_run, load_run_model, save_figure
 from statetrack.errors import StatetrackError
 
 
@@ -115,13 +115,7 @@ def plot_rotations(rows: list[dict], m: int, title: str, path: str | Path, top: 
     ranks.set_xlabel("plane rank by readout weight")
     ranks.set_ylabel("distance of theta(1) m / 2pi to an integer")
     ranks.set_ylim(-0.02, 0.52)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, title, path)
 
 
 def analyze_rotations(store, run: str, results_dir: str | Path = "results", out: str | Path | None = None, model: str | None = None,

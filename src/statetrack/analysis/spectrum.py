@@ -161,6 +161,13 @@ def plot_spectra(spectra: list[dict], title: str, path: str | Path) -> Path:
             ax.set_xlabel("eigenvalue")
             ax.set_ylabel("count (log)")
         ax.set_title(f"layer {s['layer']} ({s['mixer']})")
+    return save_figure(fig, title, path)
+
+
+def save_figure(fig, title: str, path: str | Path) -> Path:
+    """Title, lay out, write and close an analysis figure; returns its path (folders created)."""
+    import matplotlib.pyplot as plt
+
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path = Path(path)
