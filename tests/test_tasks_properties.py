@@ -70,6 +70,7 @@ def test_length_below_minimum_is_one_line_error(name):
         ("modarith", {"m": 0}, "m must be"),
         ("modarith_precedence", {"m": 1}, "m must be"),
         ("modarith_brackets", {"m": 1}, "m must be"),
+        ("modarith_brackets", {"grammar": "infix"}, "unknown grammar"),
         ("cycle_navigation", {"cycle": 1}, "cycle must be"),
         ("word_problem", {"group": "Q8"}, "unknown group"),
         ("word_problem", {"group": "S9"}, "order"),

@@ -22,7 +22,8 @@ SWITCHED = {  # layers with the eigenvalue-range switch
 def layer_for(name: str) -> torch.nn.Module:
     spec = zoo.resolve({"name": name, "d_model": D})
     kwargs = {k: v for k, v in spec.items() if k != "name" and k not in zoo.MODEL_DEFAULTS}
-    for key, small in (("d_state", 4), ("head_dim", 4 if name == "mamba2" else None), ("n_h", 3)):
+    # fixed-point layers: iterate to rounding, so chunks and the whole sequence find the same fixed point
+    for key, small in (("d_state", 4), ("head_dim", 4 if name == "mamba2" else None), ("n_h", 3), ("tol", 1e-13), ("max_iter", 200)):
         if key in kwargs:
             kwargs[key] = small
     return zoo.get_entry(name).mixer(D, **kwargs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from statetrack import diagnostics
 from statetrack.scoring import scaled_accuracy
 from statetrack.tasks import Batch, Task
 
@@ -50,19 +51,34 @@ def evaluate_lengths(
     device: str | torch.device = "cpu",
     progress: bool = False,
 ) -> list[dict]:
-    """Accuracy and scaled accuracy of `model` on `samples` fresh examples at each length."""
+    """Scores of `model` on `samples` fresh examples at each length, one row per length:
+
+    `accuracy` over the supervised positions, its `scaled_accuracy`, `sequence_accuracy` (the
+    fraction of examples whose supervised positions are all right: string accuracy for copying,
+    Jelassi et al. 2024; every prefix product right for a word problem), and `metrics`, the median
+    and maximum over the batches of what the model's layers record (statetrack.diagnostics; e.g.
+    fixed-point iterations), empty for most models.
+    """
     model.eval()
     results = []
+    diagnostics.drain(model)  # nothing recorded before this call counts
     for length in tqdm(lengths, desc="evaluate", disable=not progress, leave=False):
         g = eval_generator(seed, length)
-        correct = total = 0
+        correct = total = whole = examples = 0
+        records: dict[str, list[float]] = {}
         for start in range(0, samples, batch_size):
             batch = task.sample(min(batch_size, samples - start), length, g).to(device)
             predicted = predict(model, batch.inputs, chunk_size)
-            correct += (predicted[batch.mask] == batch.targets[batch.mask]).sum().item()
+            right = (predicted == batch.targets) | ~batch.mask
+            correct += (right & batch.mask).sum().item()
             total += batch.mask.sum().item()
+            supervised = batch.mask.any(dim=1)
+            whole += (right.all(dim=1) & supervised).sum().item()
+            examples += supervised.sum().item()
+            diagnostics.merge(records, diagnostics.drain(model))
         accuracy = correct / total
-        results.append(
-            {"length": length, "accuracy": accuracy, "scaled_accuracy": scaled_accuracy(accuracy, task.chance), "samples": samples}
-        )
+        results.append({
+            "length": length, "accuracy": accuracy, "scaled_accuracy": scaled_accuracy(accuracy, task.chance), "samples": samples,
+            "sequence_accuracy": whole / examples, "metrics": diagnostics.summarize(records),
+        })
     return results

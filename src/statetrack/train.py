@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from statetrack import diagnostics
 from statetrack.errors import StatetrackError
 from statetrack.evaluate import masked_loss_and_accuracy
 from statetrack.tasks import Batch, Task
@@ -181,7 +182,9 @@ class Trainer:
             task, config.dataset_size, config.min_length, config.max_length, config.batch_size, self.generator, self.device,
             balanced=config.dataset_balanced)
         self.step = 0
-        self.curve: list[dict] = []  # one row per log: step, loss, accuracy (training window means), epochs (fixed set)
+        # one row per log: step, loss, accuracy (training window means), epochs (fixed set), and `metrics`:
+        # median and max over the window's batches of what the layers record (statetrack.diagnostics)
+        self.curve: list[dict] = []
         self.stopped_early = False
         self.seconds = 0.0
 
@@ -238,8 +241,10 @@ class Trainer:
         length = int(torch.randint(c.min_length, c.max_length + 1, (1,), generator=self.generator))
         return self.task.sample(c.batch_size, length, self.generator).to(self.device)
 
-    def _curve_point(self, loss: float, accuracy: float) -> dict:
+    def _curve_point(self, loss: float, accuracy: float, records: dict[str, list[float]]) -> dict:
         point = {"step": self.step, "loss": loss, "accuracy": accuracy}
+        if records:
+            point["metrics"] = diagnostics.summarize(records)
         return point if self.training_set is None else {**point, "epochs": self.epochs}
 
     def _validation_loss(self) -> float:
@@ -248,6 +253,7 @@ class Trainer:
         self.model.eval()
         with torch.no_grad():
             loss, _ = masked_loss_and_accuracy(self.model(batch.inputs)[0], batch)
+        diagnostics.drain(self.model)  # validation is not a training batch
         self.model.train()
         return loss.item()
 
@@ -257,11 +263,13 @@ class Trainer:
             self.load(self.checkpoint_path)
         self.model.train()
         start = time.perf_counter() - self.seconds
-        window_loss, window_acc, window_n = 0.0, 0.0, 0
+        window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}
+        diagnostics.drain(self.model)
         bar = tqdm(total=c.steps, initial=self.step, desc="train", disable=not self.progress, leave=False)
         while self.step < c.steps and not self.stopped_early:
             batch = self._next_batch()
             loss, accuracy = masked_loss_and_accuracy(self.model(batch.inputs)[0], batch)
+            diagnostics.merge(window_records, diagnostics.drain(self.model))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at step {self.step}")
             self.optimizer.zero_grad(set_to_none=True)
@@ -272,9 +280,9 @@ class Trainer:
             self.step += 1
             window_loss, window_acc, window_n = window_loss + loss.item(), window_acc + accuracy.item(), window_n + 1
             if self.step % c.log_every == 0 or self.step == c.steps:
-                self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n))
+                self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records))
                 bar.set_postfix(loss=f"{window_loss / window_n:.4f}", acc=f"{window_acc / window_n:.3f}")
-                window_loss, window_acc, window_n = 0.0, 0.0, 0
+                window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}
             if c.early_stop_loss is not None and self.step % c.val_every == 0:
                 self.stopped_early = self._validation_loss() < c.early_stop_loss
             self.seconds = time.perf_counter() - start
@@ -283,7 +291,7 @@ class Trainer:
             bar.update(1)
         bar.close()
         if window_n:
-            self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n))
+            self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records))
         self.model.eval()
         self.save()
         return self

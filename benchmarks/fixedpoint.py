@@ -1,0 +1,159 @@
+"""Speed of the fixed-point RNN (Movahedi et al. 2025) on this machine.
+
+    python benchmarks/fixedpoint.py               # human tables
+    python benchmarks/fixedpoint.py --json        # JSON: one object per measurement
+    python benchmarks/fixedpoint.py --markdown    # the tables of docs/performance.md
+
+1. The price of an iteration: forward + backward of one FixedPointRNN layer (batch 64, d_model =
+   hidden = 64, T = 64, float32) with the iteration count forced to l (tol 0, max_iter l) for
+   l = 1, 4, 16, beside one `diagonal_scan` forward + backward on the layer's state [64, 64, 64].
+   `ratio` = layer / scan, against the budget l + 2; `per_iteration` = the extra cost of one more
+   iteration, in scans ((layer(16) - layer(4)) / 12 / scan). The l = 1 layer is the diagonal RNN
+   with the same projections: what is left beyond the iterations is its cost.
+2. Against the dense RNN it equals: forward + backward at d_model 64, T 256 (batch 16) of the layer
+   with its default stopping rule (tol 0.1, max_iter 16; the iterations it took are shown) and of
+   `FixedPointRNN.dense_reference`, the same dense RNN computed step by step (Q_t materialised, one
+   solve per step).
+Every pair is timed round-robin in one run (median of --repeat passes after a warm-up), so ratios
+are side by side. Figures only, no assertions: timings are noisy on shared machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from statetrack import diagnostics  # noqa: E402
+from statetrack.layers.fixedpoint import FixedPointRNN  # noqa: E402
+from statetrack.ops import diagonal_scan  # noqa: E402
+
+
+def timed(forms: dict, repeat: int) -> dict:
+    """Median wall milliseconds of each callable, timed round-robin after one warm-up round."""
+    times = {name: [] for name in forms}
+    for i in range(repeat + 1):
+        for name, form in forms.items():
+            start = time.perf_counter()
+            form()
+            if i:
+                times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
+
+
+def fwd_bwd(layer, x, form="forward"):
+    def run():
+        y, _ = getattr(layer, form)(x)
+        y.square().mean().backward()
+        layer.zero_grad(set_to_none=True)
+        x.grad = None
+    return run
+
+
+def iteration_price(reflections: int, batch: int, width: int, T: int, repeat: int) -> list[dict]:
+    torch.manual_seed(0)
+    a = torch.rand(batch, T, width).requires_grad_()
+    b = torch.randn(batch, T, width).requires_grad_()
+
+    def scan():
+        h, _ = diagonal_scan(a, b)
+        h.square().mean().backward()
+        a.grad = b.grad = None
+
+    x = torch.nn.functional.layer_norm(torch.randn(batch, T, width), (width,)).requires_grad_()
+    layers = {l: FixedPointRNN(width, reflections=reflections, max_iter=l).train() for l in (1, 4, 16)}
+    for layer in layers.values():
+        layer.tol = 0.0  # every iteration runs: the count is the cap
+    forms = {"scan": scan, **{l: fwd_bwd(layer, x) for l, layer in layers.items()}}
+    ms = timed(forms, repeat)
+    per_iteration = (ms[16] - ms[4]) / 12 / ms["scan"]
+    return [{"measure": "iteration_price", "reflections": reflections, "iterations": l, "batch": batch, "width": width, "T": T,
+             "layer_ms": ms[l], "scan_ms": ms["scan"], "ratio": ms[l] / ms["scan"], "budget": l + 2,
+             "vs_diagonal_layer": ms[l] / ms[1], "per_iteration_scans": per_iteration} for l in layers]
+
+
+def against_dense(reflections: int, batch: int, width: int, T: int, repeat: int) -> dict:
+    torch.manual_seed(0)
+    layer = FixedPointRNN(width, reflections=reflections).train()
+    x = torch.nn.functional.layer_norm(torch.randn(batch, T, width), (width,)).requires_grad_()
+    diagnostics.drain(layer)
+    ms = timed({"fixed_point": fwd_bwd(layer, x), "dense": fwd_bwd(layer, x, "dense_reference")}, repeat)
+    counts = diagnostics.drain(layer)["iterations"]
+    return {"measure": "against_dense", "reflections": reflections, "batch": batch, "width": width, "T": T,
+            "fixed_point_ms": ms["fixed_point"], "dense_ms": ms["dense"], "speedup": ms["dense"] / ms["fixed_point"],
+            "iterations_median": statistics.median(counts)}
+
+
+def table(rows, args) -> str:
+    lines = [f"forward + backward, float32, {args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
+             f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10}"]
+    for r in rows:
+        if r["measure"] == "iteration_price":
+            lines.append(f"{r['reflections']:>2} {r['iterations']:>5} {r['layer_ms']:>9.1f} {r['scan_ms']:>8.2f} {r['ratio']:>6.1f}x "
+                         f"{r['budget']:>6}x {r['vs_diagonal_layer']:>6.1f}x {r['per_iteration_scans']:>10.2f}")
+    for r in rows:
+        if r["measure"] == "against_dense":
+            lines.append(f"r={r['reflections']} batch {r['batch']}, d {r['width']}, T {r['T']}: fixed point {r['fixed_point_ms']:.1f} ms "
+                         f"({r['iterations_median']:g} iterations), dense step by step {r['dense_ms']:.1f} ms, {r['speedup']:.1f}x")
+    return "\n".join(lines)
+
+
+def markdown(rows, args) -> str:
+    first = next(r for r in rows if r["measure"] == "iteration_price")
+    lines = [f"Forward + backward of one FixedPointRNN layer with exactly l iterations (batch {first['batch']}, d_model = hidden = "
+             f"{first['width']}, T = {first['T']}, float32, {args.threads} threads, torch {torch.__version__}; median of "
+             f"{args.repeat} round-robin passes), against one diagonal scan forward + backward on its state.", "",
+             "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | layer / (l = 1 layer) | one more iteration, in scans |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if r["measure"] == "iteration_price":
+            lines.append(f"| {r['reflections']} | {r['iterations']} | {r['layer_ms']:.1f} | {r['scan_ms']:.2f} | {r['ratio']:.1f}x | "
+                         f"{r['budget']}x | {r['vs_diagonal_layer']:.2f}x | {r['per_iteration_scans']:.2f} |")
+    dense = [r for r in rows if r["measure"] == "against_dense"]
+    if dense:
+        lines += ["", f"Against the dense RNN it equals, computed step by step (batch {dense[0]['batch']}, d_model {dense[0]['width']}, "
+                      f"T = {dense[0]['T']}, forward + backward):", "",
+                  "| r | fixed point ms (iterations) | dense step by step ms | speedup |", "| ---: | ---: | ---: | ---: |"]
+        for r in dense:
+            lines.append(f"| {r['reflections']} | {r['fixed_point_ms']:.1f} ({r['iterations_median']:g}) | {r['dense_ms']:.1f} | "
+                         f"{r['speedup']:.1f}x |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of tables")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/performance.md)")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: torch's choice)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--T", type=int, default=64)
+    parser.add_argument("--dense-batch", type=int, default=16)
+    parser.add_argument("--dense-T", type=int, default=256)
+    parser.add_argument("--reflections", type=int, nargs="*", default=[1, 4])
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for r in args.reflections:
+        rows += iteration_price(r, args.batch, args.width, args.T, args.repeat)
+        rows.append(against_dense(r, args.dense_batch, args.width, args.dense_T, max(1, args.repeat // 2)))
+        print(f"  done r={r}", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    elif args.markdown:
+        print(markdown(rows, args))
+    else:
+        print(table(rows, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

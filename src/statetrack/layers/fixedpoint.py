@@ -1,0 +1,311 @@
+"""Fixed-point RNNs (Movahedi et al. 2025): a dense linear RNN computed as the fixed point, in depth,
+of a diagonal one, and Bedouin, the fixed-point Mamba.
+
+FixedPointRNN. With lambda_t in (0, 1)^d, D_t = diag(1 - lambda_t) and the mixer
+Q_t = prod_{i=1..r} (I - 2 alpha_{i,t} u_{i,t} u_{i,t}^T) (eq. 6; unit u, alpha in (0, alpha_max)),
+one iteration l of the accelerated form (eq. 7, with Thm 3.2's input normalisation D_t) is a
+diagonal scan over time:
+
+    h^l_t = lambda_t * h^l_{t-1} + D_t (Q_t b_t + (I - Q_t) h^{l-1}_t),     b_t = W_b x_t,
+
+so the fixed point h* solves (Lambda_t + D_t Q_t) h*_t = Lambda_t h*_{t-1} + D_t Q_t b_t: the dense
+RNN h*_t = A_t h*_{t-1} + ... with A_t = (Lambda_t + D_t Q_t)^-1 Lambda_t. Without normalisation
+(`normalize_input=False`) the iteration is eq. 7 itself and the fixed point is the paper's
+h*_t = Q_t^-1 Lambda_t h*_{t-1} + b_t (eq. 2). `dense_reference` computes that dense RNN directly
+(Q_t materialised, one linear solve per step); the tests check the fixed point against it.
+
+Both layers share `solve`: iterate without autograd until the relative change
+max |y^l - y^{l-1}| / max |y^l| < `tol` (default 0.1) or `max_iter` iterations, then take one
+differentiable iteration from the fixed point, so the gradient is the one at the fixed point (the
+Jacobian-free gradient of Fung et al. 2022; a descent direction when J_x = J_h, Thm 3.3) and no
+graph is kept across iterations. In training `max_iter` is a number, or "gamma" to draw it per batch
+from Gamma(4, 1) (mean 4); at evaluation the cap is `eval_max_iter` (default 100). Each forward
+records its iteration count (statetrack.diagnostics), which the trainer and evaluation store.
+
+Parameterisation (ours, where the paper leaves the vector-state layer open): lambda_t =
+exp(-c softplus(omega) sigmoid(W_Delta x_t + b_Delta)) with c = 8 (Griffin's form, De et al. 2024,
+as the paper's Bedouin), init so that lambda^c (Delta = 1) is uniform in [0.9, 0.999]; b_t, u_{i,t},
+alpha_{i,t} = alpha_max sigmoid(w_i . x_t + c_i) and an output gate g_t all linear in x_t; output
+W_o (h*_t * SiLU(g_t)).
+
+Bedouin (Sec. 5, eqs. 11-12): Mamba's matrix state h_t in R^{N x E} (N = d_state, E = expand * d_model)
+with the channel mixer inside each iteration,
+
+    x~^l_t = Q^l_t (x_t - y^{l-1}_t) + y^{l-1}_t,
+    h^l_t  = lambda_t * h^l_{t-1} + Bbar^l_t (Delta_t * x~^l_t)^T,        y^l_t = h^l_t^T Cbar^l_t,
+
+lambda_t = exp(-c softplus(omega) Delta_t) (omega in R^{N x E}), Delta_t = sigmoid(W_Delta x_t + b),
+Bbar, Cbar the L2-normalised B^l_t = W_B^x x_t + W_B^y y^{l-1}_{t-1} and C^l_t (likewise), and the
+reflections u^l_{i,t}, alpha^l_{i,t} also linear in (x_t, y^{l-1}_{t-1}); x_t = SiLU(W_in x) (Mamba's
+input branch without the short convolution). Output W_o (G_t * SiLU(y*_t + D * x_t)) with
+G_t = W_G^x x_t + W_G^y y*_{t-1} (Mamba's skip D inside the gated quantity). Because its parameters
+depend on the previous iterate, Bedouin's fixed point need not be unique (the paper's Fig. 5).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from statetrack.diagnostics import Recorder
+from statetrack.errors import StatetrackError
+from statetrack.layers.common import check_input, inverse_softplus
+from statetrack.layers.registry import register_model
+from statetrack.ops import diagonal_scan
+
+LAMBDA_C = 8.0  # Griffin's c (De et al. 2024), the paper's choice
+
+
+def householder_apply(v: torch.Tensor, u: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """Q v with Q = prod_{i=1..r} (I - 2 alpha_i u_i u_i^T) = H_1 H_2 ... H_r (so H_r acts first).
+
+    v [..., d], u [..., r, d] unit vectors, alpha [..., r]."""
+    for i in reversed(range(u.shape[-2])):
+        ui = u[..., i, :]
+        v = v - (2 * alpha[..., i] * (ui * v).sum(-1))[..., None] * ui
+    return v
+
+
+def householder_matrix(u: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """Q [..., d, d] materialised (the reference for `householder_apply`)."""
+    d = u.shape[-1]
+    Q = torch.eye(d, dtype=u.dtype, device=u.device).expand(*u.shape[:-2], d, d)
+    for i in range(u.shape[-2]):
+        ui = u[..., i, :]
+        Q = Q - 2 * alpha[..., i, None, None] * (Q @ ui[..., :, None]) * ui[..., None, :]  # Q H_i
+    return Q
+
+
+def _relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
+    return ((new - old).abs().max() / new.abs().max().clamp_min(1e-30)).item()
+
+
+def _check_iteration_settings(max_iter, eval_max_iter, tol) -> None:
+    if not (max_iter == "gamma" or (isinstance(max_iter, int) and not isinstance(max_iter, bool) and max_iter >= 1)):
+        raise StatetrackError(f"max_iter must be an integer >= 1 or \"gamma\" (drawn from Gamma(4, 1) per batch), got {max_iter!r}")
+    if isinstance(eval_max_iter, bool) or not isinstance(eval_max_iter, int) or eval_max_iter < 1:
+        raise StatetrackError(f"eval_max_iter must be an integer >= 1, got {eval_max_iter!r}")
+    if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol > 0:
+        raise StatetrackError(f"tol must be a number > 0, got {tol!r}")
+
+
+class _FixedPoint(Recorder, nn.Module):
+    """The iteration loop shared by the fixed-point layers: `solve(step, y0)` with `step(y_prev) -> y`."""
+
+    def _iteration_cap(self) -> int:
+        if not self.training:
+            return self.eval_max_iter
+        if self.max_iter == "gamma":
+            draw = torch.distributions.Gamma(4.0, 1.0).sample().item()
+            return max(1, round(draw))
+        return self.max_iter
+
+    def solve(self, step, y0: torch.Tensor):
+        """The fixed point of `step`, its last iteration differentiable; records the iteration count.
+
+        `step(y_prev) -> (y, carry)`: one iteration from the previous iterate y_prev, and what the
+        layer needs besides y (e.g. the last state). Without autograd: y^l = step(y^{l-1}) from
+        y^0 = y0 until the relative change max |y^l - y^{l-1}| / max |y^l| is below `tol` or the cap
+        is reached, keeping one iteration for the end; then (y, carry) = step(y^l) with autograd when
+        gradients are on (at evaluation every iteration is of the same kind). Returns (y, carry)."""
+        cap = self._iteration_cap()
+        graph = torch.is_grad_enabled()
+        y, carry, done = y0, None, 0
+        with torch.no_grad():
+            while done < cap - (1 if graph else 0):
+                new, carry = step(y)
+                done += 1
+                converged = _relative_change(new, y) < self.tol
+                y = new
+                if converged:
+                    break
+        if graph:
+            y, carry = step(y.detach())
+            done += 1
+        self.record("iterations", done)
+        return y, carry
+
+
+def _lambda_log_init(n: int) -> torch.Tensor:
+    """omega with lambda^c (Delta = 1) = exp(-c softplus(omega)) uniform in [0.9, 0.999] (De et al. 2024)."""
+    base = torch.empty(n).uniform_(0.9, 0.999)
+    return inverse_softplus(-torch.log(base) / LAMBDA_C)
+
+
+@register_model("fixedpoint", display="FP-RNN r={reflections}")
+class FixedPointRNN(_FixedPoint):
+    """Fixed-point RNN: a dense linear RNN as the fixed point of a diagonal one (Movahedi et al. 2025, eqs. 6-7)."""
+
+    departures = ("the paper states the vector-state layer by its recurrence only: the input, gate and lambda "
+                  "parameterisation here are ours (Griffin's lambda as its Bedouin); the input term is normalised by "
+                  "1 - lambda_t (Thm 3.2) unless normalize_input=false")
+
+    def __init__(self, d_model: int, hidden: int | None = None, reflections: int = 1, max_iter: int | str = 16,
+                 eval_max_iter: int = 100, tol: float = 0.1, alpha_max: float = 1.0, normalize_input: bool = True):
+        super().__init__()
+        hidden = hidden or d_model
+        if isinstance(reflections, bool) or not isinstance(reflections, int) or not 1 <= reflections <= hidden:
+            raise StatetrackError(f"reflections must be an integer in [1, hidden = {hidden}], got {reflections!r}")
+        if not isinstance(alpha_max, (int, float)) or not 0 < alpha_max <= 1:
+            raise StatetrackError(f"alpha_max must be in (0, 1], got {alpha_max!r}")
+        _check_iteration_settings(max_iter, eval_max_iter, tol)
+        self.d_model, self.hidden, self.reflections = d_model, hidden, reflections
+        self.max_iter, self.eval_max_iter, self.tol = max_iter, eval_max_iter, float(tol)
+        self.alpha_max, self.normalize_input = float(alpha_max), bool(normalize_input)
+        self.sizes = [hidden, hidden, reflections * hidden, reflections, hidden]  # b, Delta, u, alpha, gate
+        self.in_proj = nn.Linear(d_model, sum(self.sizes))
+        self.omega = nn.Parameter(_lambda_log_init(hidden))
+        self.out_proj = nn.Linear(hidden, d_model, bias=False)
+
+    def _inputs(self, x):
+        """b [B, T, d], lambda [B, T, d], u [B, T, r, d] (unit), alpha [B, T, r], gate [B, T, d]."""
+        b, delta, u, alpha, gate = self.in_proj(x).split(self.sizes, dim=-1)
+        lam = torch.exp(-LAMBDA_C * F.softplus(self.omega) * torch.sigmoid(delta))
+        u = F.normalize(u.unflatten(-1, (self.reflections, self.hidden)), dim=-1)
+        return b, lam, u, self.alpha_max * torch.sigmoid(alpha), gate
+
+    def forward(self, x: torch.Tensor, state=None):
+        check_input(x, self.d_model, type(self).__name__)
+        b, lam, u, alpha, gate = self._inputs(x)
+        scale = 1 - lam if self.normalize_input else None
+
+        def step(h_prev):  # eq. 7: one diagonal scan over time
+            drive = householder_apply(b - h_prev, u, alpha) + h_prev  # Q b + (I - Q) h^{l-1}
+            return diagonal_scan(lam, drive if scale is None else scale * drive, state)
+
+        h, h_last = self.solve(step, torch.zeros_like(b))
+        return self.out_proj(h * F.silu(gate)), h_last
+
+    def dense_reference(self, x: torch.Tensor, state=None):
+        """The dense RNN the iteration converges to, step by step with Q_t materialised:
+        (Lambda_t + D_t Q_t) h_t = Lambda_t h_{t-1} + D_t Q_t b_t (D = I - Lambda; D = I without
+        normalisation, i.e. h_t = Q_t^-1 Lambda_t h_{t-1} + b_t). Returns (y, h_T) like forward;
+        differentiable (the exact gradient, against which the fixed-point gradient is tested)."""
+        b, lam, u, alpha, gate = self._inputs(x)
+        Q = householder_matrix(u, alpha)  # [B, T, d, d]
+        D = (1 - lam) if self.normalize_input else torch.ones_like(lam)
+        h = state if state is not None else b.new_zeros(b.shape[0], self.hidden)
+        hs = []
+        for t in range(x.shape[1]):
+            M = torch.diag_embed(lam[:, t]) + D[:, t, :, None] * Q[:, t]
+            rhs = lam[:, t] * h + D[:, t] * (Q[:, t] @ b[:, t, :, None])[..., 0]
+            h = torch.linalg.solve(M, rhs)
+            hs.append(h)
+        h_all = torch.stack(hs, dim=1)
+        return self.out_proj(h_all * F.silu(gate)), h
+
+    def transition_matrices(self, x: torch.Tensor) -> torch.Tensor:
+        """The dense transitions A_t [B, T, 1, d, d] of the fixed point."""
+        _, lam, u, alpha, _ = self._inputs(x)
+        Q = householder_matrix(u, alpha)
+        D = (1 - lam) if self.normalize_input else torch.ones_like(lam)
+        M = torch.diag_embed(lam) + D[..., None] * Q
+        return torch.linalg.solve(M, torch.diag_embed(lam))[:, :, None]
+
+    def transition_eigenvalues(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.eigvals(self.transition_matrices(x))
+
+
+@register_model("bedouin", display="Bedouin r={reflections}")
+class Bedouin(_FixedPoint):
+    """Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan (Movahedi et al. 2025, Sec. 5)."""
+
+    departures = ("no short convolution (as the paper); the input branch keeps Mamba's SiLU; "
+                  "the skip D x_t is added to y* inside the gate's SiLU, as Mamba adds it before gating")
+
+    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, reflections: int = 1, max_iter: int | str = 16,
+                 eval_max_iter: int = 100, tol: float = 0.1):
+        super().__init__()
+        inner = expand * d_model
+        if isinstance(reflections, bool) or not isinstance(reflections, int) or not 1 <= reflections <= inner:
+            raise StatetrackError(f"reflections must be an integer in [1, expand * d_model = {inner}], got {reflections!r}")
+        for name, value in (("d_state", d_state), ("expand", expand)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StatetrackError(f"{name} must be an integer >= 1, got {value!r}")
+        _check_iteration_settings(max_iter, eval_max_iter, tol)
+        self.d_model, self.d_state, self.inner, self.reflections = d_model, d_state, inner, reflections
+        self.max_iter, self.eval_max_iter, self.tol = max_iter, eval_max_iter, float(tol)
+        self.in_proj = nn.Linear(d_model, inner, bias=False)
+        # from x_t: B, C, u, alpha, Delta, G; from y_{t-1}: B, C, u, alpha (every iteration) and G (once)
+        self.x_sizes = [d_state, d_state, reflections * inner, reflections, inner, inner]
+        self.y_sizes = [d_state, d_state, reflections * inner, reflections]
+        self.x_proj = nn.Linear(inner, sum(self.x_sizes))
+        self.y_proj = nn.Linear(inner, sum(self.y_sizes), bias=False)
+        self.gate_y = nn.Linear(inner, inner, bias=False)
+        with torch.no_grad():
+            self.y_proj.weight.mul_(0.1)  # start close to Mamba: the previous iterate enters weakly
+        self.omega = nn.Parameter(_lambda_log_init(d_state * inner).view(inner, d_state))
+        self.D = nn.Parameter(torch.ones(inner))
+        self.out_proj = nn.Linear(inner, d_model, bias=False)
+
+    @staticmethod
+    def _shift(y: torch.Tensor, y_before: torch.Tensor | None) -> torch.Tensor:
+        """y_{t-1} for every t: the previous chunk's last output (or zero) first."""
+        first = y.new_zeros(y[:, :1].shape) if y_before is None else y_before[:, None]
+        return torch.cat([first, y[:, :-1]], dim=1)
+
+    def _inputs(self, x):
+        """What depends on x alone: the input branch u [B, T, E], the x-parts of B, C, u_i, alpha_i
+        and G, Delta [B, T, E] and lambda [B, T, E, N]."""
+        u_in = F.silu(self.in_proj(x))
+        Bx, Cx, ux, ax, delta, gx = self.x_proj(u_in).split(self.x_sizes, dim=-1)
+        delta = torch.sigmoid(delta)
+        lam = torch.exp(-LAMBDA_C * F.softplus(self.omega) * delta[..., None])
+        return u_in, Bx, Cx, ux, ax, delta, gx, lam
+
+    def _mixing(self, y_shifted, Bx, Cx, ux, ax):
+        """Bbar, Cbar [..., N] and the reflections u [..., r, E], alpha [..., r] given y_{t-1}."""
+        By, Cy, uy, ay = self.y_proj(y_shifted).split(self.y_sizes, dim=-1)
+        u = F.normalize((ux + uy).unflatten(-1, (self.reflections, self.inner)), dim=-1)
+        return F.normalize(Bx + By, dim=-1), F.normalize(Cx + Cy, dim=-1), u, torch.sigmoid(ax + ay)
+
+    def _output(self, y, y_shifted, u_in, gx):
+        gate = gx + self.gate_y(y_shifted)  # G_t from x_t and y*_{t-1}
+        return self.out_proj(gate * F.silu(y + self.D * u_in))
+
+    def forward(self, x: torch.Tensor, state=None):
+        check_input(x, self.d_model, type(self).__name__)
+        h0, y_before = state if state is not None else (None, None)
+        u_in, Bx, Cx, ux, ax, delta, gx, lam = self._inputs(x)
+
+        def step(y_prev):  # eq. 12: mix channels with Q, then one diagonal scan over time
+            Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)
+            x_mixed = householder_apply(u_in - y_prev, u, alpha) + y_prev  # x~ = Q (x - y) + y
+            h, _ = diagonal_scan(lam, (delta * x_mixed)[..., None] * Bbar[:, :, None, :], h0)  # [B, T, E, N]
+            return torch.einsum("bten,btn->bte", h, Cbar), h[:, -1]
+
+        y, h_last = self.solve(step, torch.zeros_like(u_in))
+        return self._output(y, self._shift(y, y_before), u_in, gx), (h_last, y[:, -1])
+
+    def dense_reference(self, x: torch.Tensor, state=None):
+        """The fixed point computed step by step: given h_{t-1} and y_{t-1}, eq. 11 is linear in y_t,
+
+            (I - s_t diag(Delta_t) (I - Q_t)) y_t = Cbar_t^T (lambda_t * h_{t-1}) + s_t Delta_t * Q_t x_t,
+            s_t = Bbar_t . Cbar_t,
+
+        solved with Q_t materialised, then h_t from eq. 11. Returns (y, state) like forward."""
+        h_prev, y_prev = state if state is not None else (None, None)
+        u_in, Bx, Cx, ux, ax, delta, gx, lam = self._inputs(x)
+        B, T, E = u_in.shape
+        h_prev = u_in.new_zeros(B, E, self.d_state) if h_prev is None else h_prev
+        y_prev = u_in.new_zeros(B, E) if y_prev is None else y_prev
+        ys, shifted = [], []
+        eye = torch.eye(E, dtype=u_in.dtype, device=u_in.device)
+        for t in range(T):
+            Bbar, Cbar, u, alpha = self._mixing(y_prev, Bx[:, t], Cx[:, t], ux[:, t], ax[:, t])
+            Q = householder_matrix(u, alpha)  # [B, E, E]
+            s = (Bbar * Cbar).sum(-1)[:, None]  # [B, 1]
+            decayed = lam[:, t] * h_prev  # [B, E, N]
+            M = eye - (s * delta[:, t])[..., None] * (eye - Q)
+            rhs = (decayed @ Cbar[..., None])[..., 0] + s * delta[:, t] * (Q @ u_in[:, t, :, None])[..., 0]
+            y_t = torch.linalg.solve(M, rhs)
+            x_mixed = (Q @ (u_in[:, t] - y_t)[..., None])[..., 0] + y_t
+            h_prev = decayed + (delta[:, t] * x_mixed)[..., None] * Bbar[:, None, :]
+            shifted.append(y_prev)
+            ys.append(y_t)
+            y_prev = y_t
+        y = torch.stack(ys, dim=1)
+        return self._output(y, torch.stack(shifted, dim=1), u_in, gx), (h_prev, y_prev)

@@ -1,0 +1,235 @@
+"""Fixed-point RNNs and Bedouin (Movahedi et al. 2025): the fixed point against the dense RNN computed
+directly, the contraction of the iteration, the gradient at the fixed point, chunked evaluation,
+iteration counts and bad settings."""
+
+import pytest
+import torch
+
+from statetrack import diagnostics, zoo
+from statetrack.errors import StatetrackError
+from statetrack.evaluate import evaluate_lengths
+from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN, householder_apply, householder_matrix
+from statetrack.ops import diagonal_scan
+from statetrack.tasks import make_task
+from statetrack.train import Trainer, TrainConfig
+
+
+def mixer(spec: dict, d_model: int):
+    spec = zoo.resolve(spec)
+    return zoo.get_entry(spec["name"]).mixer(d_model, **{k: v for k, v in spec.items() if k != "name" and k not in zoo.MODEL_DEFAULTS})
+
+
+def fp(r=1, d=8, **kw):
+    m = FixedPointRNN(d, reflections=r, **kw).double().eval()
+    m.tol = 1e-13
+    return m
+
+
+@pytest.mark.parametrize("r", [1, 2, 4])
+def test_householder_product_applied_equals_the_materialised_matrix(r):
+    torch.manual_seed(0)
+    u = torch.nn.functional.normalize(torch.randn(5, r, 6, dtype=torch.float64), dim=-1)
+    alpha = torch.rand(5, r, dtype=torch.float64)
+    v = torch.randn(5, 6, dtype=torch.float64)
+    Q = householder_matrix(u, alpha)
+    torch.testing.assert_close(householder_apply(v, u, alpha), (Q @ v[..., None])[..., 0])
+    # one reflection: eigenvalue 1 - 2 alpha along u (negative for alpha > 1/2), 1 elsewhere
+    Q1 = householder_matrix(u[:, :1], torch.full((5, 1), 0.9, dtype=torch.float64))
+    eig = torch.linalg.eigvalsh(Q1)
+    torch.testing.assert_close(eig[:, 0], torch.full((5,), -0.8, dtype=torch.float64))
+    torch.testing.assert_close(eig[:, 1:], torch.ones(5, 5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("r", [1, 2, 4])
+def test_fixed_point_equals_the_dense_rnn_computed_directly(r):
+    """(Lambda + D Q) h_t = Lambda h_{t-1} + D Q b_t solved per step, Q_t materialised, float64."""
+    torch.manual_seed(r)
+    m = fp(r)
+    with torch.no_grad():
+        m.in_proj.weight.mul_(3)  # alphas across (0, 1): reflections with negative eigenvalues
+    x = torch.randn(3, 25, 8, dtype=torch.float64)
+    h0 = torch.randn(3, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y, h = m(x, h0)
+        y_ref, h_ref = m.dense_reference(x, h0)
+    torch.testing.assert_close(y, y_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(h, h_ref, rtol=1e-10, atol=1e-10)
+    assert (m._inputs(x)[3] > 0.5).any()  # some Q_t has a negative eigenvalue
+
+
+def test_without_input_normalisation_the_fixed_point_is_q_inverse_lambda():
+    """normalize_input=False is eq. 7 as written: the fixed point is h_t = Q_t^-1 Lambda_t h_{t-1} + b_t.
+    The iteration contracts there only when lambda is small and I - Q is contractive (alpha < 1/2)."""
+    torch.manual_seed(1)
+    m = fp(2, normalize_input=False, alpha_max=0.25)
+    with torch.no_grad():
+        m.omega.fill_(0.5)  # lambda = exp(-8 softplus(0.5) Delta) <= 0.8
+    x = torch.randn(2, 15, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y, h = m(x)
+        b, lam, u, alpha, gate = m._inputs(x)
+        Q = householder_matrix(u, alpha)
+        state = torch.zeros(2, 8, dtype=torch.float64)
+        for t in range(15):
+            state = torch.linalg.solve(Q[:, t], (lam[:, t] * state)[..., None])[..., 0] + b[:, t]
+    torch.testing.assert_close(h, state, rtol=1e-9, atol=1e-10)
+
+
+def _residuals(m, x, n=30):
+    b, lam, u, alpha, _ = m._inputs(x)
+    h, out = torch.zeros_like(b), []
+    for _ in range(n):
+        new = diagonal_scan(lam, (1 - lam) * (householder_apply(b - h, u, alpha) + h))[0]
+        out.append((new - h).abs().max().item())
+        h = new
+    return out
+
+
+@pytest.mark.parametrize("r", [1, 2, 4])
+def test_the_residual_falls_monotonically_with_the_normalised_input(r):
+    """Thm 3.2's parameterisation (lambda in (0, 1), input scaled by 1 - lambda, Q a product of
+    generalised reflections): the change between iterates shrinks at every iteration, to rounding."""
+    for trial in range(5):
+        torch.manual_seed(100 * r + trial)
+        m = fp(r)
+        with torch.no_grad():
+            m.in_proj.weight.mul_(3)
+        res = _residuals(m, torch.randn(2, 30, 8, dtype=torch.float64))
+        live = [(a, b) for a, b in zip(res, res[1:]) if a > 1e-13]
+        assert len(live) >= 5 and all(b < a for a, b in live), res
+        assert res[-1] < 1e-12 * res[0]
+
+
+def test_one_step_gradient_is_a_descent_direction_when_jacobians_agree():
+    """Thm 3.3's setting: f(x, h) = c L^-1 D (x + h) (J_x = J_h, Lipschitz c < 1 in h). The gradient
+    that `solve` takes (one differentiable iteration at the fixed point) has a positive inner
+    product with the exact gradient of the loss at the fixed point, for random targets."""
+    torch.manual_seed(0)
+    m = fp(1)
+    lam = torch.rand(2, 20, 8, dtype=torch.float64) * 0.95
+    c = 0.9
+
+    def step(x):
+        return lambda h: (c * diagonal_scan(lam, (1 - lam) * (x + h))[0], None)
+
+    for trial in range(10):
+        x = torch.randn(2, 20, 8, dtype=torch.float64, requires_grad=True)
+        target = torch.randn(2, 20, 8, dtype=torch.float64)
+        m.train()
+        m.max_iter = 200
+        h, _ = m.solve(step(x), torch.zeros_like(x))
+        one_step = torch.autograd.grad(((h - target) ** 2).sum(), x)[0]
+        # exact: unroll the iteration to convergence with autograd through every step
+        h_exact = torch.zeros_like(x)
+        for _ in range(300):
+            h_exact = step(x)(h_exact)[0]
+        exact = torch.autograd.grad(((h_exact - target) ** 2).sum(), x)[0]
+        assert (one_step * exact).sum() > 0
+
+
+def test_fixed_point_gradient_decreases_the_loss_of_the_layer():
+    """On the FP-RNN itself: a small step against the fixed-point gradient lowers the loss, and the
+    gradient points the same way as the exact one (through the dense reference)."""
+    torch.manual_seed(3)
+    m = fp(2).train()
+    m.max_iter, m.tol = 100, 1e-12
+    x = torch.randn(4, 16, 8, dtype=torch.float64)
+    target = torch.randn(4, 16, 8, dtype=torch.float64)
+    params = list(m.parameters())
+    grads = torch.autograd.grad(((m(x)[0] - target) ** 2).mean(), params)
+    exact = torch.autograd.grad(((m.dense_reference(x)[0] - target) ** 2).mean(), params)
+    cosine = sum((a * b).sum() for a, b in zip(grads, exact)) / (
+        sum((a * a).sum() for a in grads).sqrt() * sum((b * b).sum() for b in exact).sqrt())
+    assert cosine > 0.5
+    m.eval()
+    with torch.no_grad():
+        before = ((m(x)[0] - target) ** 2).mean()
+        for p, g in zip(params, grads):
+            p -= 1e-2 * g
+        after = ((m(x)[0] - target) ** 2).mean()
+    assert after < before
+
+
+@pytest.mark.parametrize("r", [1, 2, 4])
+def test_bedouin_fixed_point_equals_its_step_by_step_solution(r):
+    """Eq. 11 solved one step at a time (linear in y_t given the past), float64, forward and state."""
+    torch.manual_seed(r)
+    m = Bedouin(8, d_state=4, reflections=r).double().eval()
+    m.tol = 1e-13
+    x = torch.randn(3, 20, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y, (h, y_last) = m(x)
+        y_ref, (h_ref, y_last_ref) = m.dense_reference(x)
+    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(h, h_ref, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(y_last, y_last_ref, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["fixedpoint", "bedouin"])
+def test_chunked_evaluation_equals_the_whole_sequence(name):
+    torch.manual_seed(0)
+    m = mixer({"name": name, "reflections": 2}, 8).double().eval()
+    m.tol = 1e-13
+    x = torch.randn(2, 30, 8, dtype=torch.float64)
+    with torch.no_grad():
+        whole, _ = m(x)
+        state, parts = None, []
+        for start in range(0, 30, 7):
+            y, state = m(x[:, start : start + 7], state)
+            parts.append(y)
+    torch.testing.assert_close(torch.cat(parts, dim=1), whole, rtol=1e-9, atol=1e-10)
+
+
+def test_iteration_caps_and_counts():
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, 8)
+    m = FixedPointRNN(8, max_iter=3, eval_max_iter=50, tol=1e-9).train()
+    m(x)
+    assert diagnostics.drain(m) == {"iterations": [3.0]}  # the cap, the last one differentiable
+    m.eval()
+    with torch.no_grad():
+        m(x)
+    count = diagnostics.drain(m)["iterations"][0]
+    assert 3 < count <= 50
+    m = FixedPointRNN(8, max_iter="gamma").train()
+    for _ in range(40):
+        m(x)
+    counts = diagnostics.drain(m)["iterations"]
+    assert len(set(counts)) > 2 and min(counts) >= 1
+    assert diagnostics.drain(m) == {}
+
+
+def test_training_and_evaluation_store_the_iteration_statistics():
+    torch.manual_seed(0)
+    task = make_task("word_problem", group="Z60")
+    model = zoo.build_model({"name": "bedouin", "d_model": 16, "max_iter": 4}, task.vocab_size, task.num_classes)
+    config = TrainConfig(steps=4, batch_size=8, min_length=4, max_length=8, log_every=2, early_stop_loss=None, device="cpu")
+    trainer = Trainer(model, task, config, progress=False).fit()
+    assert len(trainer.curve) == 2
+    for point in trainer.curve:  # capped at max_iter = 4 in training
+        assert 1 <= point["metrics"]["iterations_median"] <= point["metrics"]["iterations_max"] <= 4
+    rows = evaluate_lengths(model, task, [8, 32], samples=16, batch_size=8, chunk_size=16)
+    for row in rows:
+        assert 1 <= row["metrics"]["iterations_median"] <= row["metrics"]["iterations_max"] <= 100
+        assert 0 <= row["sequence_accuracy"] <= row["accuracy"] + 1e-9
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"reflections": 0}, "reflections"),
+    ({"reflections": 9}, "reflections"),
+    ({"max_iter": 0}, "max_iter"),
+    ({"max_iter": "poisson"}, "max_iter"),
+    ({"eval_max_iter": 0}, "eval_max_iter"),
+    ({"tol": 0}, "tol"),
+])
+def test_bad_settings_are_one_line_errors(params, match):
+    with pytest.raises(StatetrackError, match=match):
+        mixer({"name": "fixedpoint", **params}, 8)
+    if "reflections" not in params or params["reflections"] == 0:
+        with pytest.raises(StatetrackError, match=match):
+            mixer({"name": "bedouin", **params}, 8)
+
+
+def test_display_names():
+    assert zoo.display_name({"name": "fixedpoint", "reflections": 4}) == "FP-RNN r=4"
+    assert zoo.display_name({"name": "bedouin"}) == "Bedouin r=1"
