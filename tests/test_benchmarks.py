@@ -40,3 +40,19 @@ def test_bilinear_benchmark_json_has_every_structure_and_key():
     assert set(train) == set(longs) == {"full", "cp R=16", "block b=8", "rotation", "diagonal"}
     assert all({"fast_ms", "reference_ms", "speedup", "cpu_speedup"} <= set(r) for r in train.values())
     assert all(r["tokens"] == 40 and r["seconds"] > 0 and r["peak_rss_mb"] > 0 for r in longs.values())
+
+
+def test_fixedpoint_benchmark_json_has_every_measurement():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "fixedpoint.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--json", "--batch", "2", "--width", "8", "--T", "4", "--repeat", "1",
+         "--threads", "1", "--dense-batch", "2", "--dense-T", "8", "--reflections", "1", "2"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    rows = json.loads(out)
+    price = [r for r in rows if r["measure"] == "iteration_price"]
+    dense = [r for r in rows if r["measure"] == "against_dense"]
+    assert sorted((r["reflections"], r["iterations"]) for r in price) == [(1, 1), (1, 4), (1, 16), (2, 1), (2, 4), (2, 16)]
+    assert all(r["budget"] == r["iterations"] + 2 and r["layer_ms"] > 0 and r["scan_ms"] > 0 for r in price)
+    assert sorted(r["reflections"] for r in dense) == [1, 2]
+    assert all(r["speedup"] > 0 and r["iterations_median"] >= 1 for r in dense)

@@ -40,3 +40,31 @@ def test_evaluation_is_chunk_size_invariant_and_reaches_length_10000():
     assert a == b
     long = evaluate_lengths(model, task, [10_000], samples=2, batch_size=2, chunk_size=2048)
     assert long[0]["length"] == 10_000 and 0 <= long[0]["accuracy"] <= 1
+
+
+class _Oracle(torch.nn.Module):
+    """Predicts the copy task's targets, except the first `wrong` supervised positions of every
+    other example (hand-made predictions with known per-character and string accuracy)."""
+
+    def __init__(self, task, wrong: int):
+        super().__init__()
+        self.task, self.wrong = task, wrong
+
+    def forward(self, tokens, state=None):
+        n = (tokens.shape[1] - 3) // 2
+        targets = torch.zeros_like(tokens)
+        targets[:, n + 1 : 2 * n + 1] = tokens[:, 1 : n + 1] - 4  # the copied letters, as class ids
+        targets[:, 2 * n + 1] = self.task.symbols  # the end mark
+        targets[::2, n + 1 : n + 1 + self.wrong] = (targets[::2, n + 1 : n + 1 + self.wrong] + 1) % self.task.symbols
+        return torch.nn.functional.one_hot(targets, self.task.num_classes).float(), state
+
+
+@pytest.mark.parametrize("wrong", [0, 1, 3])
+def test_sequence_accuracy_counts_whole_strings(wrong):
+    """Copying strings of n = 10: half the strings carry `wrong` errors, so string accuracy is 1/2
+    (1 with no error) while per-character accuracy is 1 - wrong / 2 / 11."""
+    task = make_task("copy")
+    rows = evaluate_lengths(_Oracle(task, wrong), task, [10], samples=64, batch_size=16)
+    assert rows[0]["accuracy"] == pytest.approx(1 - wrong / 2 / 11)
+    assert rows[0]["sequence_accuracy"] == (1.0 if wrong == 0 else 0.5)
+    assert rows[0]["metrics"] == {}

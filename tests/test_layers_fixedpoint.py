@@ -58,16 +58,16 @@ def test_fixed_point_equals_the_dense_rnn_computed_directly(r):
 
 
 def test_without_input_normalisation_the_fixed_point_is_q_inverse_lambda():
-    """normalize_input=False is eq. 7 as written: the fixed point is h_t = Q_t^-1 Lambda_t h_{t-1} + b_t.
+    """input_scale="none" is eq. 7 as written: the fixed point is h_t = Q_t^-1 Lambda_t h_{t-1} + b_t.
     The iteration contracts there only when lambda is small and I - Q is contractive (alpha < 1/2)."""
     torch.manual_seed(1)
-    m = fp(2, normalize_input=False, alpha_max=0.25)
+    m = fp(2, input_scale="none", alpha_max=0.25)
     with torch.no_grad():
         m.omega.fill_(0.5)  # lambda = exp(-8 softplus(0.5) Delta) <= 0.8
     x = torch.randn(2, 15, 8, dtype=torch.float64)
     with torch.no_grad():
         y, h = m(x)
-        b, lam, u, alpha, gate = m._inputs(x)
+        b, lam, u, alpha, gate, _ = m._inputs(x)
         Q = householder_matrix(u, alpha)
         state = torch.zeros(2, 8, dtype=torch.float64)
         for t in range(15):
@@ -76,7 +76,7 @@ def test_without_input_normalisation_the_fixed_point_is_q_inverse_lambda():
 
 
 def _residuals(m, x, n=30):
-    b, lam, u, alpha, _ = m._inputs(x)
+    b, lam, u, alpha, _, _ = m._inputs(x)
     h, out = torch.zeros_like(b), []
     for _ in range(n):
         new = diagonal_scan(lam, (1 - lam) * (householder_apply(b - h, u, alpha) + h))[0]

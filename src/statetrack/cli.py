@@ -150,7 +150,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from statetrack.report import table_rows, text_table
+    from statetrack.report import sequence_rows, table_rows, text_table
     from statetrack.scoring import experiment_summary, planned_ids
 
     store = _store(args)
@@ -158,7 +158,11 @@ def cmd_results(args) -> int:
     if args.json:
         print(json.dumps(store.results(args.experiment, planned_ids(store, args.experiment)), indent=1))
     else:
-        print(text_table(*table_rows(experiment_summary(store, args.experiment), "headline")))
+        summary = experiment_summary(store, args.experiment)
+        print(text_table(*table_rows(summary, "headline")))
+        if any(e["sequence_differs"] for e in summary):
+            header, body, _ = sequence_rows(summary)
+            print(f"\nsequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}")
     return 0
 
 

@@ -1,10 +1,13 @@
 """Reports: renders what `statetrack.scoring` computes (the table after selection, the per-seed
-spread, the learning rates), plots, Markdown and self-contained HTML."""
+spread, the learning rates, sequence accuracy where it says more than accuracy), plots (the models'
+own metrics too, e.g. fixed-point iterations), Markdown and self-contained HTML."""
 
 from __future__ import annotations
 
 import base64
 import html
+import re
+import statistics
 import time
 from pathlib import Path
 
@@ -74,8 +77,21 @@ def lr_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def markdown_table(header: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+def sequence_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]:
+    """Sequence accuracy (examples right at every supervised position) per evaluation length, mean ±
+    std over the seeds at the selected lr; the last item: the first two columns are text."""
+    lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
+    header = ["task", "model", "lr"] + [str(n) for n in lengths]
+    body = [[e["task"], _label(e), f"{e['lr']:g}"]
+            + ["-" if n not in e["sequence_mean"] else f"{e['sequence_mean'][n]:.3f} ± {e['sequence_std'][n]:.3f}" for n in lengths]
+            for e in summary]
+    return header, body, 2
+
+
+def markdown_table(header: list[str], body: list[list[str]], left: int = 0) -> str:
+    """`left`: that many leading (text) columns left-aligned and the others right-aligned; 0: no alignment marks."""
+    marks = [" --- "] * len(header) if not left else [" :--- " if i < left else " ---: " for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines)
 
@@ -86,9 +102,11 @@ def text_table(header: list[str], body: list[list[str]]) -> str:
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body])
 
 
-def html_table(header: list[str], body: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
+def html_table(header: list[str], body: list[list[str]], left: int = 0) -> str:
+    """`left`: that many leading (text) columns left-aligned (cells are right-aligned by default)."""
+    cls = lambda i: ' class="text"' if i < left else ""  # noqa: E731
+    head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))
+    rows = "".join("<tr>" + "".join(f"<td{cls(i)}>{html.escape(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in body)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
@@ -183,6 +201,91 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     return path
 
 
+# ---- a model's own metrics (e.g. fixed-point iterations) ----------------------------------------
+# A metric `X_<stat>` belongs to family X (one plot per family); its statistic sets the line style.
+STAT_STYLES = {"median": "-", "mean": "-", "min": ":", "max": "--"}
+METRIC_NAMES = {"iterations": "fixed-point iterations"}  # a family's name on the axes, when not its key
+
+
+def metric_family(name: str) -> tuple[str, str]:
+    """`iterations_median` -> ('iterations', 'median'); a name without a known statistic is its own family ('')."""
+    family, _, stat = name.rpartition("_")
+    return (family, stat) if family and stat in STAT_STYLES else (name, "")
+
+
+def metric_series(points_by_run: list[list[tuple[int, dict]]]) -> dict:
+    """[(x, {metric: value}) per point, per run] -> {family: {stat: {x: value}}} over the runs (seeds):
+    the max of `max`, the min of `min`, the mean of the others."""
+    values: dict = {}
+    for points in points_by_run:
+        for x, metrics in points:
+            for name, value in metrics.items():
+                family, stat = metric_family(name)
+                values.setdefault(family, {}).setdefault(stat, {}).setdefault(x, []).append(value)
+    agg = {"max": max, "min": min}
+    return {family: {stat: {x: agg.get(stat, statistics.mean)(v) for x, v in sorted(by_x.items())} for stat, by_x in stats.items()}
+            for family, stats in values.items()}
+
+
+def _run_size(run: dict):
+    return ((run.get("config") or {}).get("train") or {}).get("dataset_size")
+
+
+def selected_runs(summary: list[dict], runs: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """Each summary entry with its done runs at the selected lr (one per seed)."""
+    return [(e, [r for r in runs if r["status"] == "done" and (r["task"], r["model"], _run_size(r), r["lr"]) ==
+                 (e["task"], e["model"], e["dataset_size"], e["lr"]) and r["seed"] in e["seeds"]]) for e in summary]
+
+
+def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path: Path, log_x: bool = False) -> Path:
+    """One metric family against x (evaluation length or training step), per task: one colour per
+    model, one line style per statistic (median solid, max dashed, min dotted)."""
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    name = METRIC_NAMES.get(family, family)
+    tasks = sorted({e["task"] for e, s in series if family in s})
+    order = list(STAT_STYLES)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        xs_all: set = set()
+        for i, (e, s) in enumerate(series):
+            if e["task"] != task or family not in s:
+                continue
+            for stat, values in sorted(s[family].items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])):
+                xs = sorted(values)
+                xs_all.update(xs)
+                ax.plot(xs, [values[x] for x in xs], ls=STAT_STYLES.get(stat, "-"), color=colors[i % len(colors)],
+                        marker="o" if log_x else None, lw=1.2, label=f"{_label(e)} lr={e['lr']:g} {stat}".rstrip())
+        if log_x:
+            ax.set_xscale("log")
+            ticks = sorted(xs_all)
+            ax.set_xticks(ticks, [str(n) for n in ticks])
+            ax.minorticks_off()
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(name)
+        ax.set_title(task)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{name} vs {xlabel}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_metrics(store: Store, summary: list[dict], runs: list[dict], out: Path) -> list[Path]:
+    """The models' own metrics at the selected lr, over the seeds: per family (e.g. `iterations`
+    from iterations_median and iterations_max), `<family>_vs_length.png` when evaluations carry it
+    and `<family>_vs_step.png` when training-curve points do. None when no run reports metrics."""
+    selected = selected_runs(summary, runs)
+    by_length = [(e, metric_series([[(row["length"], row["metrics"]) for row in store.evals(r["id"])] for r in rs])) for e, rs in selected]
+    by_step = [(e, metric_series([[(c["step"], c["metrics"]) for c in store.curves(r["id"])] for r in rs])) for e, rs in selected]
+    plots = []
+    for series, xlabel, suffix, log_x in ((by_length, "evaluation length", "length", True), (by_step, "training step", "step", False)):
+        for family in sorted({f for _, s in series for f in s}):
+            stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", family)
+            plots.append(plot_metric(series, family, xlabel, out / f"{stem}_vs_{suffix}.png", log_x=log_x))
+    return plots
+
+
 def missing_runs(store: Store, experiment: str) -> list[dict]:
     """Planned runs that are not done: {model, task, lr, seed, status, error}, status one of
     'not started', 'running or interrupted', 'failed'."""
@@ -213,6 +316,9 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
 
     The report covers the runs of the experiment's latest plan (what the last `statetrack run`
     expanded) and lists those that are missing; the selection rule is the spec's unless given.
+    Data-driven extras: a sequence-accuracy table when some run's sequence accuracy differs from its
+    accuracy, and a plot per family of the models' own metrics (`plot_metrics`, e.g. fixed-point
+    iterations against evaluation length and training step) when runs report them.
     """
     out = Path(results_dir) / experiment
     out.mkdir(parents=True, exist_ok=True)
@@ -233,6 +339,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         plots.append(plot_accuracy_vs_dataset_size(efficiency, out / "accuracy_vs_dataset_size.png"))
     if any(r["status"] == "done" for r in runs):
         plots.append(plot_curves(store, [r for r in runs if r["status"] == "done"], out / "training_curves.png"))
+    plots += plot_metrics(store, summary, runs, out)
     rule = describe_selection(selection)
     tables = [
         ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline")),
@@ -241,6 +348,9 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         ("Per seed at the selected lr", "* marks the best seed", seed_rows(summary)),
         ("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)),
     ]
+    if any(e["sequence_differs"] for e in summary):
+        tables.insert(3, ("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
+                          "mean ± std over seeds at the selected lr", sequence_rows(summary)))
     if efficiency:
         tables.insert(1, ("Data efficiency: scaled accuracy at the test length vs training-set size N",
                           "mean ± std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
@@ -285,7 +395,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
 
 
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
-         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}")
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}")
 
 
 def write_index(store: Store, results_dir: str | Path = "results") -> Path:

@@ -17,6 +17,9 @@
 - Runs on a fixed training set of N examples (`train.dataset_size`) are read as a model of their
   own per N; `data_efficiency` gathers each model's figure at the longest test length against N
   (Ebrahimi & Memisevic 2025, Fig. 2).
+- Sequence accuracy (the fraction of examples right at every supervised position: string accuracy
+  on `copy`, every prefix product on word problems) is summarized beside it, mean ± std over the
+  seeds at the selected lr; it takes no part in selection.
 Selection is not part of any run's id: changing it retrains nothing.
 """
 
@@ -98,17 +101,27 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     Each entry: task, model, dataset_size (None for fresh batches), lr (selected), lengths, seeds, selection, score (the headline's
     criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
     best and best_seed, mean and std (per length over seeds at the selected lr), per_seed
-    ({seed: {scaled, accuracy, score}} at that lr) and lr_scores ({lr: score under the lr rule}).
+    ({seed: {scaled, accuracy, sequence, score}} at that lr), lr_scores ({lr: score under the lr rule}),
+    sequence_mean and sequence_std (sequence accuracy per length over the seeds at the selected lr that
+    measured it) and sequence_differs (some run of the entry, at any lr, has a sequence accuracy
+    other than its accuracy: only then is it worth a table of its own).
     """
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    runs: dict = defaultdict(lambda: ({}, {}))  # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy})
+    # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy}, {length: sequence accuracy where measured})
+    runs: dict = defaultdict(lambda: ({}, {}, {}))
+    differs: set = set()  # (task, model, N) with a sequence accuracy that is not the accuracy
     for r in rows:
-        scaled, accuracy = runs[(r["task"], r["model"], r.get("dataset_size"), r["lr"], r["seed"])]
+        scaled, accuracy, sequence = runs[(r["task"], r["model"], r.get("dataset_size"), r["lr"], r["seed"])]
         scaled[r["length"]] = r["scaled_accuracy"]
         accuracy[r["length"]] = r.get("accuracy", r["scaled_accuracy"])
+        if r.get("sequence_accuracy") is not None:
+            sequence[r["length"]] = r["sequence_accuracy"]
+            if abs(r["sequence_accuracy"] - accuracy[r["length"]]) > 1e-9:
+                differs.add((r["task"], r["model"], r.get("dataset_size")))
     groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model, N) -> lr -> seed -> per-seed record
-    for (task, model, size, lr, seed), (scaled, accuracy) in runs.items():
-        groups[(task, model, size)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "score": run_score(scaled, accuracy, selection)}
+    for (task, model, size, lr, seed), (scaled, accuracy, sequence) in runs.items():
+        groups[(task, model, size)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "sequence": sequence,
+                                                 "score": run_score(scaled, accuracy, selection)}
     summary = []
     for (task, model, size), by_lr in groups.items():
         def lr_score(lr):
@@ -123,6 +136,8 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
         per_length = {n: [v["scaled"][n] for v in seeds.values() if n in v["scaled"]] for n in lengths}
         mean = {n: statistics.mean(v) for n, v in per_length.items()}
         best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
+        per_length_sequence = {n: [v["sequence"][n] for v in seeds.values() if n in v["sequence"]] for n in lengths}
+        per_length_sequence = {n: v for n, v in per_length_sequence.items() if v}
         by_mean = selection["seeds"] == "mean"
         summary.append({
             "task": task, "model": model, "dataset_size": size, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
@@ -132,6 +147,9 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             "std": {n: statistics.pstdev(v) for n, v in per_length.items()},
             "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
             "lr_scores": {x: score[0] for x, score in lr_scores.items()},
+            "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
+            "sequence_std": {n: statistics.pstdev(v) for n, v in per_length_sequence.items()},
+            "sequence_differs": (task, model, size) in differs,
         })
     return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
 

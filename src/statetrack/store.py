@@ -1,7 +1,8 @@
 """Results store: one SQLite file (WAL mode), default `results/statetrack.db`.
 
 Tables: `runs` (one row per run: full config, seed, lr, git revision, status, timings),
-`evals` (one row per run and evaluation length), `curves` (training curve points) and `plans`
+`evals` (one row per run and evaluation length: accuracy, scaled accuracy, sequence accuracy and the
+model's own per-length `metrics` as JSON), `curves` (training curve points, with their `metrics`) and `plans`
 (per experiment, the resolved spec and the list of runs that the latest `statetrack run` expanded,
 so a report knows which runs it expects and which are missing).
 A run becomes `done` in the same transaction that writes its evaluations, so a run killed at any
@@ -48,6 +49,8 @@ CREATE TABLE IF NOT EXISTS evals (
     accuracy REAL NOT NULL,
     scaled_accuracy REAL NOT NULL,
     samples INTEGER NOT NULL,
+    sequence_accuracy REAL,
+    metrics TEXT,
     PRIMARY KEY (run_id, length)
 );
 CREATE TABLE IF NOT EXISTS curves (
@@ -55,6 +58,7 @@ CREATE TABLE IF NOT EXISTS curves (
     step INTEGER NOT NULL,
     loss REAL NOT NULL,
     accuracy REAL NOT NULL,
+    metrics TEXT,
     PRIMARY KEY (run_id, step)
 );
 CREATE TABLE IF NOT EXISTS plans (
@@ -66,6 +70,33 @@ CREATE TABLE IF NOT EXISTS plans (
 );
 """
 
+# The fixed keys of a `results` row; a model metric of the same name is renamed metric_<name>.
+RESULT_KEYS = ("model", "task", "task_params", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy", "sequence_accuracy")
+
+# Columns added since the first schema: a store written before them gains them when opened (NULL in old rows).
+ADDED_COLUMNS = {
+    "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT"},
+    "curves": {"metrics": "TEXT"},
+}
+
+
+def _encode_metrics(metrics: dict | None) -> str | None:
+    """A row's `metrics` ({name: float}) as JSON; None (NULL) when there are none."""
+    return json.dumps({str(k): float(v) for k, v in metrics.items()}, sort_keys=True) if metrics else None
+
+
+def _task_params(task_config: str | None) -> dict:
+    """The parameters of a run's task from its stored config['task'] ({name, **params}), without the name."""
+    try:
+        task = json.loads(task_config) if task_config else {}
+    except ValueError:  # a bare task name (not a mapping)
+        return {}
+    return {k: v for k, v in task.items() if k != "name"} if isinstance(task, dict) else {}
+
+
+def _decode_metrics(text: str | None) -> dict:
+    return json.loads(text) if text else {}
+
 
 class Store:
     """Thin layer over the SQLite file; every write is one transaction."""
@@ -75,6 +106,20 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(SCHEMA)
+            self._add_missing_columns(db)
+
+    @staticmethod
+    def _add_missing_columns(db) -> None:
+        """Bring a store made by an older schema up to date (new columns are nullable)."""
+        for table, columns in ADDED_COLUMNS.items():
+            present = {row["name"] for row in db.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns.items():
+                if name not in present:
+                    try:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+                    except sqlite3.OperationalError as error:  # another process added it first
+                        if "duplicate column" not in str(error):
+                            raise
 
     @contextmanager
     def _connect(self):
@@ -110,15 +155,23 @@ class Store:
 
     def finish_run(self, run_id: str, evals: list[dict], curve: list[dict], steps: int, num_parameters: int, train_seconds: float,
                    eval_seconds: float, host: str | None = None) -> None:
-        """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here."""
+        """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here.
+
+        Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally sequence_accuracy
+        (the fraction of examples right at every supervised position) and metrics ({name: float}, the
+        model's own statistics at that length); each curve point: step, loss, accuracy, optionally metrics.
+        """
         with self._connect() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO evals VALUES (?, ?, ?, ?, ?)",
-                [(run_id, e["length"], e["accuracy"], e["scaled_accuracy"], e["samples"]) for e in evals],
+                "INSERT OR REPLACE INTO evals (run_id, length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, e["length"], e["accuracy"], e["scaled_accuracy"], e["samples"],
+                  None if e.get("sequence_accuracy") is None else float(e["sequence_accuracy"]), _encode_metrics(e.get("metrics")))
+                 for e in evals],
             )
             db.executemany(
-                "INSERT OR REPLACE INTO curves VALUES (?, ?, ?, ?)",
-                [(run_id, c["step"], c["loss"], c["accuracy"]) for c in curve],
+                "INSERT OR REPLACE INTO curves (run_id, step, loss, accuracy, metrics) VALUES (?, ?, ?, ?, ?)",
+                [(run_id, c["step"], c["loss"], c["accuracy"], _encode_metrics(c.get("metrics"))) for c in curve],
             )
             db.execute(
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
@@ -157,25 +210,49 @@ class Store:
 
     def results(self, experiment: str, run_ids: set[str] | None = None) -> list[dict]:
         """One row per (finished run, evaluation length): the `statetrack results --json` schema.
-        `dataset_size` (N of a run on a fixed training set) is in the rows of runs that set it.
+
+        Keys: model, task, task_params (the task's parameters, e.g. {"group": "A5"}; {} when none),
+        dataset_size (N of a run on a fixed training set; only in the rows of runs that set it), seed,
+        lr, length, accuracy, scaled_accuracy, sequence_accuracy (only where it was measured), then
+        each of the model's metrics at that length as a key of its own (e.g. iterations_median; a
+        metric named like one of the keys above is written as metric_<name>).
         `run_ids`: only these runs (the runs of the experiment's plan, say)."""
         with self._connect() as db:
             rows = db.execute(
-                "SELECT r.id, r.model, r.task, json_extract(r.config, '$.train.dataset_size') AS dataset_size,"
-                " r.seed, r.lr, e.length, e.accuracy, e.scaled_accuracy"
+                "SELECT r.id, r.model, r.task, json_extract(r.config, '$.task') AS task_config,"
+                " json_extract(r.config, '$.train.dataset_size') AS dataset_size,"
+                " r.seed, r.lr, e.length, e.accuracy, e.scaled_accuracy, e.sequence_accuracy, e.metrics"
                 " FROM runs r JOIN evals e ON e.run_id = r.id"
                 " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, dataset_size, r.lr, r.seed, e.length",
                 (experiment,),
             ).fetchall()
-        return [{k: r[k] for k in r.keys() if k != "id" and not (k == "dataset_size" and r[k] is None)}
-                for r in rows if run_ids is None or r["id"] in run_ids]
+        out = []
+        for r in rows:
+            if run_ids is not None and r["id"] not in run_ids:
+                continue
+            row = {"model": r["model"], "task": r["task"], "task_params": _task_params(r["task_config"])}
+            if r["dataset_size"] is not None:
+                row["dataset_size"] = r["dataset_size"]
+            row.update({k: r[k] for k in ("seed", "lr", "length", "accuracy", "scaled_accuracy")})
+            if r["sequence_accuracy"] is not None:
+                row["sequence_accuracy"] = r["sequence_accuracy"]
+            for name, value in _decode_metrics(r["metrics"]).items():
+                row[f"metric_{name}" if name in RESULT_KEYS else name] = value
+            out.append(row)
+        return out
 
     def curves(self, run_id: str) -> list[dict]:
+        """The training curve: {step, loss, accuracy, metrics} per point (metrics {} when none)."""
         with self._connect() as db:
-            rows = db.execute("SELECT step, loss, accuracy FROM curves WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
-        return [dict(r) for r in rows]
+            rows = db.execute("SELECT step, loss, accuracy, metrics FROM curves WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
+        return [{**dict(r), "metrics": _decode_metrics(r["metrics"])} for r in rows]
 
     def evals(self, run_id: str) -> list[dict]:
+        """{length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics} per evaluation length;
+        sequence_accuracy is left out where it was not measured, metrics is {} when there are none."""
         with self._connect() as db:
-            rows = db.execute("SELECT length, accuracy, scaled_accuracy, samples FROM evals WHERE run_id = ? ORDER BY length", (run_id,)).fetchall()
-        return [dict(r) for r in rows]
+            rows = db.execute("SELECT length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics FROM evals"
+                              " WHERE run_id = ? ORDER BY length", (run_id,)).fetchall()
+        return [{**{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")},
+                 **({} if r["sequence_accuracy"] is None else {"sequence_accuracy": r["sequence_accuracy"]}),
+                 "metrics": _decode_metrics(r["metrics"])} for r in rows]

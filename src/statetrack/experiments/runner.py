@@ -55,18 +55,25 @@ def tensorboard_dir(root: str | Path, run: RunSpec) -> Path:
 
 
 def log_tensorboard(root: str | Path, run: RunSpec, store: Store) -> Path:
-    """Write a finished run's training curve (train/loss, train/accuracy per step) and its evaluation
-    (eval/accuracy, eval/scaled_accuracy with the length as step) from the store as TensorBoard events.
-    Written by the driver when the run finishes, so it works the same for every backend."""
+    """Write a finished run's training curve (train/loss, train/accuracy and train/<metric> for each
+    of the model's metrics, per step) and its evaluation (eval/accuracy, eval/scaled_accuracy,
+    eval/sequence_accuracy where measured and eval/<metric>, with the length as step) from the store
+    as TensorBoard events. Written by the driver when the run finishes, so it works the same for every backend."""
     folder = tensorboard_dir(root, run)
     writer = tensorboard_writer_class()(log_dir=str(folder))
     try:
         for point in store.curves(run.id):
             writer.add_scalar("train/loss", point["loss"], point["step"])
             writer.add_scalar("train/accuracy", point["accuracy"], point["step"])
+            for name, value in point["metrics"].items():
+                writer.add_scalar(f"train/{name}", value, point["step"])
         for row in store.evals(run.id):
             writer.add_scalar("eval/accuracy", row["accuracy"], row["length"])
             writer.add_scalar("eval/scaled_accuracy", row["scaled_accuracy"], row["length"])
+            if row.get("sequence_accuracy") is not None:
+                writer.add_scalar("eval/sequence_accuracy", row["sequence_accuracy"], row["length"])
+            for name, value in row["metrics"].items():
+                writer.add_scalar(f"eval/{name}", value, row["length"])
     finally:
         writer.close()
     return folder

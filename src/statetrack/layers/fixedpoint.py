@@ -1,18 +1,24 @@
 """Fixed-point RNNs (Movahedi et al. 2025): a dense linear RNN computed as the fixed point, in depth,
 of a diagonal one, and Bedouin, the fixed-point Mamba.
 
-FixedPointRNN. With lambda_t in (0, 1)^d, D_t = diag(1 - lambda_t) and the mixer
+FixedPointRNN. With lambda_t in (0, 1)^d, an input scale D_t and the mixer
 Q_t = prod_{i=1..r} (I - 2 alpha_{i,t} u_{i,t} u_{i,t}^T) (eq. 6; unit u, alpha in (0, alpha_max)),
-one iteration l of the accelerated form (eq. 7, with Thm 3.2's input normalisation D_t) is a
-diagonal scan over time:
+one iteration l of the accelerated form (eq. 7) is a diagonal scan over time:
 
     h^l_t = lambda_t * h^l_{t-1} + D_t (Q_t b_t + (I - Q_t) h^{l-1}_t),     b_t = W_b x_t,
 
-so the fixed point h* solves (Lambda_t + D_t Q_t) h*_t = Lambda_t h*_{t-1} + D_t Q_t b_t: the dense
-RNN h*_t = A_t h*_{t-1} + ... with A_t = (Lambda_t + D_t Q_t)^-1 Lambda_t. Without normalisation
-(`normalize_input=False`) the iteration is eq. 7 itself and the fixed point is the paper's
-h*_t = Q_t^-1 Lambda_t h*_{t-1} + b_t (eq. 2). `dense_reference` computes that dense RNN directly
-(Q_t materialised, one linear solve per step); the tests check the fixed point against it.
+so the fixed point h* solves (I - D_t (I - Q_t)) h*_t = Lambda_t h*_{t-1} + D_t Q_t b_t.
+`input_scale` picks D_t:
+  "lambda"  D_t = 1 - lambda_t, Thm 3.2's normalisation (the default): the iteration contracts (the
+            tests check the residual falls at every iteration), and A_t = (Lambda_t + D_t Q_t)^-1 Lambda_t.
+            The price: as lambda_t -> 1 (long memory) A_t -> I, and an eigenvalue -1 along a
+            reflection needs lambda_t = 1/3, so long-range sign flips are out of reach.
+  "delta"   D_t = Delta_t, Bedouin's choice (lambda and Delta decoupled through omega): D = I,
+            Lambda = I gives A_t = Q_t^-1, but nothing bounds the iteration's gain, which can diverge.
+  "none"    D_t = I, eq. 7 as printed, fixed point h*_t = Q_t^-1 Lambda_t h*_{t-1} + b_t (eq. 2);
+            contracts only for small lambda and alpha < 1/2.
+`dense_reference` computes the dense RNN directly (Q_t materialised, one linear solve per step);
+the tests check the fixed point against it.
 
 Both layers share `solve`: iterate without autograd until the relative change
 max |y^l - y^{l-1}| / max |y^l| < `tol` (default 0.1) or `max_iter` iterations, then take one
@@ -52,11 +58,12 @@ from torch import nn
 
 from statetrack.diagnostics import Recorder
 from statetrack.errors import StatetrackError
-from statetrack.layers.common import check_input, inverse_softplus
+from statetrack.layers.common import check_input, inverse_softplus, log_uniform_dt
 from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
 
 LAMBDA_C = 8.0  # Griffin's c (De et al. 2024), the paper's choice
+INPUT_SCALES = ("lambda", "delta", "none")
 
 
 def householder_apply(v: torch.Tensor, u: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
@@ -140,11 +147,11 @@ class FixedPointRNN(_FixedPoint):
     """Fixed-point RNN: a dense linear RNN as the fixed point of a diagonal one (Movahedi et al. 2025, eqs. 6-7)."""
 
     departures = ("the paper states the vector-state layer by its recurrence only: the input, gate and lambda "
-                  "parameterisation here are ours (Griffin's lambda as its Bedouin); the input term is normalised by "
-                  "1 - lambda_t (Thm 3.2) unless normalize_input=false")
+                  "parameterisation here are ours (Griffin's lambda as its Bedouin); the input term is scaled by "
+                  "1 - lambda_t (Thm 3.2; input_scale), which makes the iteration contract")
 
     def __init__(self, d_model: int, hidden: int | None = None, reflections: int = 1, max_iter: int | str = 16,
-                 eval_max_iter: int = 100, tol: float = 0.1, alpha_max: float = 1.0, normalize_input: bool = True):
+                 eval_max_iter: int = 100, tol: float = 0.1, alpha_max: float = 1.0, input_scale: str = "lambda"):
         super().__init__()
         hidden = hidden or d_model
         if isinstance(reflections, bool) or not isinstance(reflections, int) or not 1 <= reflections <= hidden:
@@ -154,27 +161,31 @@ class FixedPointRNN(_FixedPoint):
         _check_iteration_settings(max_iter, eval_max_iter, tol)
         self.d_model, self.hidden, self.reflections = d_model, hidden, reflections
         self.max_iter, self.eval_max_iter, self.tol = max_iter, eval_max_iter, float(tol)
-        self.alpha_max, self.normalize_input = float(alpha_max), bool(normalize_input)
+        if input_scale not in INPUT_SCALES:
+            raise StatetrackError(f"unknown input_scale {input_scale!r}; expected one of: {', '.join(INPUT_SCALES)}")
+        self.alpha_max, self.input_scale = float(alpha_max), input_scale
         self.sizes = [hidden, hidden, reflections * hidden, reflections, hidden]  # b, Delta, u, alpha, gate
         self.in_proj = nn.Linear(d_model, sum(self.sizes))
         self.omega = nn.Parameter(_lambda_log_init(hidden))
         self.out_proj = nn.Linear(hidden, d_model, bias=False)
 
     def _inputs(self, x):
-        """b [B, T, d], lambda [B, T, d], u [B, T, r, d] (unit), alpha [B, T, r], gate [B, T, d]."""
+        """b [B, T, d], lambda [B, T, d], u [B, T, r, d] (unit), alpha [B, T, r], gate [B, T, d],
+        and the input scale D [B, T, d] (1 - lambda, Delta, or ones)."""
         b, delta, u, alpha, gate = self.in_proj(x).split(self.sizes, dim=-1)
-        lam = torch.exp(-LAMBDA_C * F.softplus(self.omega) * torch.sigmoid(delta))
+        delta = torch.sigmoid(delta)
+        lam = torch.exp(-LAMBDA_C * F.softplus(self.omega) * delta)
         u = F.normalize(u.unflatten(-1, (self.reflections, self.hidden)), dim=-1)
-        return b, lam, u, self.alpha_max * torch.sigmoid(alpha), gate
+        scale = {"lambda": lambda: 1 - lam, "delta": lambda: delta, "none": lambda: torch.ones_like(lam)}[self.input_scale]()
+        return b, lam, u, self.alpha_max * torch.sigmoid(alpha), gate, scale
 
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
-        b, lam, u, alpha, gate = self._inputs(x)
-        scale = 1 - lam if self.normalize_input else None
+        b, lam, u, alpha, gate, scale = self._inputs(x)
 
         def step(h_prev):  # eq. 7: one diagonal scan over time
             drive = householder_apply(b - h_prev, u, alpha) + h_prev  # Q b + (I - Q) h^{l-1}
-            return diagonal_scan(lam, drive if scale is None else scale * drive, state)
+            return diagonal_scan(lam, scale * drive, state)
 
         h, h_last = self.solve(step, torch.zeros_like(b))
         return self.out_proj(h * F.silu(gate)), h_last
@@ -184,9 +195,8 @@ class FixedPointRNN(_FixedPoint):
         (Lambda_t + D_t Q_t) h_t = Lambda_t h_{t-1} + D_t Q_t b_t (D = I - Lambda; D = I without
         normalisation, i.e. h_t = Q_t^-1 Lambda_t h_{t-1} + b_t). Returns (y, h_T) like forward;
         differentiable (the exact gradient, against which the fixed-point gradient is tested)."""
-        b, lam, u, alpha, gate = self._inputs(x)
+        b, lam, u, alpha, gate, D = self._inputs(x)
         Q = householder_matrix(u, alpha)  # [B, T, d, d]
-        D = (1 - lam) if self.normalize_input else torch.ones_like(lam)
         h = state if state is not None else b.new_zeros(b.shape[0], self.hidden)
         hs = []
         for t in range(x.shape[1]):
@@ -199,9 +209,8 @@ class FixedPointRNN(_FixedPoint):
 
     def transition_matrices(self, x: torch.Tensor) -> torch.Tensor:
         """The dense transitions A_t [B, T, 1, d, d] of the fixed point."""
-        _, lam, u, alpha, _ = self._inputs(x)
+        _, lam, u, alpha, _, D = self._inputs(x)
         Q = householder_matrix(u, alpha)
-        D = (1 - lam) if self.normalize_input else torch.ones_like(lam)
         M = torch.diag_embed(lam) + D[..., None] * Q
         return torch.linalg.solve(M, torch.diag_embed(lam))[:, :, None]
 
@@ -237,7 +246,15 @@ class Bedouin(_FixedPoint):
         self.gate_y = nn.Linear(inner, inner, bias=False)
         with torch.no_grad():
             self.y_proj.weight.mul_(0.1)  # start close to Mamba: the previous iterate enters weakly
-        self.omega = nn.Parameter(_lambda_log_init(d_state * inner).view(inner, d_state))
+        # Mamba's init, in the paper's parameterisation: c softplus(omega[e, n]) = n + 1 (S4D-real,
+        # A = 1..N) and Delta = sigmoid(b) log-uniform in [1e-3, 1e-1] (Gu & Dao 2023). Then the
+        # input's gain through the scan, Delta / (1 - lambda) ~ 1 / (n + 1), is at most about 1: the
+        # iteration contracts at init (with Griffin's init of omega the gain reaches 1000 and it diverges)
+        rate = torch.arange(1, d_state + 1, dtype=torch.float32) / LAMBDA_C
+        self.omega = nn.Parameter(inverse_softplus(rate).repeat(inner, 1))  # [E, N]
+        with torch.no_grad():
+            dt = log_uniform_dt(inner)
+            self.x_proj.bias[sum(self.x_sizes[:4]) : sum(self.x_sizes[:5])].copy_(torch.log(dt / (1 - dt)))
         self.D = nn.Parameter(torch.ones(inner))
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
