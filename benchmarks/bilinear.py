@@ -36,6 +36,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import emit, layer_parser  # noqa: E402
 
 from statetrack import zoo  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
@@ -143,14 +146,7 @@ def markdown(rows, args) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print a JSON list instead of tables")
-    parser.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/performance.md)")
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: torch's choice)")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--T", type=int, default=64)
+    parser = layer_parser(__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="*", default=[10_000, 100_000], help="long-input lengths (none: skip)")
     parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--structures", nargs="*", default=list(STRUCTURES), choices=list(STRUCTURES))
@@ -173,12 +169,7 @@ def main(argv=None) -> int:
                                  capture_output=True, text=True, check=True).stdout
             rows.append({"structure": name, "measure": "eval_long", "length": length, "threads": args.threads, **json.loads(out)})
             print(f"  done {name} {length} tokens", file=sys.stderr, flush=True)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    elif args.markdown:
-        print(markdown(rows, args))
-    else:
-        print(table(rows, args))
+    emit(rows, args, table, markdown)
     return 0
 
 

@@ -20,8 +20,6 @@ are side by side. Figures only, no assertions: timings are noisy on shared machi
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -30,6 +28,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import emit, layer_parser  # noqa: E402
 
 from statetrack import diagnostics  # noqa: E402
 from statetrack.layers.fixedpoint import FixedPointRNN  # noqa: E402
@@ -128,14 +129,7 @@ def markdown(rows, args) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print a JSON list instead of tables")
-    parser.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/performance.md)")
-    parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: torch's choice)")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--T", type=int, default=64)
+    parser = layer_parser(__doc__.splitlines()[0])
     parser.add_argument("--dense-batch", type=int, default=16)
     parser.add_argument("--dense-T", type=int, default=256)
     parser.add_argument("--reflections", type=int, nargs="*", default=[1, 4])
@@ -146,12 +140,7 @@ def main(argv=None) -> int:
         rows += iteration_price(r, args.batch, args.width, args.T, args.repeat)
         rows.append(against_dense(r, args.dense_batch, args.width, args.dense_T, max(1, args.repeat // 2)))
         print(f"  done r={r}", file=sys.stderr, flush=True)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    elif args.markdown:
-        print(markdown(rows, args))
-    else:
-        print(table(rows, args))
+    emit(rows, args, table, markdown)
     return 0
 
 

@@ -1,0 +1,30 @@
+"""What the layer benchmarks share: their command line (output format, repeats, threads, the
+training shape) and printing the rows as JSON, Markdown or a plain table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+
+def layer_parser(description: str) -> argparse.ArgumentParser:
+    """--json / --markdown, --repeat, --threads and the training shape --batch, --width, --T."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of tables")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/performance.md)")
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: torch's choice)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--T", type=int, default=64)
+    return parser
+
+
+def emit(rows: list[dict], args, table, markdown) -> None:
+    """Print `rows` as --json asked, else markdown(rows, args) or table(rows, args)."""
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print((markdown if args.markdown else table)(rows, args))
