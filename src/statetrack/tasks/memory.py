@@ -19,7 +19,8 @@ class Copying(Task):
 
     Teacher-forced next-token prediction on the copied span: the positions of `|` and of the
     copied x_1 .. x_n are supervised with the next token (x_1 .. x_n, then the end mark `.`), so a
-    string is right when all n + 1 supervised positions are. `length` = n (train 5..50, evaluate
+    string is right when all n + 1 supervised positions are: evaluation reports that string
+    accuracy as `sequence_accuracy`, beside the per-character `accuracy`. `length` = n (train 5..50, evaluate
     up to 100). Classes: the letters, then `.`.
     """
 
