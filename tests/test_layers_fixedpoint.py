@@ -75,6 +75,30 @@ def test_without_input_normalisation_the_fixed_point_is_q_inverse_lambda():
     torch.testing.assert_close(h, state, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("input_scale", ["delta", "none"])
+def test_dense_reference_for_every_input_scale(input_scale):
+    """M_t h_t = Lambda_t h_{t-1} + D_t Q_t b_t with M_t = I - D_t (I - Q_t), on instances where the
+    iteration contracts (lambda small, alpha < 1/2); the eigenvalues come from the same matrices."""
+    torch.manual_seed(2)
+    m = fp(2, input_scale=input_scale, alpha_max=0.25)
+    m.eval_max_iter = 500
+    with torch.no_grad():
+        m.omega.fill_(3.0)  # c softplus(3) ~ 24: lambda = exp(-24 Delta)
+        m.in_proj.bias.zero_()  # Delta = sigmoid(W x) around 1/2, lambda ~ 1e-5
+    x = torch.randn(2, 12, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y, h = m(x)
+        y_ref, h_ref = m.dense_reference(x)
+        A = m.transition_matrices(x)[:, :, 0]
+    assert diagnostics.drain(m)["iterations"][0] < 500
+    torch.testing.assert_close(y, y_ref, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(h, h_ref, rtol=1e-9, atol=1e-10)
+    b, lam, u, alpha, _, D = m._inputs(x)
+    Q = householder_matrix(u, alpha)
+    eye = torch.eye(8, dtype=torch.float64)
+    torch.testing.assert_close((eye - D[..., None] * (eye - Q)) @ A, torch.diag_embed(lam))
+
+
 def _residuals(m, x, n=30):
     b, lam, u, alpha, _, _ = m._inputs(x)
     h, out = torch.zeros_like(b), []

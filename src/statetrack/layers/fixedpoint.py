@@ -90,7 +90,10 @@ def _relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
     return ((new - old).abs().max() / new.abs().max().clamp_min(1e-30)).item()
 
 
-def _check_iteration_settings(max_iter, eval_max_iter, tol) -> None:
+def _check_settings(reflections, width: int, width_name: str, max_iter, eval_max_iter, tol) -> None:
+    """The settings both fixed-point layers share; a bad one is a one-line StatetrackError."""
+    if isinstance(reflections, bool) or not isinstance(reflections, int) or not 1 <= reflections <= width:
+        raise StatetrackError(f"reflections must be an integer in [1, {width_name} = {width}], got {reflections!r}")
     if not (max_iter == "gamma" or (isinstance(max_iter, int) and not isinstance(max_iter, bool) and max_iter >= 1)):
         raise StatetrackError(f"max_iter must be an integer >= 1 or \"gamma\" (drawn from Gamma(4, 1) per batch), got {max_iter!r}")
     if isinstance(eval_max_iter, bool) or not isinstance(eval_max_iter, int) or eval_max_iter < 1:
@@ -100,7 +103,7 @@ def _check_iteration_settings(max_iter, eval_max_iter, tol) -> None:
 
 
 class _FixedPoint(Recorder, nn.Module):
-    """The iteration loop shared by the fixed-point layers: `solve(step, y0)` with `step(y_prev) -> y`."""
+    """The iteration loop shared by the fixed-point layers: `solve(step, y0)` with `step(y_prev) -> (y, carry)`."""
 
     def _iteration_cap(self) -> int:
         if not self.training:
@@ -151,8 +154,7 @@ def _mamba_rate_init(channels: int, d_state: int) -> torch.Tensor:
 
 def _mamba_delta_bias(bias: torch.Tensor) -> None:
     """Set `bias` (in place) so that Delta = sigmoid(bias) is log-uniform in [1e-3, 1e-1] (Mamba's dt)."""
-    dt = log_uniform_dt(bias.numel())
-    bias.copy_(torch.log(dt / (1 - dt)))
+    bias.copy_(torch.logit(log_uniform_dt(bias.numel())))
 
 
 @register_model("fixedpoint", display="FP-RNN r={reflections}")
@@ -167,11 +169,9 @@ class FixedPointRNN(_FixedPoint):
                  eval_max_iter: int = 100, tol: float = 0.1, alpha_max: float = 1.0, input_scale: str = "lambda"):
         super().__init__()
         hidden = hidden or d_model
-        if isinstance(reflections, bool) or not isinstance(reflections, int) or not 1 <= reflections <= hidden:
-            raise StatetrackError(f"reflections must be an integer in [1, hidden = {hidden}], got {reflections!r}")
         if not isinstance(alpha_max, (int, float)) or not 0 < alpha_max <= 1:
             raise StatetrackError(f"alpha_max must be in (0, 1], got {alpha_max!r}")
-        _check_iteration_settings(max_iter, eval_max_iter, tol)
+        _check_settings(reflections, hidden, "hidden", max_iter, eval_max_iter, tol)
         self.d_model, self.hidden, self.reflections = d_model, hidden, reflections
         self.max_iter, self.eval_max_iter, self.tol = max_iter, eval_max_iter, float(tol)
         if input_scale not in INPUT_SCALES:
@@ -210,17 +210,18 @@ class FixedPointRNN(_FixedPoint):
 
     def dense_reference(self, x: torch.Tensor, state=None):
         """The dense RNN the iteration converges to, step by step with Q_t materialised:
-        (Lambda_t + D_t Q_t) h_t = Lambda_t h_{t-1} + D_t Q_t b_t (D = I - Lambda; D = I without
-        normalisation, i.e. h_t = Q_t^-1 Lambda_t h_{t-1} + b_t). Returns (y, h_T) like forward;
-        differentiable (the exact gradient, against which the fixed-point gradient is tested)."""
+        M_t h_t = Lambda_t h_{t-1} + D_t Q_t b_t with M_t = I - D_t (I - Q_t) (`_fixed_point_matrix`;
+        Lambda_t + (1 - Lambda_t) Q_t for input_scale "lambda", Q_t for "none", so that
+        h_t = Q_t^-1 Lambda_t h_{t-1} + b_t). Returns (y, h_T) like forward; differentiable (the exact
+        gradient, against which the fixed-point gradient is tested)."""
         b, lam, u, alpha, gate, D = self._inputs(x)
         Q = householder_matrix(u, alpha)  # [B, T, d, d]
+        M = self._fixed_point_matrix(Q, D)
         h = state if state is not None else b.new_zeros(b.shape[0], self.hidden)
         hs = []
         for t in range(x.shape[1]):
-            M = torch.diag_embed(lam[:, t]) + D[:, t, :, None] * Q[:, t]
             rhs = lam[:, t] * h + D[:, t] * (Q[:, t] @ b[:, t, :, None])[..., 0]
-            h = torch.linalg.solve(M, rhs)
+            h = torch.linalg.solve(M[:, t], rhs)
             hs.append(h)
         h_all = torch.stack(hs, dim=1)
         return self.out_proj(h_all * F.silu(gate)), h
@@ -228,9 +229,13 @@ class FixedPointRNN(_FixedPoint):
     def transition_matrices(self, x: torch.Tensor) -> torch.Tensor:
         """The dense transitions A_t [B, T, 1, d, d] of the fixed point."""
         _, lam, u, alpha, _, D = self._inputs(x)
-        Q = householder_matrix(u, alpha)
-        M = torch.diag_embed(lam) + D[..., None] * Q
+        M = self._fixed_point_matrix(householder_matrix(u, alpha), D)
         return torch.linalg.solve(M, torch.diag_embed(lam))[:, :, None]
+
+    @staticmethod
+    def _fixed_point_matrix(Q: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+        """M = I - D (I - Q) [..., d, d]: the fixed point of eq. 7 solves M h_t = Lambda h_{t-1} + D Q b_t."""
+        return torch.diag_embed(1 - D) + D[..., None] * Q
 
     def transition_eigenvalues(self, x: torch.Tensor) -> torch.Tensor:
         return torch.linalg.eigvals(self.transition_matrices(x))
@@ -247,12 +252,10 @@ class Bedouin(_FixedPoint):
                  eval_max_iter: int = 100, tol: float = 0.1):
         super().__init__()
         inner = expand * d_model
-        if isinstance(reflections, bool) or not isinstance(reflections, int) or not 1 <= reflections <= inner:
-            raise StatetrackError(f"reflections must be an integer in [1, expand * d_model = {inner}], got {reflections!r}")
         for name, value in (("d_state", d_state), ("expand", expand)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StatetrackError(f"{name} must be an integer >= 1, got {value!r}")
-        _check_iteration_settings(max_iter, eval_max_iter, tol)
+        _check_settings(reflections, inner, "expand * d_model", max_iter, eval_max_iter, tol)
         self.d_model, self.d_state, self.inner, self.reflections = d_model, d_state, inner, reflections
         self.max_iter, self.eval_max_iter, self.tol = max_iter, eval_max_iter, float(tol)
         self.in_proj = nn.Linear(d_model, inner, bias=False)
