@@ -99,12 +99,78 @@ def cmd_tasks(args) -> int:
 def cmd_models(args) -> int:
     from statetrack import zoo
 
+    if args.budget is not None or args.width is not None:
+        return _model_sizes(args)
+    if args.names or args.settings or args.num_layers is not None:
+        raise StatetrackError("models: MODEL names, --set and --num-layers go with --params BUDGET or --width N "
+                              "(e.g. statetrack models --params 3e6)")
     width = max(map(len, zoo.MODELS)) + 2
     for name, entry in zoo.MODELS.items():
         params = ", ".join(f"{k}={v!r}" for k, v in zoo.mixer_parameters(name).items()) or "-"
         print(f"{name:{width}s}{entry.summary}\n{'':{width}s}parameters: {params}")
     print(f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())}")
     print("presets: " + ", ".join(f"{k} = {v}" for k, v in zoo.PRESETS.items()))
+    return 0
+
+
+def _model_sizes(args) -> int:
+    """`models --params B` / `--width N`: per-layer parameter counts, one row per model (statetrack.sizing)."""
+    from statetrack import sizing, zoo
+    from statetrack.report import text_table
+
+    settings = _params(args.settings or [])
+    for key in ("d_model", "width", "params"):
+        if key in settings:
+            raise StatetrackError(f"--set {key}: the width comes from --params BUDGET or --width N")
+    if args.num_layers is not None and args.num_layers < 1:
+        raise StatetrackError(f"--num-layers must be >= 1, got {args.num_layers}")
+    budget = None if args.budget is None else sizing.parse_budget(args.budget, "--params")
+    if args.width is not None and args.width < 1:
+        raise StatetrackError(f"--width must be >= 1, got {args.width}")
+    names = args.names or list(zoo.MODELS)
+    specs, used = [], set()
+    for name in names:
+        known = zoo.resolve(name)  # unknown names and presets: as in a spec
+        own = {k: v for k, v in settings.items() if k in known and k != "name"}  # --set applies where the model has the key
+        used.update(own)
+        specs.append({"name": name, **own, **({} if args.num_layers is None else {"num_layers": args.num_layers})})
+    unused = [k for k in settings if k not in used]
+    if unused:
+        raise StatetrackError(f"--set {unused[0]}: none of the listed models has a parameter {unused[0]!r} (see `statetrack models`)")
+
+    layers = args.num_layers is not None
+    header = ["model", "display name", "d_model", "per layer"] + (["vs budget"] if budget is not None else []) + \
+        ([f"{args.num_layers} layers"] if layers else [])
+    body, notes = [], []
+    for name, spec in zip(names, specs):
+        try:
+            if budget is not None:
+                spec, count = sizing.nearest_width(spec, budget)
+            else:
+                spec = zoo.resolve({**spec, "d_model": args.width})
+                count = sizing.layer_parameters(spec)
+        except StatetrackError as error:
+            body.append([name, zoo.display_name(spec), "-", "-"] + (["-"] if budget is not None else []) + (["-"] if layers else []))
+            notes.append(f"{name}: {error}")
+            continue
+        row = [name, zoo.display_name(spec), str(spec["d_model"]), f"{count:,}"]
+        if budget is not None:
+            deviation = count / budget - 1
+            far = abs(deviation) > sizing.TOLERANCE
+            row.append(f"{deviation:+.2%}" + (" *" if far else ""))
+            if far:
+                notes.append(f"{name}: * no d_model comes within {sizing.TOLERANCE:.0%} of the budget; `params:` in a spec would refuse it")
+        if layers:
+            row.append(f"{sizing.stack_parameters(spec):,}")
+        body.append(row)
+    if budget is not None:
+        print(f"d_model nearest to {budget:,.0f} trainable parameters per layer (mixer, LayerNorms and MLP; "
+              f"embedding and readout not counted)")
+    else:
+        print(f"trainable parameters per layer at d_model {args.width} (mixer, LayerNorms and MLP; embedding and readout not counted)")
+    print(text_table(header, body))
+    for note in notes:
+        print(note)
     return 0
 
 
@@ -270,7 +336,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_tasks)
 
-    p = command("models", help="list models, their parameters and presets")
+    p = command("models", help="list models, their parameters and presets; --params/--width: parameters per layer")
+    p.add_argument("names", nargs="*", metavar="MODEL", help="with --params or --width: these models or presets (default: every registered model)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--params", dest="budget", default=None, metavar="BUDGET",
+                      help="choose each model's d_model for this many trainable parameters per layer (e.g. 3e6), and print it")
+    size.add_argument("--width", type=int, default=None, metavar="N", help="print each model's parameters per layer at d_model N")
+    p.add_argument("--num-layers", type=int, default=None, metavar="N", help="with --params or --width: also count all N layers")
+    p.add_argument("--set", dest="settings", nargs="+", action="extend", default=None, metavar="key=value",
+                   help="with --params or --width: model settings, applied to each model that has the key (e.g. mlp=false num_heads=4)")
     p.set_defaults(func=cmd_models)
 
     p = command("experiments", help="list the shipped experiments")

@@ -20,18 +20,38 @@ def masked_loss_and_accuracy(logits: torch.Tensor, batch: Batch):
     return loss, accuracy
 
 
+# Per-position accuracy is kept for inputs of at most this many tokens (a longer one would store a
+# list as long as the input in every evaluation row).
+MAX_POSITIONS = 4096
+
+
 @torch.no_grad()
-def predict(model, inputs: torch.Tensor, chunk_size: int | None = None) -> torch.Tensor:
-    """Predicted class ids [B, T]. With `chunk_size`, the input is fed in chunks carrying the
-    model state, so memory stays constant in the length (recurrent models only)."""
+def predict(model, inputs: torch.Tensor, chunk_size: int | None = None, probabilities: bool = False) -> torch.Tensor:
+    """Predicted class ids [B, T], or with `probabilities` the softmax over classes [B, T, C]. With
+    `chunk_size`, the input is fed in chunks carrying the model state, so memory stays constant in
+    the length (recurrent models only)."""
+    read = (lambda logits: logits.float().softmax(-1)) if probabilities else (lambda logits: logits.argmax(-1))
     if chunk_size is None or inputs.shape[1] <= chunk_size:
-        return model(inputs)[0].argmax(-1)
+        return read(model(inputs)[0])
     state = None
-    predictions = torch.empty(inputs.shape, dtype=torch.long, device=inputs.device)  # one buffer: memory flat in T
+    predictions = None  # one buffer: memory flat in T
     for start in range(0, inputs.shape[1], chunk_size):
         logits, state = model(inputs[:, start : start + chunk_size], state)
-        predictions[:, start : start + chunk_size] = logits.argmax(-1)
+        chunk = read(logits)
+        if predictions is None:
+            predictions = chunk.new_empty(inputs.shape + chunk.shape[2:])
+        predictions[:, start : start + chunk_size] = chunk
     return predictions
+
+
+def trace(model, batch: Batch, examples: int, chunk_size: int | None = None) -> list[dict]:
+    """What the model does on the first `examples` examples of `batch`, position by position:
+    {inputs, targets, mask, probabilities ([T][C], the softmax over answer classes)}; the report
+    plots it against the input (e.g. the model's output against the signal on `counting`)."""
+    n = min(examples, batch.inputs.shape[0])
+    probs = predict(model, batch.inputs[:n], chunk_size, probabilities=True).cpu()
+    return [{"inputs": batch.inputs[i].tolist(), "targets": batch.targets[i].tolist(), "mask": batch.mask[i].int().tolist(),
+             "probabilities": [[round(p, 4) for p in row] for row in probs[i].tolist()]} for i in range(n)]
 
 
 def eval_generator(seed: int, length: int) -> torch.Generator:
@@ -50,6 +70,7 @@ def evaluate_lengths(
     chunk_size: int | None = 1024,
     device: str | torch.device = "cpu",
     progress: bool = False,
+    traces: int = 0,
 ) -> list[dict]:
     """Scores of `model` on `samples` fresh examples at each length, one row per length:
 
@@ -58,6 +79,11 @@ def evaluate_lengths(
     Jelassi et al. 2024; every prefix product right for a word problem), and `metrics`, the median
     and maximum over the batches of what the model's layers record (statetrack.diagnostics; e.g.
     fixed-point iterations), empty for most models.
+
+    `position_accuracy`: accuracy at each input position over the examples supervised there (None
+    where none is), for inputs of at most MAX_POSITIONS tokens; dense tasks (word problems, copy
+    memory) show where along the input a model stops being right. With `traces` > 0, `traces`
+    holds that many examples' per-position outputs (see `trace`).
     """
     model.eval()
     results = []
@@ -65,20 +91,33 @@ def evaluate_lengths(
     for length in tqdm(lengths, desc="evaluate", disable=not progress, leave=False):
         g = eval_generator(seed, length)
         correct = total = whole = examples = 0
+        by_position = count_by_position = None
         records: dict[str, list[float]] = {}
+        row: dict = {}
         for start in range(0, samples, batch_size):
             batch = task.sample(min(batch_size, samples - start), length, g).to(device)
+            if traces and start == 0:
+                row["traces"] = trace(model, batch, traces, chunk_size)
+                diagnostics.drain(model)
             predicted = predict(model, batch.inputs, chunk_size)
             right = (predicted == batch.targets) | ~batch.mask
-            correct += (right & batch.mask).sum().item()
+            hits = right & batch.mask
+            correct += hits.sum().item()
             total += batch.mask.sum().item()
             supervised = batch.mask.any(dim=1)
             whole += (right.all(dim=1) & supervised).sum().item()
             examples += supervised.sum().item()
+            if batch.inputs.shape[1] <= MAX_POSITIONS:
+                hits, counts = hits.sum(0).cpu(), batch.mask.sum(0).cpu()
+                by_position = hits if by_position is None else by_position + hits
+                count_by_position = counts if count_by_position is None else count_by_position + counts
             diagnostics.merge(records, diagnostics.drain(model))
         accuracy = correct / total
-        results.append({
+        row = {
             "length": length, "accuracy": accuracy, "scaled_accuracy": scaled_accuracy(accuracy, task.chance), "samples": samples,
-            "sequence_accuracy": whole / examples, "metrics": diagnostics.summarize(records),
-        })
+            "sequence_accuracy": whole / examples, "metrics": diagnostics.summarize(records), **row,
+        }
+        if by_position is not None:
+            row["position_accuracy"] = [None if n == 0 else h / n for h, n in zip(by_position.tolist(), count_by_position.tolist())]
+        results.append(row)
     return results

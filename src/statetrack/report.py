@@ -88,6 +88,20 @@ def sequence_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]
     return header, body, 2
 
 
+CHECK, CROSS = "✓", "✗"
+
+
+def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]:
+    """The paper's check-mark table (Anonymous 2025, Tables 2-5): per (task, model), ✓ at each test
+    length the model extrapolates to (selection.metric, mean over seeds at the selected lr, >= the
+    threshold there and at every shorter length), ✗ elsewhere; the last item: two text columns."""
+    lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
+    header = ["task", "model"] + [str(n) for n in lengths]
+    body = [[e["task"], _label(e)] + ["" if n not in e["extrapolates"] else CHECK if e["extrapolates"][n] else CROSS for n in lengths]
+            for e in summary]
+    return header, body, 2
+
+
 def markdown_table(header: list[str], body: list[list[str]], left: int = 0) -> str:
     """`left`: that many leading (text) columns left-aligned and the others right-aligned; 0: no alignment marks."""
     marks = [" --- "] * len(header) if not left else [" :--- " if i < left else " ---: " for i in range(len(header))]
@@ -234,7 +248,7 @@ def _run_size(run: dict):
 def selected_runs(summary: list[dict], runs: list[dict]) -> list[tuple[dict, list[dict]]]:
     """Each summary entry with its done runs at the selected lr (one per seed)."""
     return [(e, [r for r in runs if r["status"] == "done" and (r["task"], r["model"], _run_size(r), r["lr"]) ==
-                 (e["task"], e["model"], e["dataset_size"], e["lr"]) and r["seed"] in e["seeds"]]) for e in summary]
+                 (e.get("run_task", e["task"]), e["model"], e["dataset_size"], e["lr"]) and r["seed"] in e["seeds"]]) for e in summary]
 
 
 def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path: Path, log_x: bool = False) -> Path:
@@ -276,7 +290,8 @@ def plot_metrics(store: Store, summary: list[dict], runs: list[dict], out: Path)
     from iterations_median and iterations_max), `<family>_vs_length.png` when evaluations carry it
     and `<family>_vs_step.png` when training-curve points do. None when no run reports metrics."""
     selected = selected_runs(summary, runs)
-    by_length = [(e, metric_series([[(row["length"], row["metrics"]) for row in store.evals(r["id"])] for r in rs])) for e, rs in selected]
+    by_length = [(e, metric_series([[(row["length"], row["metrics"]) for row in store.evals(r["id"], e.get("variant", ""))] for r in rs]))
+                 for e, rs in selected]
     by_step = [(e, metric_series([[(c["step"], c["metrics"]) for c in store.curves(r["id"])] for r in rs])) for e, rs in selected]
     plots = []
     for series, xlabel, suffix, log_x in ((by_length, "evaluation length", "length", True), (by_step, "training step", "step", False)):
@@ -284,6 +299,113 @@ def plot_metrics(store: Store, summary: list[dict], runs: list[dict], out: Path)
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", family)
             plots.append(plot_metric(series, family, xlabel, out / f"{stem}_vs_{suffix}.png", log_x=log_x))
     return plots
+
+
+def _mean_lists(lists: list[list]) -> list:
+    """Element-wise mean of equal-length lists, None where every list has None."""
+    out = []
+    for values in zip(*lists):
+        present = [v for v in values if v is not None]
+        out.append(statistics.mean(present) if present else None)
+    return out
+
+
+def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, int, list]]:
+    """(entry, length, per-position accuracy, mean over the seeds at the selected lr) at the entry's
+    longest length that has a per-position accuracy with more than one supervised position (a task
+    supervised once per example, at its end, has nothing to show along the input)."""
+    out = []
+    for e, rs in selected_runs(summary, runs):
+        by_length: dict = {}
+        for r in rs:
+            for row in store.evals(r["id"], e.get("variant", "")):
+                positions = row.get("position_accuracy")
+                if positions and sum(v is not None for v in positions) > 1:
+                    by_length.setdefault(row["length"], []).append(positions)
+        if by_length:
+            length = max(by_length)
+            out.append((e, length, _mean_lists([p for p in by_length[length] if len(p) == len(by_length[length][0])])))
+    return out
+
+
+def plot_position_accuracy(series: list[tuple[dict, int, list]], path: Path, train_length: int | None = None) -> Path:
+    """Per task: accuracy at each input position at the longest evaluation length, one line per model
+    (positions never supervised are skipped); a dotted line marks the longest training length."""
+    tasks = sorted({e["task"] for e, _, _ in series})
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(9, 3.2 * len(tasks)), squeeze=False)
+    for ax, task in zip(axes[:, 0], tasks):
+        lengths = set()
+        for e, length, values in (x for x in series if x[0]["task"] == task):
+            xs = [i for i, v in enumerate(values) if v is not None]
+            ax.plot(xs, [values[i] for i in xs], lw=1, label=_label(e))
+            lengths.add(length)
+        if train_length:
+            ax.axvline(train_length, color="grey", ls=":", lw=1)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("input position")
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{task}, length {', '.join(map(str, sorted(lengths)))}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_traces(store: Store, summary: list[dict], runs: list[dict], answers: dict, out: Path) -> list[Path]:
+    """Model output against the input (Anonymous 2025, Fig. 2-3), one PNG per task (and evaluation
+    variant) whose runs kept traces (`eval.traces`): per model, the first traced example at the
+    shortest traced length of its best seed at the selected lr. Grey: the input tokens (scaled to
+    [0, 1]); dashed: the target; solid: the model's probability of the last answer class when there
+    are two (e.g. the signal being on, for `counting`), else of the target class."""
+    by_task: dict = {}
+    for e, rs in selected_runs(summary, runs):
+        seeded = sorted(rs, key=lambda r: r["seed"] != e["best_seed"])
+        for r in seeded[:1]:
+            traced = [t for t in store.traces(r["id"]) if t["variant"] == e.get("variant", "")]
+            if traced:
+                by_task.setdefault(e["task"], []).append((e, min(traced, key=lambda t: t["length"])))
+    paths = []
+    for task, entries in sorted(by_task.items()):
+        fig, axes = plt.subplots(len(entries), 1, figsize=(10, 1.9 * len(entries) + 0.6), squeeze=False, sharex=True)
+        for ax, (e, traced) in zip(axes[:, 0], entries):
+            example = traced["examples"][0]
+            inputs, targets, mask, probs = example["inputs"], example["targets"], example["mask"], example["probabilities"]
+            lo, hi = min(inputs), max(inputs)
+            xs = range(len(inputs))
+            ax.fill_between(xs, [(v - lo) / ((hi - lo) or 1) for v in inputs], step="mid", color="0.85", label="input")
+            binary = len(probs[0]) == 2
+            names = answers.get(e.get("run_task", task))
+            if binary:
+                ax.plot(xs, [t if m else float("nan") for t, m in zip(targets, mask)], ls="--", color="k", lw=1, label="target")
+                ax.plot(xs, [p[1] for p in probs], color="C0", lw=1.2, label=f"p({names[1] if names else 'class 1'})")
+            else:
+                ax.plot(xs, [p[t] if m else float("nan") for p, t, m in zip(probs, targets, mask)], color="C0", lw=1.2, label="p(target)")
+            ax.set_ylim(-0.05, 1.05)
+            ax.set_ylabel(_label(e), fontsize=8)
+            ax.legend(fontsize=6, loc="upper right")
+        axes[-1, 0].set_xlabel("time step")
+        fig.suptitle(f"{task}: model output against the input (length {entries[0][1]['length']})")
+        fig.tight_layout()
+        path = out / f"traces_{re.sub(r'[^A-Za-z0-9_.-]+', '_', task).strip('_')}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _answers(runs: list[dict]) -> dict:
+    """Each run task's answer classes (for legends), where the task can be built here."""
+    from statetrack.tasks import make_task
+
+    out = {}
+    for r in runs:
+        if r["task"] not in out:
+            try:
+                out[r["task"]] = make_task(**r["config"]["task"]).answers
+            except Exception:  # a task registered by a module not imported here: generic legend
+                pass
+    return out
 
 
 def missing_runs(store: Store, experiment: str) -> list[dict]:
@@ -340,6 +462,11 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     if any(r["status"] == "done" for r in runs):
         plots.append(plot_curves(store, [r for r in runs if r["status"] == "done"], out / "training_curves.png"))
     plots += plot_metrics(store, summary, runs, out)
+    positions = position_series(store, summary, runs)
+    if positions:
+        train_length = ((plan or {}).get("spec", {}).get("train") or {}).get("max_length")
+        plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", train_length))
+    plots += plot_traces(store, summary, runs, _answers(runs), out)
     rule = describe_selection(selection)
     tables = [
         ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline")),
@@ -351,6 +478,10 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     if any(e["sequence_differs"] for e in summary):
         tables.insert(3, ("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
                           "mean ± std over seeds at the selected lr", sequence_rows(summary)))
+    if summary and summary[0]["selection"]["criterion"] == "extrapolation":
+        chosen = summary[0]["selection"]
+        tables.insert(1, ("Extrapolation", f"{CHECK}: {chosen['metric'].replace('_', ' ')} >= {chosen['threshold']:g} at that length and at "
+                          f"every shorter one (mean over seeds at the selected lr; Anonymous 2025), {CROSS}: not", extrapolation_rows(summary)))
     if efficiency:
         tables.insert(1, ("Data efficiency: scaled accuracy at the test length vs training-set size N",
                           "mean ± std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",

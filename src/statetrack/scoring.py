@@ -2,12 +2,16 @@
 
 - A run's evaluation at one length is scored by `scaled_accuracy` = (acc - chance) / (1 - chance):
   0 at chance, 1 when perfect (Ebrahimi & Memisevic 2025; Grazzi et al. 2025).
-- A spec's `selection: {lr, seeds, criterion, threshold}` says how a grid of (lr, seed) runs
+- A spec's `selection: {lr, seeds, criterion, threshold, metric}` says how a grid of (lr, seed) runs
   becomes one figure per (task, model); `summarize` applies it and the report only renders it.
   - criterion, a run's score: `mean_scaled` is the mean scaled accuracy over the evaluation
     lengths; `extrapolation` (Anonymous 2025) is the longest test length L with accuracy >=
     threshold (0.9) at L and at every shorter test length (0 when none), ties broken by mean
-    scaled accuracy.
+    scaled accuracy. `metric` is what that threshold applies to: `accuracy` (over supervised
+    tokens) or `sequence_accuracy` (examples right at every supervised position).
+  - The paper's check-mark table (Anonymous 2025, Tables 2-5): a model extrapolates to length L
+    when the mean over seeds of `metric` at the selected lr is >= threshold at L and at every
+    shorter test length (`summarize`'s `extrapolates`).
   - lr: `best_mean` keeps the learning rate whose mean score over seeds is highest
     (Ebrahimi & Memisevic 2025; Anonymous 2025); `best_max` the one whose best seed scores highest
     (best over seeds x lrs, Deletang et al. 2023).
@@ -35,6 +39,7 @@ SELECTION_CHOICES = {
     "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
     "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
     "criterion": ("mean_scaled", "extrapolation"),  # a run's score (see run_score)
+    "metric": ("accuracy", "sequence_accuracy"),  # what the threshold of `extrapolation` applies to
 }
 SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
 
@@ -88,7 +93,8 @@ def _mean_score(scores: list[tuple]) -> tuple:
 def describe_selection(selection: dict | None) -> str:
     """The selection rule in words, printed under every headline table."""
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    score = ("longest test length with accuracy >= {:g} there and at every shorter length".format(selection["threshold"])
+    score = ("longest test length with {} >= {:g} there and at every shorter length".format(
+                 selection["metric"].replace("_", " "), selection["threshold"])
              if selection["criterion"] == "extrapolation" else "mean scaled accuracy over lengths")
     lr = "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
     seeds = "mean ± std over seeds" if selection["seeds"] == "mean" else "the best seed"
@@ -98,7 +104,7 @@ def describe_selection(selection: dict | None) -> str:
 def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     """Rows of `Store.results` -> one entry per (task, model, dataset_size) with the selected figures.
 
-    Each entry: task, model, dataset_size (None for fresh batches), lr (selected), lengths, seeds, selection, score (the headline's
+    Each entry: task, run_task and variant (an evaluation variant's entry has task "<run_task> [<variant>]"), model, dataset_size (None for fresh batches), lr (selected), lengths, seeds, selection, score (the headline's
     criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
     best and best_seed, mean and std (per length over seeds at the selected lr), per_seed
     ({seed: {scaled, accuracy, sequence, score}} at that lr), lr_scores ({lr: score under the lr rule}),
@@ -110,8 +116,14 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy}, {length: sequence accuracy where measured})
     runs: dict = defaultdict(lambda: ({}, {}, {}))
     differs: set = set()  # (task, model, N) with a sequence accuracy that is not the accuracy
+    variants: dict = {}  # task -> (the runs' task, the evaluation variant; '' for the training task)
     for r in rows:
+        variant = r.get("variant") or ""
+        variants[r["task"]] = (r["task"][: -len(f" [{variant}]")] if variant else r["task"], variant)
         scaled, accuracy, sequence = runs[(r["task"], r["model"], r.get("dataset_size"), r["lr"], r["seed"])]
+        if selection["metric"] == "sequence_accuracy" and r.get("sequence_accuracy") is None:
+            raise StatetrackError(f"selection.metric is sequence_accuracy, but {r['model']} on {r['task']} did not measure it "
+                                  f"(runs evaluated before it was stored); use metric: accuracy")
         scaled[r["length"]] = r["scaled_accuracy"]
         accuracy[r["length"]] = r.get("accuracy", r["scaled_accuracy"])
         if r.get("sequence_accuracy") is not None:
@@ -120,8 +132,9 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
                 differs.add((r["task"], r["model"], r.get("dataset_size")))
     groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model, N) -> lr -> seed -> per-seed record
     for (task, model, size, lr, seed), (scaled, accuracy, sequence) in runs.items():
-        groups[(task, model, size)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "sequence": sequence,
-                                                 "score": run_score(scaled, accuracy, selection)}
+        measured = sequence if selection["metric"] == "sequence_accuracy" else accuracy
+        groups[(task, model, size)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "sequence": sequence, "measured": measured,
+                                                 "score": run_score(scaled, measured, selection)}
     summary = []
     for (task, model, size), by_lr in groups.items():
         def lr_score(lr):
@@ -138,9 +151,11 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
         best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
         per_length_sequence = {n: [v["sequence"][n] for v in seeds.values() if n in v["sequence"]] for n in lengths}
         per_length_sequence = {n: v for n, v in per_length_sequence.items() if v}
+        measured_mean = {n: statistics.mean(v["measured"][n] for v in seeds.values() if n in v["measured"]) for n in lengths}
+        reached = extrapolation_length(measured_mean, selection["threshold"])
         by_mean = selection["seeds"] == "mean"
         summary.append({
-            "task": task, "model": model, "dataset_size": size, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
+            "task": task, "run_task": variants[task][0], "variant": variants[task][1], "model": model, "dataset_size": size, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
             "score": (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0],
             "headline": mean if by_mean else best,
             "best_seed": best_seed, "best": best, "mean": mean,
@@ -150,6 +165,8 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
             "sequence_std": {n: statistics.pstdev(v) for n, v in per_length_sequence.items()},
             "sequence_differs": (task, model, size) in differs,
+            "measured_mean": measured_mean,
+            "extrapolates": {n: n <= reached for n in lengths},
         })
     return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
 

@@ -1,8 +1,10 @@
 """Results store: one SQLite file (WAL mode), default `results/statetrack.db`.
 
 Tables: `runs` (one row per run: full config, seed, lr, git revision, status, timings),
-`evals` (one row per run and evaluation length: accuracy, scaled accuracy, sequence accuracy and the
-model's own per-length `metrics` as JSON), `curves` (training curve points, with their `metrics`) and `plans`
+`evals` (one row per run, evaluation variant and length: accuracy, scaled accuracy, sequence
+accuracy, the model's own per-length `metrics` and the per-position accuracy as JSON; `variant` is ''
+for the training task and the name of an `eval.variants` entry otherwise), `traces` (a few examples'
+per-position outputs, where the spec asks for `eval.traces`), `curves` (training curve points, with their `metrics`) and `plans`
 (per experiment, the resolved spec and the list of runs that the latest `statetrack run` expanded,
 so a report knows which runs it expects and which are missing).
 A run becomes `done` in the same transaction that writes its evaluations, so a run killed at any
@@ -21,6 +23,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULT_STORE = Path("results") / "statetrack.db"
+
+EVALS_TABLE = """
+CREATE TABLE IF NOT EXISTS evals (
+    run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    variant TEXT NOT NULL DEFAULT '',
+    length INTEGER NOT NULL,
+    accuracy REAL NOT NULL,
+    scaled_accuracy REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    sequence_accuracy REAL,
+    metrics TEXT,
+    position_accuracy TEXT,
+    PRIMARY KEY (run_id, variant, length)
+);
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -43,15 +60,13 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at REAL
 );
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment);
-CREATE TABLE IF NOT EXISTS evals (
+{evals}
+CREATE TABLE IF NOT EXISTS traces (
     run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    variant TEXT NOT NULL DEFAULT '',
     length INTEGER NOT NULL,
-    accuracy REAL NOT NULL,
-    scaled_accuracy REAL NOT NULL,
-    samples INTEGER NOT NULL,
-    sequence_accuracy REAL,
-    metrics TEXT,
-    PRIMARY KEY (run_id, length)
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, variant, length)
 );
 CREATE TABLE IF NOT EXISTS curves (
     run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
@@ -68,16 +83,17 @@ CREATE TABLE IF NOT EXISTS plans (
     runs TEXT NOT NULL,
     created_at REAL
 );
-"""
+""".format(evals=EVALS_TABLE.strip())
 
 # The fixed keys of a `results` row; a model metric of the same name is renamed metric_<name>.
-RESULT_KEYS = ("model", "task", "task_params", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy", "sequence_accuracy")
+RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy", "sequence_accuracy")
 
 # Columns added since the first schema: a store written before them gains them when opened (NULL in old rows).
 ADDED_COLUMNS = {
-    "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT"},
+    "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT", "position_accuracy": "TEXT"},
     "curves": {"metrics": "TEXT"},
 }
+EVAL_COLUMNS = ("run_id", "length", "accuracy", "scaled_accuracy", "samples", "sequence_accuracy", "metrics", "position_accuracy")
 
 
 def _encode_metrics(metrics: dict | None) -> str | None:
@@ -110,7 +126,19 @@ class Store:
 
     @staticmethod
     def _add_missing_columns(db) -> None:
-        """Bring a store made by an older schema up to date (new columns are nullable)."""
+        """Bring a store made by an older schema up to date (new columns are nullable; the evaluation
+        variant joins the key of `evals`, which SQLite can only do by copying the table)."""
+        present = {row["name"] for row in db.execute("PRAGMA table_info(evals)")}
+        if "variant" not in present:
+            db.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see the new table
+            present = {row["name"] for row in db.execute("PRAGMA table_info(evals)")}
+            if "variant" not in present:
+                kept = [c for c in EVAL_COLUMNS if c in present]
+                db.execute("ALTER TABLE evals RENAME TO evals_before_variants")
+                db.execute(EVALS_TABLE)
+                db.execute(f"INSERT INTO evals ({', '.join(kept)}) SELECT {', '.join(kept)} FROM evals_before_variants")
+                db.execute("DROP TABLE evals_before_variants")
+            db.execute("COMMIT")
         for table, columns in ADDED_COLUMNS.items():
             present = {row["name"] for row in db.execute(f"PRAGMA table_info({table})")}
             for name, kind in columns.items():
@@ -157,17 +185,25 @@ class Store:
                    eval_seconds: float, host: str | None = None) -> None:
         """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here.
 
-        Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally sequence_accuracy
-        (the fraction of examples right at every supervised position) and metrics ({name: float}, the
-        model's own statistics at that length); each curve point: step, loss, accuracy, optionally metrics.
+        Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally variant (the
+        `eval.variants` entry it scores; '' or absent for the training task), sequence_accuracy (the
+        fraction of examples right at every supervised position), metrics ({name: float}, the model's
+        own statistics at that length), position_accuracy (a list over positions, None where nothing
+        is supervised) and traces (examples' per-position outputs, `evaluate.trace`); each curve
+        point: step, loss, accuracy, optionally metrics.
         """
         with self._connect() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO evals (run_id, length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, e["length"], e["accuracy"], e["scaled_accuracy"], e["samples"],
-                  None if e.get("sequence_accuracy") is None else float(e["sequence_accuracy"]), _encode_metrics(e.get("metrics")))
+                "INSERT OR REPLACE INTO evals (run_id, variant, length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics,"
+                " position_accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, e.get("variant") or "", e["length"], e["accuracy"], e["scaled_accuracy"], e["samples"],
+                  None if e.get("sequence_accuracy") is None else float(e["sequence_accuracy"]), _encode_metrics(e.get("metrics")),
+                  None if e.get("position_accuracy") is None else json.dumps(e["position_accuracy"]))
                  for e in evals],
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO traces (run_id, variant, length, data) VALUES (?, ?, ?, ?)",
+                [(run_id, e.get("variant") or "", e["length"], json.dumps(e["traces"])) for e in evals if e.get("traces")],
             )
             db.executemany(
                 "INSERT OR REPLACE INTO curves (run_id, step, loss, accuracy, metrics) VALUES (?, ?, ?, ?, ?)",
@@ -209,21 +245,26 @@ class Store:
             return [r[0] for r in db.execute("SELECT experiment FROM runs UNION SELECT experiment FROM plans ORDER BY 1")]
 
     def results(self, experiment: str, run_ids: set[str] | None = None) -> list[dict]:
-        """One row per (finished run, evaluation length): the `statetrack results --json` schema.
+        """One row per (finished run, evaluation variant, evaluation length): the `statetrack results --json` schema.
 
         Keys: model, task, task_params (the task's parameters, e.g. {"group": "A5"}; {} when none),
-        dataset_size (N of a run on a fixed training set; only in the rows of runs that set it), seed,
+        [variant], dataset_size (N of a run on a fixed training set; only in the rows of runs that set it), seed,
         lr, length, accuracy, scaled_accuracy, sequence_accuracy (only where it was measured), then
         each of the model's metrics at that length as a key of its own (e.g. iterations_median; a
         metric named like one of the keys above is written as metric_<name>).
+        A row that scores an evaluation variant (`eval.variants` of the spec: the trained model on
+        the task with some parameters changed, e.g. counting's phase-alignment patterns) has
+        `variant` (its name), the variant's parameters in task_params and task "<task> [<variant>]",
+        so tables and the selection read it as a task of its own.
         `run_ids`: only these runs (the runs of the experiment's plan, say)."""
         with self._connect() as db:
             rows = db.execute(
                 "SELECT r.id, r.model, r.task, json_extract(r.config, '$.task') AS task_config,"
+                " json_extract(r.config, '$.eval.variants') AS variants,"
                 " json_extract(r.config, '$.train.dataset_size') AS dataset_size,"
-                " r.seed, r.lr, e.length, e.accuracy, e.scaled_accuracy, e.sequence_accuracy, e.metrics"
+                " r.seed, r.lr, e.variant, e.length, e.accuracy, e.scaled_accuracy, e.sequence_accuracy, e.metrics"
                 " FROM runs r JOIN evals e ON e.run_id = r.id"
-                " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, dataset_size, r.lr, r.seed, e.length",
+                " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, e.variant, dataset_size, r.lr, r.seed, e.length",
                 (experiment,),
             ).fetchall()
         out = []
@@ -231,6 +272,9 @@ class Store:
             if run_ids is not None and r["id"] not in run_ids:
                 continue
             row = {"model": r["model"], "task": r["task"], "task_params": _task_params(r["task_config"])}
+            if r["variant"]:
+                overrides = (json.loads(r["variants"]) if r["variants"] else {}).get(r["variant"]) or {}
+                row.update(task=f"{r['task']} [{r['variant']}]", variant=r["variant"], task_params={**row["task_params"], **overrides})
             if r["dataset_size"] is not None:
                 row["dataset_size"] = r["dataset_size"]
             row.update({k: r[k] for k in ("seed", "lr", "length", "accuracy", "scaled_accuracy")})
@@ -247,12 +291,21 @@ class Store:
             rows = db.execute("SELECT step, loss, accuracy, metrics FROM curves WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
         return [{**dict(r), "metrics": _decode_metrics(r["metrics"])} for r in rows]
 
-    def evals(self, run_id: str) -> list[dict]:
-        """{length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics} per evaluation length;
-        sequence_accuracy is left out where it was not measured, metrics is {} when there are none."""
+    def evals(self, run_id: str, variant: str | None = "") -> list[dict]:
+        """{length, accuracy, scaled_accuracy, samples, [variant], sequence_accuracy, metrics, position_accuracy}
+        per evaluation length of `variant` ('' = the training task; None = every variant); variant is
+        left out for the training task, sequence_accuracy and position_accuracy where they were not
+        measured, and metrics is {} when there are none."""
         with self._connect() as db:
-            rows = db.execute("SELECT length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics FROM evals"
-                              " WHERE run_id = ? ORDER BY length", (run_id,)).fetchall()
-        return [{**{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")},
+            rows = db.execute("SELECT * FROM evals WHERE run_id = ? AND (? IS NULL OR variant = ?) ORDER BY variant, length",
+                              (run_id, variant, variant)).fetchall()
+        return [{**{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")}, **({"variant": r["variant"]} if r["variant"] else {}),
                  **({} if r["sequence_accuracy"] is None else {"sequence_accuracy": r["sequence_accuracy"]}),
+                 **({} if r["position_accuracy"] is None else {"position_accuracy": json.loads(r["position_accuracy"])}),
                  "metrics": _decode_metrics(r["metrics"])} for r in rows]
+
+    def traces(self, run_id: str) -> list[dict]:
+        """{variant, length, examples} per traced evaluation (examples: `evaluate.trace`'s dicts)."""
+        with self._connect() as db:
+            rows = db.execute("SELECT variant, length, data FROM traces WHERE run_id = ? ORDER BY variant, length", (run_id,)).fetchall()
+        return [{"variant": r["variant"], "length": r["length"], "examples": json.loads(r["data"])} for r in rows]

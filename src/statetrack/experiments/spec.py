@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from statetrack import zoo
+from statetrack import sizing, zoo
 from statetrack.errors import StatetrackError, unknown
 from statetrack.plugins import load_imports, resolve_imports
 from statetrack.scoring import selection_of
@@ -36,7 +36,7 @@ TOP_LEVEL_KEYS = {
     "models": "list of model specs (see `statetrack models`)",
     "model_defaults": "settings applied to every model (d_model, num_layers, ...)",
     "train": "training settings (TrainConfig); dataset_size may be a list, one run per value",
-    "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed",
+    "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed, [variants, traces]",
     "lrs": "learning rates",
     "seeds": "seeds",
     "selection": "how the report picks a learning rate and aggregates seeds: {lr, seeds, criterion, threshold}",
@@ -44,6 +44,11 @@ TOP_LEVEL_KEYS = {
     "imports": "modules or .py files (relative to the spec) that register models and tasks, imported by every worker",
 }
 EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
+# Evaluation settings without a default: part of a run's id only where a spec gives them.
+# variants: {name: {task parameter: value}}, the trained model scored again on the task with those
+#   parameters changed (e.g. counting's phase-alignment patterns), at the same lengths;
+# traces: how many examples' per-position outputs to keep per length (plotted in the report).
+EVAL_OPTIONAL = ("variants", "traces")
 def shipped_specs() -> dict[str, str]:
     """Names of the experiments shipped with the package -> their description."""
     folder = resources.files("statetrack.experiments") / "specs"
@@ -133,9 +138,18 @@ def check_spec(spec: dict) -> None:
     if ("task" in spec) == ("tasks" in spec):
         raise StatetrackError(f"experiment {spec['name']!r}: give exactly one of 'task' or 'tasks'")
     eval_spec = spec.get("eval") or {}
-    bad = [k for k in eval_spec if k not in EVAL_DEFAULTS]
+    bad = [k for k in eval_spec if k not in EVAL_DEFAULTS and k not in EVAL_OPTIONAL]
     if bad:
-        raise StatetrackError(f"experiment {spec['name']!r}: unknown eval setting {bad[0]!r}; expected one of: {', '.join(EVAL_DEFAULTS)}")
+        raise StatetrackError(f"experiment {spec['name']!r}: unknown eval setting {bad[0]!r}; "
+                              f"expected one of: {', '.join([*EVAL_DEFAULTS, *EVAL_OPTIONAL])}")
+    variants = eval_spec.get("variants", {})
+    if not isinstance(variants, dict) or not all(isinstance(k, str) and k.replace("_", "").replace("-", "").isalnum()
+                                                  and isinstance(v, dict) and v for k, v in variants.items()):
+        raise StatetrackError(f"experiment {spec['name']!r}: eval.variants must map names (letters, digits, _ or -) to non-empty "
+                              f"mappings of task parameters, e.g. {{two_isi: {{pattern: two_isi}}}}; got {variants!r}")
+    traces = eval_spec.get("traces", 0)
+    if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
+        raise StatetrackError(f"experiment {spec['name']!r}: eval.traces must be a non-negative integer, got {traces!r}")
     lengths = eval_spec.get("lengths")
     if not isinstance(lengths, list) or not lengths or not all(isinstance(n, int) and n >= 1 for n in lengths):
         raise StatetrackError(f"experiment {spec['name']!r}: eval.lengths must be a non-empty list of positive integers, got {lengths!r}")
@@ -236,13 +250,26 @@ def expand(spec: dict) -> list[RunSpec]:
     model is built for each task, and every training and evaluation length is checked against the task."""
     tasks = [_task_spec(t) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
     defaults = spec.get("model_defaults") or {}
-    models = [zoo.resolve({**defaults, **({"name": m} if isinstance(m, str) else m)}) for m in spec["models"]]
+    if not isinstance(defaults, dict):
+        raise StatetrackError(f"experiment {spec['name']!r}: model_defaults must be a mapping (d_model, width, params, "
+                              f"num_layers, ...), got {defaults!r}")
+    # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.sizing): each run's model is concrete
+    models = [sizing.apply_sizing(m, defaults) for m in spec["models"]]
     eval_spec = {**EVAL_DEFAULTS, **(spec.get("eval") or {})}
     trains = _dataset_sizes(spec)
     train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
-    for _, task in tasks:
+    for entry, task in tasks:
         for length in [train_config.min_length, *eval_spec["lengths"]]:
             task.check_length(length)
+        for name, overrides in (eval_spec.get("variants") or {}).items():
+            try:
+                variant = make_task(**{**entry, **overrides})
+                for length in eval_spec["lengths"]:
+                    variant.check_length(length)
+                if (variant.vocab, variant.answers) != (task.vocab, task.answers):
+                    raise StatetrackError(f"{overrides} changes the task's tokens or answers, so the trained model cannot read it")
+            except StatetrackError as error:
+                raise StatetrackError(f"experiment {spec['name']!r}: eval variant {name!r}: {error}") from None
     built = set()
     for _, task in tasks:
         for model in models:

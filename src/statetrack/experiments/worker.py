@@ -55,11 +55,16 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
         trainer = Trainer(model, task, config, path, progress=progress).fit()
         start = time.perf_counter()
         e = run.eval
-        evals = evaluate_lengths(
-            model, task, e["lengths"], samples=e["samples"], batch_size=e["batch_size"], seed=e["seed"],
-            chunk_size=e["chunk_size"] if zoo.get_entry(run.model["name"]).recurrent else None,
-            device=trainer.device, progress=progress,
-        )
+        variants = {"": {}, **(e.get("variants") or {})}  # '' = the training task itself
+        evals = []
+        for variant, overrides in variants.items():
+            scored = task if not overrides else make_task(**{**run.task, **overrides})
+            rows = evaluate_lengths(
+                model, scored, e["lengths"], samples=e["samples"], batch_size=e["batch_size"], seed=e["seed"],
+                chunk_size=e["chunk_size"] if zoo.get_entry(run.model["name"]).recurrent else None,
+                device=trainer.device, progress=progress, traces=e.get("traces", 0),
+            )
+            evals += [{**row, "variant": variant} for row in rows]
         return {"status": "done", "evals": evals, "curve": trainer.curve, "steps": trainer.step,
                 "num_parameters": model.num_parameters(), "train_seconds": trainer.seconds,
                 "eval_seconds": time.perf_counter() - start, "host": socket.gethostname()}

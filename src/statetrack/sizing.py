@@ -1,0 +1,221 @@
+"""Parameter-matched sizing: choose each model's width (d_model) for a budget of parameters per layer.
+
+Anonymous 2025 compares models at about 3M parameters per layer, each at its own width (its
+Tables 6-8). `layer_parameters(spec)` counts the trainable parameters of one block of a model (the
+mixer, its LayerNorms and the MLP when `mlp`), which does not depend on the task's vocabulary;
+`fit_width(spec, params)` returns the spec with the d_model whose count is nearest to `params`.
+
+In an experiment spec (and through `apply_sizing`, which `statetrack.experiments.spec.expand`
+calls for each model entry), `params: 3e6` in `model_defaults` or in a model entry asks for that
+per-layer budget, and `width: N` is a synonym of `d_model: N`. A run's stored model spec is always
+concrete: the chosen d_model, no `params` or `width` key.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+
+from statetrack import zoo
+from statetrack.errors import StatetrackError
+
+__all__ = ["MAX_WIDTH", "TOLERANCE", "apply_sizing", "fit_width", "layer_parameters", "nearest_width",
+           "parse_budget", "stack_parameters"]
+
+TOLERANCE = 0.05  # fit_width's largest relative distance between a layer's count and the budget
+MAX_WIDTH = 1 << 16  # widths searched: 1 .. MAX_WIDTH
+_SCAN = 256  # widths tried past an unbuildable one before giving up on the next buildable one
+
+
+# ---- counting ------------------------------------------------------------------------------------
+def _trainable(module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def _build(spec: dict):
+    """The SequenceModel of a resolved spec for a 1-token, 1-class task: on the meta device (no memory,
+    no arithmetic), or on the CPU when the mixer's construction needs real numbers. A StatetrackError
+    (a bad setting, e.g. a width not divisible by the heads) is raised as it is, without a CPU retry."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return zoo.build_model(spec, 1, 1)
+    except StatetrackError:
+        raise
+    except Exception:
+        with torch.device("cpu"):
+            return zoo.build_model(spec, 1, 1)
+
+
+@functools.lru_cache(maxsize=16384)
+def _cached_count(mixer: type, key: str, d_model: int) -> int | str:
+    """Trainable parameters of block 0 at `d_model`, or why it cannot be built (a one-line message; no
+    exception is kept, so no traceback holds on to tensors). The mixer class is part of the key, so a
+    name registered again to another class is counted afresh."""
+    spec = {**json.loads(key), "d_model": d_model, "num_layers": 1}
+    try:
+        return _trainable(_build(spec).blocks[0])
+    except StatetrackError as error:
+        return f"model {spec['name']!r}: {error}"
+    except Exception as error:  # noqa: BLE001 - an unbuildable width, reported by the caller
+        settings = ", ".join(f"{k}={v!r}" for k, v in spec.items() if k not in ("name", "num_layers"))
+        return f"model {spec['name']!r} cannot be built with {settings}: {type(error).__name__}: {error}"
+
+
+def _counter(spec: dict):
+    """d_model -> block-0 count (or why it cannot be built) of the resolved `spec` at any width."""
+    spec = zoo.resolve(spec)
+    rest = {k: v for k, v in spec.items() if k not in ("d_model", "num_layers")}
+    key = json.dumps(rest, sort_keys=True, default=repr)
+    mixer = zoo.get_entry(spec["name"]).mixer
+    return lambda d: _cached_count(mixer, key, int(d))
+
+
+def layer_parameters(spec: dict | str) -> int:
+    """Trainable parameters of one block (mixer + its LayerNorms + MLP when `mlp`) of the model `spec`,
+    counted like SequenceModel.num_parameters (requires_grad only); independent of the vocabulary
+    and of num_layers. The first block is counted: a mixer with `frozen_input` freezes its norm."""
+    spec = zoo.resolve(spec)
+    count = _counter(spec)(spec["d_model"])
+    if isinstance(count, str):
+        raise StatetrackError(count)
+    return count
+
+
+def stack_parameters(spec: dict | str) -> int:
+    """Trainable parameters of all num_layers blocks of the model `spec` (no embedding, final norm or readout)."""
+    spec = zoo.resolve(spec)
+    layer_parameters(spec)  # a model that cannot be built is a one-line error
+    model = _build(spec)
+    return sum(_trainable(block) for block in model.blocks)
+
+
+# ---- fitting -------------------------------------------------------------------------------------
+def parse_budget(value, origin: str = "params") -> float:
+    """A per-layer parameter budget: a positive number, or a numeric string such as "3e6" (YAML reads
+    `3e6` without a dot as a string)."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip().replace("_", ""))
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number <= 0:
+        raise StatetrackError(f"{origin} must be a positive number of parameters per layer (e.g. 3e6), got {value!r}")
+    return float(number)
+
+
+def _check_width(value, origin: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StatetrackError(f"{origin}: width must be a positive integer (a synonym of d_model), got {value!r}")
+    return value
+
+
+def nearest_width(spec: dict | str, params: float) -> tuple[dict, int]:
+    """(the resolved spec at the buildable d_model whose per-layer count is nearest to `params`, that count),
+    however far from the budget it is. Widths that cannot be built (e.g. not divisible by the heads)
+    are skipped. Counts grow with d_model (about quadratically): the first width whose count reaches
+    the budget is found by doubling and bisection, then its buildable neighbours are compared."""
+    params = parse_budget(params)
+    spec = zoo.resolve(spec)
+    count = _counter(spec)
+    errors: list[str] = []
+
+    def buildable(d: int, step: int) -> int | None:
+        """The first buildable width from d in direction step (+1 or -1), or None."""
+        for _ in range(_SCAN):
+            if not 1 <= d <= MAX_WIDTH:
+                return None
+            c = count(d)
+            if not isinstance(c, str):
+                return d
+            errors.append(c)
+            d += step
+        return None
+
+    def reaches(d: int) -> bool:  # the next buildable width from d has at least `params` parameters
+        b = buildable(d, +1)
+        return b is None or count(b) >= params
+
+    low = buildable(1, +1)
+    if low is None:
+        raise StatetrackError(f"model {spec['name']!r} cannot be built at any d_model from 1 to {min(_SCAN, MAX_WIDTH)}; "
+                              f"at {min(_SCAN, MAX_WIDTH)}: {errors[-1]}")
+    if count(low) >= params:
+        high = low
+    else:  # count(low) < params: double until the budget is reached, then bisect (low misses, high reaches)
+        high = low * 2
+        while high < MAX_WIDTH and not reaches(high):
+            low, high = high, high * 2
+        high = min(high, MAX_WIDTH)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if reaches(mid) else (mid, high)
+    first = buildable(high, +1) or buildable(high, -1) or low
+    candidates = [first]
+    for step in (+1, -1):  # two buildable widths on each side: counts are not always strictly monotone
+        d = first
+        for _ in range(2):
+            d = buildable(d + step, step) if d is not None else None
+            if d is not None:
+                candidates.append(d)
+    best = min(candidates, key=lambda d: (abs(count(d) - params), d))
+    return {**spec, "d_model": best}, count(best)
+
+
+def fit_width(spec: dict | str, params) -> dict:
+    """The resolved `spec` with the d_model whose trainable parameters per layer (`layer_parameters`) are
+    nearest to the budget `params`; a StatetrackError when no width comes within 5% (TOLERANCE)."""
+    budget = parse_budget(params)
+    fitted, count = nearest_width(spec, budget)
+    if abs(count - budget) > TOLERANCE * budget:
+        raise StatetrackError(
+            f"model {fitted['name']!r} ({zoo.display_name(fitted)}): no d_model gives {budget:,.0f} parameters per layer "
+            f"within {TOLERANCE:.0%}; nearest: d_model {fitted['d_model']} with {count:,} ({count / budget - 1:+.1%})")
+    return fitted
+
+
+# ---- spec keys -----------------------------------------------------------------------------------
+def _sizing_keys(entry: dict, origin: str) -> dict:
+    """`entry` with `width` renamed d_model; conflicting keys in one entry are an error."""
+    entry = dict(entry)
+    if "width" in entry and "d_model" in entry:
+        raise StatetrackError(f"{origin}: give either 'width' or 'd_model' (they are synonyms), not both")
+    if "params" in entry:
+        sizes = [k for k in ("d_model", "width") if k in entry]
+        if sizes:
+            raise StatetrackError(f"{origin}: give either 'params' (a per-layer parameter budget, which chooses d_model) "
+                                  f"or {sizes[0]!r}, not both")
+        parse_budget(entry["params"], f"{origin}: params")
+    if "width" in entry:
+        entry["d_model"] = _check_width(entry.pop("width"), origin)
+    return entry
+
+
+def apply_sizing(entry: dict | str, defaults: dict | None = None) -> dict:
+    """The resolved model spec of an experiment's model `entry` with `model_defaults` `defaults` merged in
+    (the entry wins), its width settled:
+
+    - `width: N` (in either) is `d_model: N`; `width` with `d_model`, or `params` with either, in the
+      same mapping is an error;
+    - the entry's own `d_model`/`width` overrides a default `params`, and its own `params` a default
+      `d_model`/`width`;
+    - `params: B` (a number, or a numeric string such as "3e6") chooses d_model by `fit_width`.
+
+    The result has a concrete d_model and no `params` or `width` key.
+    """
+    if not isinstance(entry, (str, dict)):
+        raise StatetrackError(f"a model entry must be a model name or a mapping {{name: ..., settings...}}, got {entry!r}")
+    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    label = f"model {entry['name']!r}" if "name" in entry else f"model {entry!r}"
+    own = _sizing_keys(entry, label)
+    defaults = _sizing_keys(defaults or {}, "model_defaults")
+    if "d_model" in own or "params" in own:
+        defaults = {k: v for k, v in defaults.items() if k not in ("d_model", "params")}
+    merged = {**defaults, **own}
+    budget = merged.pop("params", None)
+    if budget is None:
+        return zoo.resolve(merged)
+    return fit_width(merged, budget)
