@@ -32,7 +32,7 @@ TOP_LEVEL_KEYS = {
     "name": "experiment name",
     "description": "one paragraph shown in the report",
     "task": "one task: {name: ..., params...}",
-    "tasks": "a list of tasks",
+    "tasks": "a list of tasks; an entry may carry its own train: and eval: settings for its runs",
     "models": "list of model specs (see `statetrack models`)",
     "model_defaults": "settings applied to every model (d_model, num_layers, ...)",
     "train": "training settings (TrainConfig); dataset_size may be a list, one run per value",
@@ -192,12 +192,25 @@ class RunSpec:
         return self.task["name"] + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
 
 
-def _task_spec(entry):
-    """(the task's spec dict, the task built from it): the name and parameters are checked now, not mid-sweep."""
+TASK_SETTINGS = ("train", "eval")  # sections a task entry may override for its own runs
+
+
+def _task_spec(entry, spec: dict):
+    """(the task's spec dict, the task built from it, its own `train` and `eval` settings merged over
+    the spec's): the name and parameters are checked now, not mid-sweep. A task entry's `train:` and
+    `eval:` override the spec's for that task's runs only (e.g. counting's medium signals train and
+    test at length 600 where the short ones use 200)."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     if "name" not in entry:
         raise StatetrackError(f"task spec {entry!r} has no 'name'")
-    return entry, make_task(**entry)
+    own = {key: entry.pop(key) for key in TASK_SETTINGS if key in entry}
+    for key, value in own.items():
+        if not isinstance(value, dict):
+            raise StatetrackError(f"experiment {spec['name']!r}: task {entry['name']!r}: {key} must be a mapping of settings, got {value!r}")
+    check_spec({**spec, "eval": deep_merge(spec.get("eval") or {}, own.get("eval", {}))})
+    train = deep_merge(spec.get("train") or {}, own.get("train", {}))
+    eval_spec = {**EVAL_DEFAULTS, **deep_merge(spec.get("eval") or {}, own.get("eval", {}))}
+    return entry, make_task(**entry), _dataset_sizes({**spec, "train": train}), eval_spec
 
 
 def check_buildable(model: dict, task) -> None:
@@ -248,17 +261,15 @@ def model_labels(models: list[dict]) -> list[str]:
 def expand(spec: dict) -> list[RunSpec]:
     """Every (task, model, dataset size, lr, seed) of the spec as a RunSpec, validated: each distinct
     model is built for each task, and every training and evaluation length is checked against the task."""
-    tasks = [_task_spec(t) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
+    tasks = [_task_spec(t, spec) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
     defaults = spec.get("model_defaults") or {}
     if not isinstance(defaults, dict):
         raise StatetrackError(f"experiment {spec['name']!r}: model_defaults must be a mapping (d_model, width, params, "
                               f"num_layers, ...), got {defaults!r}")
     # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.sizing): each run's model is concrete
     models = [sizing.apply_sizing(m, defaults) for m in spec["models"]]
-    eval_spec = {**EVAL_DEFAULTS, **(spec.get("eval") or {})}
-    trains = _dataset_sizes(spec)
-    train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
-    for entry, task in tasks:
+    for entry, task, trains, eval_spec in tasks:
+        train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
         for length in [train_config.min_length, *eval_spec["lengths"]]:
             task.check_length(length)
         for name, overrides in (eval_spec.get("variants") or {}).items():
@@ -271,7 +282,7 @@ def expand(spec: dict) -> list[RunSpec]:
             except StatetrackError as error:
                 raise StatetrackError(f"experiment {spec['name']!r}: eval variant {name!r}: {error}") from None
     built = set()
-    for _, task in tasks:
+    for _, task, _, _ in tasks:
         for model in models:
             key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
             if key not in built:
@@ -279,7 +290,7 @@ def expand(spec: dict) -> list[RunSpec]:
                 built.add(key)
     runs = {}  # by id: a value listed twice is one run
     labels = model_labels(models)
-    for task, _ in tasks:
+    for task, _, trains, eval_spec in tasks:
         for model, label in zip(models, labels):
             for base in trains:
                 for lr in spec["lrs"]:

@@ -1,11 +1,14 @@
-"""Classical nonlinear RNN baselines from torch.nn: the Elman RNN (tanh; Elman 1990), the LSTM
-(Hochreiter & Schmidhuber 1997) and the GRU (Cho et al. 2014). One class serves all three."""
+"""Classical nonlinear RNN baselines: from torch.nn the Elman RNN (tanh; Elman 1990), the LSTM
+(Hochreiter & Schmidhuber 1997) and the GRU (Cho et al. 2014), one class serving all three; and the
+NRU (Chandar et al. 2019), a ReLU RNN with an additive memory, written out as a loop over time."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input
 from statetrack.layers.registry import register_model
 
@@ -54,3 +57,77 @@ class GRU(_TorchRNN):
 
     cell = nn.GRU
     departures = "none (torch.nn.GRU; its candidate applies the reset gate after the hidden matmul, as cuDNN); a linear map back to d_model when hidden differs"
+
+
+@register_model("nru", display="NRU")
+class NRU(nn.Module):
+    """The non-saturating recurrent unit (Chandar et al. 2019): a ReLU RNN with an additive memory.
+
+    With f = ReLU and z_t = [x_t, h_{t-1}, m_{t-1}], one head as Anonymous 2025 (App. A.1.4, eq. 5)
+    writes it, summed over `heads` write and erase heads i:
+
+        h_t = f(W_h z_t + b_h)                       [hidden]
+        alpha_{t,i} = f(W_alpha,i z_t + b_alpha,i)    scalar write gate of head i
+        beta_{t,i}  = f(W_beta,i z_t + b_beta,i)      scalar erase gate of head i
+        v^w_{t,i}   = f(W_w,i z_t + b_w,i)            write vector [memory]
+        v^e_{t,i}   = f(W_e,i z_t + b_e,i)            erase vector [memory]
+        m_t = m_{t-1} + sum_i (alpha_{t,i} v^w_{t,i} - beta_{t,i} v^e_{t,i})
+
+    Every pre-activation comes from one fused linear map of z_t; its x_t part is computed for the
+    whole sequence at once, the rest in a loop over time. The output is h_t, mapped back to d_model
+    by a linear map when `hidden` differs. State: (h [B, hidden], m [B, memory]), zeros at the start.
+
+    The authors' released implementation of Chandar et al. 2019 differs from eq. 5 (`departures`):
+    there the gates and the write and erase vectors are computed from [h_t, m_{t-1}]; each head's
+    vectors come from the outer product of two sqrt(heads * memory)-vectors and are normalised to unit
+    5-norm; a ReLU on the gates and vectors is an option (off by default); the heads' updates are
+    averaged; and a layer norm on h is an option. In both, the memory feeds the hidden state.
+
+    Initialisation: PyTorch's Linear default, except that the weights reading m_{t-1} start at zero:
+    the memory is written but not yet read, so it cannot feed back on itself at the start (training
+    moves those weights from the first step). Nothing bounds m once it is read: with ReLU gates and
+    unnormalised vectors, a high learning rate (1e-2, sometimes 3e-3) can make training diverge.
+    """
+
+    departures = ("the one-head form of Anonymous 2025 (App. A.1.4, eq. 5) with `heads` summed heads, not the "
+                  "implementation of Chandar et al. 2019: gates and write/erase vectors computed from "
+                  "[x_t, h_{t-1}, m_{t-1}], not [h_t, m_{t-1}]; full-rank write/erase maps through a ReLU, not "
+                  "outer products of two sqrt(heads * memory)-vectors normalised to unit 5-norm; a ReLU on gates and "
+                  "vectors always (an option, off by default, in the release); "
+                  "heads summed, not averaged; no layer norm option; the weights reading m_{t-1} start at zero; "
+                  "a linear map back to d_model when hidden differs")
+
+    def __init__(self, d_model: int, hidden: int | None = None, memory: int = 256, heads: int = 1):
+        super().__init__()
+        for name, value in (("hidden", d_model if hidden is None else hidden), ("memory", memory), ("heads", heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise StatetrackError(f"NRU {name} must be an integer >= 1{' or None' if name == 'hidden' else ''}, got {value!r}")
+        self.d_model, self.hidden, self.memory, self.heads = d_model, hidden or d_model, memory, heads
+        # rows: h [hidden], alpha [heads], beta [heads], v^w [heads * memory], v^e [heads * memory]
+        # columns: x_t [d_model], h_{t-1} [hidden], m_{t-1} [memory]
+        self.gates = nn.Linear(d_model + self.hidden + memory, self.hidden + 2 * heads * (1 + memory))
+        with torch.no_grad():
+            self.gates.weight[:, d_model + self.hidden :].zero_()
+        self.proj = nn.Identity() if self.hidden == d_model else nn.Linear(self.hidden, d_model)
+
+    def forward(self, x: torch.Tensor, state=None):
+        check_input(x, self.d_model, type(self).__name__)
+        B, T, _ = x.shape
+        H, K, M, D = self.hidden, self.heads, self.memory, self.d_model
+        if state is None:
+            h, m = x.new_zeros(B, H), x.new_zeros(B, M)
+        else:
+            h, m = state
+        weight = self.gates.weight
+        pre_x = F.linear(x, weight[:, :D], self.gates.bias)  # the x_t part for every t at once
+        recurrent = weight[:, D:].t()  # [hidden + memory, outputs]
+        outs = []
+        for t in range(T):
+            act = F.relu(torch.addmm(pre_x[:, t], torch.cat([h, m], dim=-1), recurrent))
+            h = act[:, :H]
+            coef = torch.cat([act[:, H : H + K], -act[:, H + K : H + 2 * K]], dim=-1)  # alpha_i, -beta_i
+            vectors = act[:, H + 2 * K :].view(B, 2 * K, M)  # v^w_i, v^e_i
+            m = m + torch.bmm(coef.unsqueeze(1), vectors).squeeze(1)
+            outs.append(h)
+        y = torch.stack(outs, dim=1) if outs else x.new_zeros(B, 0, H)
+        return self.proj(y), (h, m)
