@@ -215,3 +215,18 @@ def test_an_old_store_takes_variant_rows_after_migration(tmp_path):
     assert [(e.get("variant", ""), e["accuracy"]) for e in store.evals("r", None)] == [("", 0.5), ("two_isi", 1.0)]
     Store(db)  # opening a migrated store again changes nothing
     assert len(store.evals("r", None)) == 2
+
+
+def test_a_task_entry_carries_its_own_train_and_eval_settings(tmp_path):
+    text = SPEC.replace("task: {name: counting, preset: short}", """tasks:
+  - {name: counting, preset: short}
+  - {name: counting, preset: medium, train: {min_length: 600, max_length: 600}, eval: {lengths: [600]}}""")
+    runs = {run.task["preset"]: run for run in expand(load_spec(str(_spec(tmp_path, text))))}
+    assert runs["short"].train["max_length"] == 200 and runs["short"].eval["lengths"] == [160, 200]
+    assert runs["medium"].train["max_length"] == 600 and runs["medium"].eval["lengths"] == [600]
+    assert runs["medium"].eval["variants"] == runs["short"].eval["variants"] and runs["medium"].task == {"name": "counting", "preset": "medium"}
+    bad = text.replace("eval: {lengths: [600]}", "eval: {lengths: [100]}")  # shorter than the phase-alignment patterns need
+    with pytest.raises(StatetrackError, match="eval variant 'two_isi'"):
+        expand(load_spec(str(_spec(tmp_path, bad))))
+    with pytest.raises(StatetrackError, match="train must be a mapping"):
+        expand(load_spec(str(_spec(tmp_path, text.replace("train: {min_length: 600, max_length: 600}", "train: 600")))))
