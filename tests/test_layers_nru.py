@@ -13,19 +13,21 @@ from statetrack.tasks import make_task
 from statetrack.train import Trainer, TrainConfig
 
 D = 6
-CASES = [  # (hidden, memory, heads)
-    (None, 5, 1),
-    (None, 4, 3),
-    (9, 7, 3),  # hidden != d_model: a linear map back to d_model
-    (4, 3, 1),
+CASES = [  # (hidden, memory, heads, normalize)
+    (None, 5, 1, False),
+    (None, 4, 3, False),
+    (9, 7, 3, False),  # hidden != d_model: a linear map back to d_model
+    (4, 3, 1, False),
+    (None, 5, 1, True),  # write and erase vectors at unit 5-norm (the default)
+    (9, 7, 3, True),
 ]
 
 
-def randomised(hidden, memory, heads, seed=0):
+def randomised(hidden, memory, heads, normalize=False, seed=0):
     """An NRU in float64 with every weight random, the ones reading the memory included (they start
     at zero), at a scale where nothing blows up over a few dozen steps."""
     torch.manual_seed(seed)
-    layer = NRU(D, hidden=hidden, memory=memory, heads=heads).double()
+    layer = NRU(D, hidden=hidden, memory=memory, heads=heads, normalize=normalize).double()
     with torch.no_grad():
         for p in layer.parameters():
             p.copy_(torch.randn_like(p) * 0.4 / p.shape[-1] ** 0.5)
@@ -48,6 +50,11 @@ def reference(layer, x, h0, m0):
     def f(v):
         return torch.clamp(v, min=0)
 
+    def unit(v):  # with `normalize`: v / ||v||_5, written out
+        if not layer.normalize:
+            return v
+        return v / torch.clamp((v.abs() ** 5).sum(dim=-1, keepdim=True) ** 0.2, min=1e-6)
+
     h, m, ys = h0, m0, []
     for t in range(x.shape[1]):
         z = torch.cat([x[:, t], h, m], dim=1)
@@ -56,8 +63,8 @@ def reference(layer, x, h0, m0):
         for i in range(K):
             alpha = f(z @ W_alpha[i] + b_alpha[i])[:, None]
             beta = f(z @ W_beta[i] + b_beta[i])[:, None]
-            v_w = f(z @ W_w[i * M : (i + 1) * M].T + b_w[i * M : (i + 1) * M])
-            v_e = f(z @ W_e[i * M : (i + 1) * M].T + b_e[i * M : (i + 1) * M])
+            v_w = unit(f(z @ W_w[i * M : (i + 1) * M].T + b_w[i * M : (i + 1) * M]))
+            v_e = unit(f(z @ W_e[i * M : (i + 1) * M].T + b_e[i * M : (i + 1) * M]))
             update = update + alpha * v_w - beta * v_e
         h, m = h_new, m + update
         ys.append(h)
@@ -67,9 +74,9 @@ def reference(layer, x, h0, m0):
     return y, (h, m)
 
 
-@pytest.mark.parametrize("hidden, memory, heads", CASES)
-def test_the_layer_is_eq_5_step_by_step_with_gradients(hidden, memory, heads):
-    layer = randomised(hidden, memory, heads)
+@pytest.mark.parametrize("hidden, memory, heads, normalize", CASES)
+def test_the_layer_is_eq_5_step_by_step_with_gradients(hidden, memory, heads, normalize):
+    layer = randomised(hidden, memory, heads, normalize)
     H = layer.hidden
     x = torch.randn(3, 11, D, dtype=torch.float64, requires_grad=True)
     h0 = torch.rand(3, H, dtype=torch.float64, requires_grad=True)  # a ReLU output: >= 0
@@ -104,9 +111,9 @@ def test_without_a_state_the_recurrence_starts_from_zeros():
     assert h.shape == (2, D) and m.shape == (2, 5)
 
 
-@pytest.mark.parametrize("hidden, memory, heads", CASES)
-def test_chunked_equals_whole(hidden, memory, heads):
-    layer = randomised(hidden, memory, heads, seed=2)
+@pytest.mark.parametrize("hidden, memory, heads, normalize", CASES)
+def test_chunked_equals_whole(hidden, memory, heads, normalize):
+    layer = randomised(hidden, memory, heads, normalize, seed=2)
     x = torch.randn(2, 19, D, dtype=torch.float64)
     y, (h, m) = layer(x)
     y1, state = layer(x[:, :7])
@@ -126,7 +133,7 @@ def test_the_weights_reading_the_memory_start_at_zero():
 
 
 def test_registered_with_its_defaults():
-    assert zoo.mixer_parameters("nru") == {"hidden": None, "memory": 256, "heads": 1}
+    assert zoo.mixer_parameters("nru") == {"hidden": None, "memory": 256, "heads": 1, "normalize": True}
     assert zoo.display_name({"name": "nru", "heads": 4}) == "NRU"
     assert zoo.get_entry("nru").mixer is NRU and zoo.get_entry("nru").recurrent
     model = zoo.build_model({"name": "nru", "d_model": 8, "memory": 16, "heads": 2, "hidden": 12}, vocab_size=5, num_classes=3)
@@ -162,8 +169,9 @@ def test_a_one_layer_nru_learns_parity():
     ({"heads": True}, "heads"),
     ({"hidden": 0}, "hidden"),
     ({"hidden": 2.5}, "hidden"),
+    ({"normalize": 1}, "normalize"),
 ])
 def test_bad_settings_are_one_line_errors_naming_the_parameter(kwargs, name):
-    with pytest.raises(StatetrackError, match=rf"^NRU {name} must be an integer >= 1") as error:
+    with pytest.raises(StatetrackError, match=rf"^NRU {name} must be") as error:
         zoo.build_model({"name": "nru", "d_model": 8, **kwargs}, 4, 2)
     assert "\n" not in str(error.value) and repr(next(iter(kwargs.values()))) in str(error.value)

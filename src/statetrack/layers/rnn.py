@@ -59,6 +59,12 @@ class GRU(_TorchRNN):
     departures = "none (torch.nn.GRU; its candidate applies the reset gate after the hidden matmul, as cuDNN); a linear map back to d_model when hidden differs"
 
 
+def unit_5_norm(v: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """v / max(||v||_5, eps) over the last dimension: the NRU's write and erase vectors, normalised as
+    in the release of Chandar et al. 2019 (p = 5)."""
+    return v / v.norm(p=5, dim=-1, keepdim=True).clamp(min=eps)
+
+
 @register_model("nru", display="NRU")
 class NRU(nn.Module):
     """The non-saturating recurrent unit (Chandar et al. 2019): a ReLU RNN with an additive memory.
@@ -73,36 +79,43 @@ class NRU(nn.Module):
         v^e_{t,i}   = f(W_e,i z_t + b_e,i)            erase vector [memory]
         m_t = m_{t-1} + sum_i (alpha_{t,i} v^w_{t,i} - beta_{t,i} v^e_{t,i})
 
+    With `normalize` (the default) each v^w_{t,i} and v^e_{t,i} is divided by its 5-norm first, as
+    in the release of Chandar et al. 2019: a write then moves m by at most alpha. Eq. 5 as printed
+    (`normalize: false`) lets m feed the gates and the vectors both, so m can grow quadratically
+    per step; at lr 3e-3 on Z60 that overflowed within 30 training steps.
+
     Every pre-activation comes from one fused linear map of z_t; its x_t part is computed for the
     whole sequence at once, the rest in a loop over time. The output is h_t, mapped back to d_model
     by a linear map when `hidden` differs. State: (h [B, hidden], m [B, memory]), zeros at the start.
 
     The authors' released implementation of Chandar et al. 2019 differs from eq. 5 (`departures`):
     there the gates and the write and erase vectors are computed from [h_t, m_{t-1}]; each head's
-    vectors come from the outer product of two sqrt(heads * memory)-vectors and are normalised to unit
-    5-norm; a ReLU on the gates and vectors is an option (off by default); the heads' updates are
+    vectors come from the outer product of two sqrt(heads * memory)-vectors (normalised to unit 5-norm,
+    as `normalize` does here); a ReLU on the gates and vectors is an option (off by default); the heads' updates are
     averaged; and a layer norm on h is an option. In both, the memory feeds the hidden state.
 
     Initialisation: PyTorch's Linear default, except that the weights reading m_{t-1} start at zero:
     the memory is written but not yet read, so it cannot feed back on itself at the start (training
-    moves those weights from the first step). Nothing bounds m once it is read: with ReLU gates and
-    unnormalised vectors, a high learning rate (1e-2, sometimes 3e-3) can make training diverge.
+    moves those weights from the first step).
     """
 
     departures = ("the one-head form of Anonymous 2025 (App. A.1.4, eq. 5) with `heads` summed heads, not the "
                   "implementation of Chandar et al. 2019: gates and write/erase vectors computed from "
-                  "[x_t, h_{t-1}, m_{t-1}], not [h_t, m_{t-1}]; full-rank write/erase maps through a ReLU, not "
-                  "outer products of two sqrt(heads * memory)-vectors normalised to unit 5-norm; a ReLU on gates and "
+                  "[x_t, h_{t-1}, m_{t-1}], not [h_t, m_{t-1}]; full-rank write/erase maps through a ReLU (normalised to "
+                  "unit 5-norm as in the release unless normalize is false), not outer products of two "
+                  "sqrt(heads * memory)-vectors; a ReLU on gates and "
                   "vectors always (an option, off by default, in the release); "
                   "heads summed, not averaged; no layer norm option; the weights reading m_{t-1} start at zero; "
                   "a linear map back to d_model when hidden differs")
 
-    def __init__(self, d_model: int, hidden: int | None = None, memory: int = 256, heads: int = 1):
+    def __init__(self, d_model: int, hidden: int | None = None, memory: int = 256, heads: int = 1, normalize: bool = True):
         super().__init__()
         for name, value in (("hidden", d_model if hidden is None else hidden), ("memory", memory), ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StatetrackError(f"NRU {name} must be an integer >= 1{' or None' if name == 'hidden' else ''}, got {value!r}")
-        self.d_model, self.hidden, self.memory, self.heads = d_model, hidden or d_model, memory, heads
+        if not isinstance(normalize, bool):
+            raise StatetrackError(f"NRU normalize must be true or false, got {normalize!r}")
+        self.d_model, self.hidden, self.memory, self.heads, self.normalize = d_model, hidden or d_model, memory, heads, normalize
         # rows: h [hidden], alpha [heads], beta [heads], v^w [heads * memory], v^e [heads * memory]
         # columns: x_t [d_model], h_{t-1} [hidden], m_{t-1} [memory]
         self.gates = nn.Linear(d_model + self.hidden + memory, self.hidden + 2 * heads * (1 + memory))
@@ -127,6 +140,8 @@ class NRU(nn.Module):
             h = act[:, :H]
             coef = torch.cat([act[:, H : H + K], -act[:, H + K : H + 2 * K]], dim=-1)  # alpha_i, -beta_i
             vectors = act[:, H + 2 * K :].view(B, 2 * K, M)  # v^w_i, v^e_i
+            if self.normalize:
+                vectors = unit_5_norm(vectors)
             m = m + torch.bmm(coef.unsqueeze(1), vectors).squeeze(1)
             outs.append(h)
         y = torch.stack(outs, dim=1) if outs else x.new_zeros(B, 0, H)
