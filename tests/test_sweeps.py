@@ -84,7 +84,7 @@ def test_extrapolation_with_max_over_seeds_and_threshold():
     ("selection.lr=best", "unknown selection.lr 'best'; expected one of: best_mean, best_max"),
     ("selection.seeds=median", "unknown selection.seeds 'median'; expected one of: mean, max"),
     ("selection.criterion=loss", "unknown selection.criterion 'loss'; expected one of: mean_scaled, extrapolation"),
-    ("selection.rule=x", "unknown selection setting 'rule'; expected one of: lr, seeds, criterion, threshold"),
+    ("selection.rule=x", "unknown selection setting 'rule'; expected one of: lr, seeds, criterion, metric, threshold"),
     ("selection.threshold=2", "selection.threshold must be a number in (0, 1], got 2"),
 ])
 def test_selection_errors_name_valid_values(tmp_path, override, message):
