@@ -439,8 +439,10 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     The report covers the runs of the experiment's latest plan (what the last `statetrack run`
     expanded) and lists those that are missing; the selection rule is the spec's unless given.
     Data-driven extras: a sequence-accuracy table when some run's sequence accuracy differs from its
-    accuracy, and a plot per family of the models' own metrics (`plot_metrics`, e.g. fixed-point
-    iterations against evaluation length and training step) when runs report them.
+    accuracy, a plot per family of the models' own metrics (`plot_metrics`, e.g. fixed-point
+    iterations against evaluation length and training step) when runs report them, the check-mark
+    table when the selection criterion is `extrapolation`, accuracy per input position
+    (`plot_position_accuracy`) and the model's output against the input where runs kept traces.
     """
     out = Path(results_dir) / experiment
     out.mkdir(parents=True, exist_ok=True)
