@@ -3,17 +3,7 @@
 import json
 
 import pytest
-
-from statetrack.cli import main
-
-
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exit:  # argparse usage errors
-        code = exit.code
-    out, err = capsys.readouterr()
-    return code, out, err
+from cli_helpers import run_cli
 
 
 def test_run_report_and_results_json(tiny_spec, tmp_path, capsys):

@@ -5,10 +5,10 @@ import math
 
 import pytest
 import torch
+from cli_helpers import run_cli
 
 from statetrack import StatetrackError
 from statetrack.analysis.constructions import Automaton, build_exact, construct, evaluate_construction
-from statetrack.cli import main
 from statetrack.evaluate import predict
 from statetrack.tasks import make_task
 
@@ -137,15 +137,6 @@ def test_automaton_checks_its_tables():
         Automaton(torch.tensor([[0, 1]]), 0, torch.tensor([0]), 2)
     with pytest.raises(StatetrackError, match="unknown task for an exact construction 'repl'"):
         construct(make_task("repl"))
-
-
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exit:
-        code = exit.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_prints_accuracy_per_length(capsys):

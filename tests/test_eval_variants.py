@@ -169,7 +169,7 @@ def test_variants_are_scored_stored_and_reported(tmp_path):
     ({"empty": {}}, "must map names"),
     ({"bad": {"pattern": "three_isi"}}, "eval variant 'bad'.*unknown pattern"),
     ({"short": {"pattern": "two_isi", "long_iti": 400}}, "eval variant 'short'.*length"),
-    ({"vocab": {"preset": "long", "isi": 10}}, None),  # another preset keeps tokens and answers: fine
+    ({"another_preset": {"preset": "long", "isi": 10}}, None),  # keeps the tokens and answers: accepted
 ])
 def test_bad_variants_are_one_line_errors(tmp_path, variants, message):
     path = str(_spec(tmp_path, variants=variants))
@@ -228,5 +228,7 @@ def test_a_task_entry_carries_its_own_train_and_eval_settings(tmp_path):
     bad = text.replace("eval: {lengths: [600]}", "eval: {lengths: [100]}")  # shorter than the phase-alignment patterns need
     with pytest.raises(StatetrackError, match="eval variant 'two_isi'"):
         expand(load_spec(str(_spec(tmp_path, bad))))
+    with pytest.raises(StatetrackError, match="unknown eval setting 'length'"):
+        expand(load_spec(str(_spec(tmp_path, text.replace("eval: {lengths: [600]}", "eval: {length: [600]}")))))
     with pytest.raises(StatetrackError, match="train must be a mapping"):
         expand(load_spec(str(_spec(tmp_path, text.replace("train: {min_length: 600, max_length: 600}", "train: 600")))))

@@ -5,22 +5,13 @@ and `statetrack models --params/--width`."""
 import textwrap
 
 import pytest
+from cli_helpers import run_cli
 
 from statetrack import sizing, zoo
-from statetrack.cli import main
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
 
 PAPER_BUDGET = 3e6
-
-
-def run_cli(capsys, *argv):
-    try:
-        code = main(list(argv))
-    except SystemExit as exit:  # argparse usage errors
-        code = exit.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def counts_by_width(name: str, up_to: float) -> dict[int, int]:

@@ -216,7 +216,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from statetrack.report import extrapolation_rows, sequence_rows, table_rows, text_table
+    from statetrack.report import extrapolation_caption, extrapolation_rows, sequence_rows, table_rows, text_table
     from statetrack.scoring import experiment_summary, planned_ids
 
     store = _store(args)
@@ -231,9 +231,7 @@ def cmd_results(args) -> int:
             print(f"\nsequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}")
         if summary and summary[0]["selection"]["criterion"] == "extrapolation":
             header, body, _ = extrapolation_rows(summary)
-            chosen = summary[0]["selection"]
-            print(f"\nextrapolation ({chosen['metric'].replace('_', ' ')} >= {chosen['threshold']:g} at the length and every shorter one):\n"
-                  f"{text_table(header, body)}")
+            print(f"\nextrapolation ({extrapolation_caption(summary[0]['selection'])}):\n{text_table(header, body)}")
     return 0
 
 

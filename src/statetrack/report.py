@@ -91,6 +91,12 @@ def sequence_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]
 CHECK, CROSS = "✓", "✗"
 
 
+def extrapolation_caption(selection: dict) -> str:
+    """What a ✓ means under `selection` (the check-mark table's note, in the report and `statetrack results`)."""
+    return (f"{CHECK}: {selection['metric'].replace('_', ' ')} >= {selection['threshold']:g} at that length and at every "
+            f"shorter one (mean over seeds at the selected lr; Anonymous 2025), {CROSS}: not")
+
+
 def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]:
     """The paper's check-mark table (Anonymous 2025, Tables 2-5): per (task, model), ✓ at each test
     length the model extrapolates to (selection.metric, mean over seeds at the selected lr, >= the
@@ -481,9 +487,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         tables.insert(3, ("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
                           "mean ± std over seeds at the selected lr", sequence_rows(summary)))
     if summary and summary[0]["selection"]["criterion"] == "extrapolation":
-        chosen = summary[0]["selection"]
-        tables.insert(1, ("Extrapolation", f"{CHECK}: {chosen['metric'].replace('_', ' ')} >= {chosen['threshold']:g} at that length and at "
-                          f"every shorter one (mean over seeds at the selected lr; Anonymous 2025), {CROSS}: not", extrapolation_rows(summary)))
+        tables.insert(1, ("Extrapolation", extrapolation_caption(summary[0]["selection"]), extrapolation_rows(summary)))
     if efficiency:
         tables.insert(1, ("Data efficiency: scaled accuracy at the test length vs training-set size N",
                           "mean ± std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",

@@ -39,7 +39,7 @@ TOP_LEVEL_KEYS = {
     "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed, [variants, traces]",
     "lrs": "learning rates",
     "seeds": "seeds",
-    "selection": "how the report picks a learning rate and aggregates seeds: {lr, seeds, criterion, threshold}",
+    "selection": "how the report picks a learning rate and aggregates seeds: {lr, seeds, criterion, threshold, metric}",
     "scales": "per-scale overrides",
     "imports": "modules or .py files (relative to the spec) that register models and tasks, imported by every worker",
 }
@@ -137,23 +137,28 @@ def check_spec(spec: dict) -> None:
             raise StatetrackError(f"experiment {spec['name']!r}: {key!r} must be a non-empty list")
     if ("task" in spec) == ("tasks" in spec):
         raise StatetrackError(f"experiment {spec['name']!r}: give exactly one of 'task' or 'tasks'")
-    eval_spec = spec.get("eval") or {}
+    check_eval(spec["name"], spec.get("eval") or {})
+    selection_of(spec)
+
+
+def check_eval(experiment: str, eval_spec: dict) -> None:
+    """The `eval` section (the spec's, or a task entry's merged over it): known keys, variants,
+    traces and lengths, each a one-line error."""
     bad = [k for k in eval_spec if k not in EVAL_DEFAULTS and k not in EVAL_OPTIONAL]
     if bad:
-        raise StatetrackError(f"experiment {spec['name']!r}: unknown eval setting {bad[0]!r}; "
+        raise StatetrackError(f"experiment {experiment!r}: unknown eval setting {bad[0]!r}; "
                               f"expected one of: {', '.join([*EVAL_DEFAULTS, *EVAL_OPTIONAL])}")
     variants = eval_spec.get("variants", {})
     if not isinstance(variants, dict) or not all(isinstance(k, str) and k.replace("_", "").replace("-", "").isalnum()
                                                   and isinstance(v, dict) and v for k, v in variants.items()):
-        raise StatetrackError(f"experiment {spec['name']!r}: eval.variants must map names (letters, digits, _ or -) to non-empty "
+        raise StatetrackError(f"experiment {experiment!r}: eval.variants must map names (letters, digits, _ or -) to non-empty "
                               f"mappings of task parameters, e.g. {{two_isi: {{pattern: two_isi}}}}; got {variants!r}")
     traces = eval_spec.get("traces", 0)
     if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
-        raise StatetrackError(f"experiment {spec['name']!r}: eval.traces must be a non-negative integer, got {traces!r}")
+        raise StatetrackError(f"experiment {experiment!r}: eval.traces must be a non-negative integer, got {traces!r}")
     lengths = eval_spec.get("lengths")
     if not isinstance(lengths, list) or not lengths or not all(isinstance(n, int) and n >= 1 for n in lengths):
-        raise StatetrackError(f"experiment {spec['name']!r}: eval.lengths must be a non-empty list of positive integers, got {lengths!r}")
-    selection_of(spec)
+        raise StatetrackError(f"experiment {experiment!r}: eval.lengths must be a non-empty list of positive integers, got {lengths!r}")
 
 
 @dataclass(frozen=True)
@@ -207,9 +212,11 @@ def _task_spec(entry, spec: dict):
     for key, value in own.items():
         if not isinstance(value, dict):
             raise StatetrackError(f"experiment {spec['name']!r}: task {entry['name']!r}: {key} must be a mapping of settings, got {value!r}")
-    check_spec({**spec, "eval": deep_merge(spec.get("eval") or {}, own.get("eval", {}))})
+    eval_spec = deep_merge(spec.get("eval") or {}, own.get("eval", {}))
+    if "eval" in own:
+        check_eval(spec["name"], eval_spec)
     train = deep_merge(spec.get("train") or {}, own.get("train", {}))
-    eval_spec = {**EVAL_DEFAULTS, **deep_merge(spec.get("eval") or {}, own.get("eval", {}))}
+    eval_spec = {**EVAL_DEFAULTS, **eval_spec}
     return entry, make_task(**entry), _dataset_sizes({**spec, "train": train}), eval_spec
 
 
