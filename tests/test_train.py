@@ -40,6 +40,26 @@ def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
         torch.testing.assert_close(a, b)
 
 
+class _Arbitrary:  # any picklable object that is not a tensor or plain data
+    pass
+
+
+def test_checkpoints_hold_only_tensors_and_plain_data(tmp_path):
+    """Checkpoints load with torch.load(weights_only=True): no arbitrary object is unpickled, and a
+    checkpoint carrying one is refused."""
+    task = make_task("parity")
+    spec = {"name": "lstm", "d_model": 8}
+    config = TrainConfig(steps=4, batch_size=4, min_length=2, max_length=4, warmup=2, schedule="cosine",
+                         early_stop_loss=None, checkpoint_every=2, device="cpu")
+    Trainer(make(spec, task), task, config, tmp_path / "run.pt", progress=False).fit()
+    saved = torch.load(tmp_path / "run.pt", weights_only=True)
+    assert saved["step"] == 4 and saved["curve"]
+    saved["extra"] = _Arbitrary()
+    torch.save(saved, tmp_path / "bad.pt")
+    with pytest.raises(Exception, match="[Ww]eights only load failed"):
+        Trainer(make(spec, task), task, config, progress=False).load(tmp_path / "bad.pt")
+
+
 def test_non_finite_loss_raises():
     task = make_task("parity")
     model = make({"name": "lstm", "d_model": 8}, task)

@@ -220,7 +220,7 @@ class Trainer:
         os.replace(tmp, path)  # atomic: a kill never leaves half a checkpoint
 
     def load(self, path: Path) -> None:
-        saved = torch.load(path, map_location=self.device, weights_only=False)
+        saved = torch.load(path, map_location=self.device, weights_only=True)
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])

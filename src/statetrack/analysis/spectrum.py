@@ -55,7 +55,7 @@ def load_run_model(row: dict, results_dir: str | Path):
         raise StatetrackError(f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the --results-dir it ran with")
     task = make_task(**config["task"])
     model = zoo.build_model(config["model"], task.vocab_size, task.num_classes)
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["model"])
+    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
     return model.eval(), task
 
 
@@ -150,13 +150,13 @@ def plot_spectra(spectra: list[dict], title: str, path: str | Path) -> Path:
         if eig.is_complex() and (eig.imag.abs() > TOLERANCE).any():
             theta = torch.linspace(0, 2 * torch.pi, 200)
             ax.plot(theta.cos(), theta.sin(), color="grey", lw=0.8)
-            ax.scatter(eig.real.float().numpy(), eig.imag.float().numpy(), s=3, alpha=0.3)
+            ax.scatter(eig.real.float().tolist(), eig.imag.float().tolist(), s=3, alpha=0.3)
             ax.set_aspect("equal")
             ax.set_xlabel("Re lambda")
             ax.set_ylabel("Im lambda")
         else:
             real = eig.real if eig.is_complex() else eig
-            ax.hist(real.float().numpy(), bins=100, range=(-1.05, 1.05), log=True)
+            ax.hist(real.float().tolist(), bins=100, range=(-1.05, 1.05), log=True)
             ax.axvline(0, color="grey", lw=0.8)
             ax.set_xlabel("eigenvalue")
             ax.set_ylabel("count (log)")
