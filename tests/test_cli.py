@@ -1,8 +1,7 @@
-"""CLI: the end-to-end path on a tiny spec, the results schema, and every error path (exit 2, one line)."""
+"""CLI: the end-to-end path on a tiny spec, the results schema, and spec-file errors (the table of bad invocations is test_cli_errors.py)."""
 
 import json
 
-import pytest
 from cli_helpers import run_cli
 
 
@@ -38,34 +37,6 @@ def test_listing_commands(capsys):
     assert "[BOS]" in run_cli(capsys, "tasks", "show", "parity")[1]
 
 
-@pytest.mark.parametrize(
-    "argv, expected",
-    [
-        (["run", "nope"], "unknown experiment 'nope'; expected one of: "),
-        (["run", "demo", "train.steps"], "not of the form key=value"),
-        (["run", "demo", "train.bogus=1"], "unknown training setting 'bogus'"),
-        (["run", "demo", "eval.lengths=[0]"], "eval.lengths must be a non-empty list of positive integers"),
-        (["run", "demo", "train.min_length=50"], "1 <= min_length <= max_length"),
-        (["run", "demo", "seeds=[]"], "'seeds' must be a non-empty list"),
-        (["run", "missing.yaml"], "experiment file 'missing.yaml' does not exist"),
-        (["run", "demo", "selection.lr=best"], "unknown selection.lr 'best'; expected one of: best_mean, best_max"),
-        (["run", "demo", "--address", "auto"], "--address joins a Ray cluster; use it with --backend ray"),
-        (["tasks", "show", "nope"], "unknown task 'nope'; expected one of: "),
-        (["tasks", "show", "modadd", "m=1"], "m must be an integer >= 2"),
-        (["tasks", "show", "parity", "--length", "0"], "length must be an integer >= 1"),
-        (["results", "never-ran", "--results-dir", "{tmp}"], "no results for experiment 'never-ran'"),
-        (["report", "never-ran", "--results-dir", "{tmp}"], "no results for experiment 'never-ran'"),
-    ],
-)
-def test_error_paths(argv, expected, capsys, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    code, out, err = run_cli(capsys, *argv)
-    assert code == 2
-    assert expected in err
-    assert len(err.strip().splitlines()) == 1
-
-
 def test_spec_file_errors(tmp_path, capsys):
     bad_model = tmp_path / "bad_model.yaml"
     bad_model.write_text("task: {name: parity}\nmodels: [{name: transformerz}]\nlrs: [1e-3]\nseeds: [0]\neval: {lengths: [5]}\n")
@@ -79,8 +50,3 @@ def test_spec_file_errors(tmp_path, capsys):
     bad_key.write_text("task: {name: parity}\nmodel: [lstm]\nlrs: [1e-3]\nseeds: [0]\neval: {lengths: [5]}\n")
     code, _, err = run_cli(capsys, "run", str(bad_key), "--results-dir", str(tmp_path))
     assert code == 2 and "unknown key 'model'" in err
-
-
-def test_usage_errors_exit_2(capsys):
-    assert run_cli(capsys, "run", "demo", "--scale", "huge")[0] == 2
-    assert run_cli(capsys, "frobnicate")[0] == 2

@@ -32,11 +32,13 @@ def _imports(args) -> list[str]:
     return (getattr(args, "top_imports", None) or []) + (getattr(args, "imports", None) or [])
 
 
-def _store(args):
+def _store(args, read_only: bool = True):
+    """The results store of --store / --results-dir; read-only (it must exist, and nothing is written)
+    unless the command trains."""
     from statetrack.store import Store
 
     path = Path(args.store) if args.store else Path(args.results_dir) / "statetrack.db"
-    return Store(path)
+    return Store(path, read_only=read_only)
 
 
 # ---- commands ------------------------------------------------------------------------------------
@@ -72,6 +74,9 @@ def cmd_tasks(args) -> int:
             params = ", ".join(f"{k}={v!r}" for k, v in task_parameters(name).items()) or "-"
             print(f"{name:{width}s}{cls.summary}\n{'':{width}s}parameters: {params}")
         return 0
+    for option in ("count", "samples"):
+        if getattr(args, option, 1) < 1:
+            raise StatetrackError(f"--{option} must be >= 1, got {getattr(args, option)}")
     if args.action == "show":
         import torch
 
@@ -101,13 +106,18 @@ def cmd_models(args) -> int:
 
     if args.budget is not None or args.width is not None:
         return _model_sizes(args)
-    if args.names or args.settings or args.num_layers is not None:
-        raise StatetrackError("models: MODEL names, --set and --num-layers go with --params BUDGET or --width N "
-                              "(e.g. statetrack models --params 3e6)")
+    if args.settings or args.num_layers is not None:
+        raise StatetrackError("models: --set and --num-layers go with --params BUDGET or --width N "
+                              "(e.g. statetrack models --params 3e6 --num-layers 2)")
+    names = [zoo.resolve(name)["name"] for name in args.names] or list(zoo.MODELS)  # presets: their model
     width = max(map(len, zoo.MODELS)) + 2
     for name, entry in zoo.MODELS.items():
+        if name not in names:
+            continue
         params = ", ".join(f"{k}={v!r}" for k, v in zoo.mixer_parameters(name).items()) or "-"
         print(f"{name:{width}s}{entry.summary}\n{'':{width}s}parameters: {params}")
+    if args.names:
+        return 0
     print(f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())}")
     print("presets: " + ", ".join(f"{k} = {v}" for k, v in zoo.PRESETS.items()))
     return 0
@@ -200,18 +210,20 @@ def _known_experiment(store, experiment: str) -> None:
 
 
 def cmd_report(args) -> int:
-    from statetrack.report import write_index, write_report
+    from statetrack.report import spec_paper, write_index, write_report
 
     store = _store(args)
     if not args.all and not args.experiment:
         raise StatetrackError("report needs an EXPERIMENT name or --all")
     names = store.experiments() if args.all else [args.experiment]
+    papers = {}  # the spec's `paper:` as it is now (figures added since the runs show too); else the plan's
     for name in names:
         _known_experiment(store, name)
-        out = write_report(name, store, args.results_dir, _description(name))
+        papers[name] = spec_paper(name, (store.plan(name) or {}).get("scale"))
+        out = write_report(name, store, args.results_dir, _description(name), paper=papers[name])
         print(out / "report.html")
     if args.all:
-        print(write_index(store, args.results_dir))
+        print(write_index(store, args.results_dir, papers))
     return 0
 
 
@@ -288,11 +300,24 @@ IMPORT_HELP = ("import a module or .py file that registers models or tasks befor
                "(repeatable; `run` also imports it in every worker)")
 
 
+class UsageError(StatetrackError):
+    """A command line argparse cannot read (unknown option, bad choice, missing argument)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (the command, the problem, where to find help) instead of
+    the usage block; subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        command = self.prog.partition(" ")[2]  # "run", "tasks show", or "" for the top level
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="statetrack", description="State tracking and length generalization in sequence models.")
+    parser = Parser(prog="statetrack", description="State tracking and length generalization in sequence models.")
     parser.add_argument("--import", dest="top_imports", action="append", metavar="MODULE", help=IMPORT_HELP)
     # every command takes --import too; its own dest, so a subcommand's default cannot hide the top-level one
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--import", dest="imports", action="append", metavar="MODULE", help=IMPORT_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -317,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)")
     p.add_argument("--tensorboard", default=None, metavar="DIR", help="also write each finished run's curves as TensorBoard events under DIR")
     p.add_argument("--skip-failed", action="store_true", help="on a re-run, leave runs that failed before as they are (default: retry them)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
+    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
     p.set_defaults(func=cmd_run)
 
     p = command("tasks", help="list tasks, show examples, export datasets")
@@ -325,13 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     tsub.add_parser("list", help="list tasks with their parameters")
     show = tsub.add_parser("show", help="print readable examples of a task")
     show.add_argument("name", metavar="NAME")
-    show.add_argument("params", nargs="*", metavar="param=value")
+    show.add_argument("params", nargs="*", default=[], metavar="param=value")
     show.add_argument("--length", type=int, default=None, help="task length (default: 8)")
     show.add_argument("--count", type=int, default=3, help="number of examples")
     show.add_argument("--seed", type=int, default=0)
     export = tsub.add_parser("export", help="write datasets to disk (CSV or JSONL)")
     export.add_argument("name", metavar="NAME")
-    export.add_argument("params", nargs="*", metavar="param=value")
+    export.add_argument("params", nargs="*", default=[], metavar="param=value")
     export.add_argument("--lengths", type=int, nargs="+", required=True)
     export.add_argument("--samples", type=int, required=True)
     export.add_argument("--out", required=True)
@@ -340,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_tasks)
 
     p = command("models", help="list models, their parameters and presets; --params/--width: parameters per layer")
-    p.add_argument("names", nargs="*", metavar="MODEL", help="with --params or --width: these models or presets (default: every registered model)")
+    p.add_argument("names", nargs="*", default=[], metavar="MODEL", help="only these models or presets (default: every registered model)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--params", dest="budget", default=None, metavar="BUDGET",
                       help="choose each model's d_model for this many trainable parameters per layer (e.g. 3e6), and print it")
@@ -353,9 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("experiments", help="list the shipped experiments")
     p.set_defaults(func=cmd_experiments)
 
-    p = with_store(command("report", help="write results/EXPERIMENT/report.{md,html}"))
+    p = with_store(command("report", help="write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts"))
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
-    p.add_argument("--all", action="store_true", help="every experiment in the store, and results/index.html linking them")
+    p.add_argument("--all", action="store_true", help="every experiment in the store, and results/index.html linking them with their verdicts")
     p.set_defaults(func=cmd_report)
 
     p = with_store(command("results", help="print an experiment's results"))
@@ -384,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")
     p.add_argument("task", metavar="TASK", help="fsm, modadd, parity or word_problem")
-    p.add_argument("params", nargs="*", metavar="param=value", help="task parameters, e.g. states=6 machine_seed=1, m=20, group=A5")
+    p.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. states=6 machine_seed=1, m=20, group=A5")
     p.add_argument("--structure", default="full",
                    help="full, cp, block (any automaton), rotation (commuting tokens: Z_m, abelian groups) or diagonal (parity)")
     p.add_argument("--lengths", type=int, nargs="+", default=[10, 100, 1000, 10000], help="evaluation lengths (default: 10 100 1000 10000)")
@@ -399,20 +424,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    # key=value pairs may come after options (`run demo --scale paper seeds=[0]`): argparse leaves
-    # them over, and they belong to the command's own key=value list.
-    listed = getattr(args, "overrides", getattr(args, "params", None))
-    for item in extra:
-        if listed is None or item.startswith("-") or "=" not in item:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        listed.append(item)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        # key=value pairs may come after options (`run demo --scale paper seeds=[0]`): argparse leaves
+        # them over, and they belong to the command's own key=value list.
+        listed = getattr(args, "overrides", getattr(args, "params", None))
+        for item in extra:
+            if listed is None or item.startswith("-") or "=" not in item:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            listed.append(item)
+    except UsageError as error:
+        print(f"statetrack: error: {error}", file=sys.stderr)
+        return 2
     keep_freed_memory()  # large tensors reuse heap memory (statetrack.allocator)
     try:
         load_imports(_imports(args), origin="--import")
         return args.func(args)
     except StatetrackError as error:
         print(f"statetrack: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a folder or file the command cannot create, read or write
+        where = f": {error.filename}" if error.filename else ""
+        print(f"statetrack: error: {error.strerror or error}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("statetrack: interrupted; finished runs are in the store, re-run the same command to resume", file=sys.stderr)

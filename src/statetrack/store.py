@@ -22,6 +22,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from statetrack.errors import StatetrackError
+
 DEFAULT_STORE = Path("results") / "statetrack.db"
 
 EVALS_TABLE = """
@@ -117,12 +119,48 @@ def _decode_metrics(text: str | None) -> dict:
 class Store:
     """Thin layer over the SQLite file; every write is one transaction."""
 
-    def __init__(self, path: str | Path = DEFAULT_STORE):
+    def __init__(self, path: str | Path = DEFAULT_STORE, read_only: bool = False):
+        """Open (or create) the store at `path`. `read_only`: the file must exist and nothing is
+        written, created or upgraded (the `results`, `report` and `analyze` commands); a store of an
+        older schema is then an error, since upgrading it would write."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.executescript(SCHEMA)
-            self._add_missing_columns(db)
+        self.read_only = read_only
+        if read_only:
+            if not self.path.is_file():
+                raise StatetrackError(f"no results store at {self.path} (it is written by `statetrack run`; "
+                                      f"pass --store FILE or --results-dir DIR of an earlier run)")
+            with self._opened("open"):
+                with self._connect() as db:
+                    self._check_schema(db)
+            return
+        with self._opened("write"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(SCHEMA)
+                self._add_missing_columns(db)
+
+    @contextmanager
+    def _opened(self, doing: str):
+        """SQLite's and the file system's errors on opening, as one line naming the file."""
+        try:
+            yield
+        except sqlite3.DatabaseError as error:  # not a database, a read-only file or folder, ...
+            if "not a database" in str(error):
+                raise StatetrackError(f"{self.path} is not a statetrack results store (not an SQLite database)") from None
+            raise StatetrackError(f"cannot {doing} results store {self.path}: {error}") from None
+        except OSError as error:
+            raise StatetrackError(f"cannot {doing} results store {self.path}: {error.strerror or error}") from None
+
+    def _check_schema(self, db) -> None:
+        """A read-only store must already have the current schema (upgrading would write)."""
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [t for t in ("runs", "evals", "traces", "curves", "plans") if t not in tables]
+        columns = {t: {r["name"] for r in db.execute(f"PRAGMA table_info({t})")} for t in ("evals", "curves") if t in tables}
+        missing += [f"{t}.{c}" for t, cs in {**ADDED_COLUMNS, "evals": {**ADDED_COLUMNS["evals"], "variant": ""}}.items()
+                    if t in columns for c in cs if c not in columns[t]]
+        if missing:
+            raise StatetrackError(f"results store {self.path} lacks {', '.join(missing)}: it is empty or was written by an older "
+                                  f"statetrack; `statetrack run` on it upgrades it")
 
     @staticmethod
     def _add_missing_columns(db) -> None:
@@ -151,9 +189,15 @@ class Store:
 
     @contextmanager
     def _connect(self):
-        db = sqlite3.connect(self.path, timeout=60)
+        if self.read_only:
+            # immutable when no writer is active (no -wal file): SQLite then creates no -wal/-shm files either
+            mode = "ro" if self.path.with_name(self.path.name + "-wal").exists() else "ro&immutable=1"
+            db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=60)
+        else:
+            db = sqlite3.connect(self.path, timeout=60)
         db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode=WAL")
+        if not self.read_only:
+            db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA foreign_keys=ON")
         try:
             with db:  # commit on success, roll back on error

@@ -57,15 +57,36 @@ class TrainConfig:
         return config
 
     def validate(self) -> None:
-        if self.min_length < 1 or self.max_length < self.min_length:
+        """Each setting's type and range; a bad one is a one-line error naming it as a spec does (`train.steps`)."""
+
+        def fail(name: str, expected: str):
+            raise StatetrackError(f"train.{name} must be {expected}, got {getattr(self, name)!r}")
+
+        def is_number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        for name, low in (("steps", 1), ("batch_size", 1), ("min_length", 1), ("max_length", 1), ("warmup", 0),
+                          ("log_every", 1), ("val_every", 1), ("val_samples", 1), ("checkpoint_every", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                fail(name, f"an integer >= {low}")
+        if self.max_length < self.min_length:
             raise StatetrackError(
                 f"training lengths must satisfy 1 <= min_length <= max_length, got [{self.min_length}, {self.max_length}]"
             )
+        for name in ("lr", "clip"):
+            if not is_number(getattr(self, name)) or getattr(self, name) <= 0:
+                fail(name, "a number > 0")
+        if not is_number(self.weight_decay) or self.weight_decay < 0:
+            fail("weight_decay", "a number >= 0")
+        if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2 or not all(is_number(b) and 0 <= b < 1 for b in self.betas):
+            fail("betas", "two numbers in [0, 1), e.g. [0.9, 0.999]")
+        if self.early_stop_loss is not None and (not is_number(self.early_stop_loss) or self.early_stop_loss < 0):
+            fail("early_stop_loss", "a number >= 0, or null to train every step")
         if self.schedule not in ("constant", "cosine"):
-            raise StatetrackError(f"unknown schedule {self.schedule!r}; expected one of: constant, cosine")
-        for name in ("steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise StatetrackError(f"{name} must be >= 1, got {getattr(self, name)}")
+            raise StatetrackError(f"unknown train.schedule {self.schedule!r}; expected one of: constant, cosine")
+        if not isinstance(self.dataset_balanced, bool):
+            fail("dataset_balanced", "true or false")
         n = self.dataset_size
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise StatetrackError(f"dataset_size must be an integer >= 1 (or null for fresh batches every step), got {n!r}")
@@ -153,10 +174,13 @@ def _draw_answers(task: Task, length: int, answers: torch.Tensor, generator: tor
 
 
 def resolve_device(device: str) -> torch.device:
-    """'auto' picks CUDA when present, else CPU."""
+    """'auto' picks CUDA when present, else CPU; anything else is a torch device string (cpu, cuda, cuda:1)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise StatetrackError(f"unknown device {device!r}; expected one of: auto, cpu, cuda, cuda:N") from None
 
 
 class Trainer:

@@ -54,7 +54,13 @@ def resolve(spec: dict | str) -> dict:
     if bad:
         valid = ", ".join(list(MODEL_DEFAULTS) + list(mixer_params))
         raise StatetrackError(f"model {spec['name']!r} has no parameter {bad[0]!r}; its parameters: {valid}")
-    return {"name": spec["name"], **MODEL_DEFAULTS, **mixer_params, **spec}
+    spec = {"name": spec["name"], **MODEL_DEFAULTS, **mixer_params, **spec}
+    for key in ("d_model", "num_layers"):
+        if isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < 1:
+            raise StatetrackError(f"model {spec['name']!r}: {key} must be an integer >= 1, got {spec[key]!r}")
+    if not isinstance(spec["mlp"], bool):
+        raise StatetrackError(f"model {spec['name']!r}: mlp must be true or false, got {spec['mlp']!r}")
+    return spec
 
 
 def display_name(spec: dict | str) -> str:

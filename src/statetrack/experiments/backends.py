@@ -22,6 +22,8 @@ import socket
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
+import torch
+
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import RunSpec
 from statetrack.experiments.worker import failed_outcome, prepare_worker, train_and_evaluate
@@ -198,14 +200,28 @@ class RayBackend:
             self.ray.shutdown()
 
 
-def check_backend(name: str, workers: int | None = None, address: str | None = None) -> None:
-    """One-line errors for impossible backend options, before anything runs."""
+def check_backend(name: str, workers: int | None = None, address: str | None = None, device: str | None = None,
+                  gpus_per_run: float | None = None) -> None:
+    """One-line errors for impossible backend options, before anything runs. A CUDA device must be
+    present here for the local backend (a Ray cluster's GPUs are checked when it is joined)."""
     if name not in BACKENDS:
         raise StatetrackError(f"unknown backend {name!r}; expected one of: {', '.join(BACKENDS)}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise StatetrackError(f"workers must be an integer >= 1, got {workers!r}")
+        raise StatetrackError(f"--workers must be an integer >= 1, got {workers!r}")
     if address and name != "ray":
         raise StatetrackError("--address joins a Ray cluster; use it with --backend ray")
+    if gpus_per_run is not None:
+        if name != "ray":
+            raise StatetrackError("--gpus-per-run sets the GPUs of each Ray task; use it with --backend ray")
+        if gpus_per_run < 0:
+            raise StatetrackError(f"--gpus-per-run must be >= 0, got {gpus_per_run:g}")
+    if device is not None:
+        resolved = resolve_device(device)
+        if name == "local" and resolved.type == "cuda":
+            count = torch.cuda.device_count()
+            if count == 0 or (resolved.index or 0) >= count:
+                raise StatetrackError(f"--device {device}: this machine has {count} CUDA device(s) "
+                                      f"(use --device cpu, or auto to take CUDA when present)")
 
 
 def make_backend(name: str, workers: int | None, results_dir: Path, device: str, address: str | None = None,

@@ -120,7 +120,7 @@ def run_experiment(
     Everything is checked (spec, every model built for every task, backend options) before the
     store is opened, so a bad setting trains nothing and writes nothing.
     """
-    check_backend(backend, workers, address)
+    check_backend(backend, workers, address, device, gpus_per_run)
     if tensorboard:
         tensorboard_writer_class()  # fail now, not after the first run
     imports = load_imports(imports, origin="--import")  # before the spec names what they register

@@ -6,7 +6,9 @@ the papers' sizes (merged key by key). Lists of models x tasks x lrs x seeds (an
 `train.dataset_size` values, one run each) expand to runs with stable ids: the same configuration
 always has the same id, which is how a re-run skips finished work.
 `selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.scoring applies
-it); it is not part of any run's id, so changing it retrains nothing.
+it) and `paper: {source, metric, figures, claims}` what the paper reports (the report sets it beside
+the measured figures with a verdict per claim); neither is part of any run's id, so changing them
+retrains nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import yaml
 from statetrack import sizing, zoo
 from statetrack.errors import StatetrackError, unknown
 from statetrack.plugins import load_imports, resolve_imports
-from statetrack.scoring import selection_of
+from statetrack.scoring import check_paper_names, paper_of, selection_of
 from statetrack.tasks import make_task
 from statetrack.train import TrainConfig
 
@@ -41,6 +43,7 @@ TOP_LEVEL_KEYS = {
     "seeds": "seeds",
     "selection": "how the report picks a learning rate and aggregates seeds: {lr, seeds, criterion, threshold, metric}",
     "scales": "per-scale overrides",
+    "paper": "the paper's figures and the claims tested, shown beside the measured ones: {source, metric, measure, lengths, figures, claims}",
     "imports": "modules or .py files (relative to the spec) that register models and tasks, imported by every worker",
 }
 EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
@@ -112,6 +115,7 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
     bad = [s for s in scales if s not in SCALES]
     if bad:
         raise StatetrackError(f"experiment {spec['name']!r}: unknown scale {bad[0]!r}; expected one of: {', '.join(SCALES)}")
+    written = [deep_merge(spec, scales.get(s) or {}) for s in SCALES]  # the spec as written, at every scale
     spec = deep_merge(spec, scales.get(scale) or {})
     for text in overrides:
         path, value = parse_override(text)
@@ -125,7 +129,28 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
     if "imports" in spec:  # before anything looks up a model or task name they may register
         spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")
     check_spec(spec)
+    if spec.get("paper") is not None:  # its names may be of any scale (or left out by an override): not measured then
+        check_paper_names(spec, *spec_names(written + [spec]))
     return spec
+
+
+def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:
+    """The model display names and the task names (evaluation variants included) of `specs`: what a
+    `paper:` section may name. A scale whose models do not build is left out (it fails when run)."""
+    models, tasks = set(), set()
+    for spec in specs:
+        try:
+            entries = spec["tasks"] if "tasks" in spec else [spec["task"]]
+            for entry in entries:
+                entry = {"name": entry} if isinstance(entry, str) else entry
+                name = task_label({k: v for k, v in entry.items() if k not in TASK_SETTINGS})
+                variants = {**((spec.get("eval") or {}).get("variants") or {}), **((entry.get("eval") or {}).get("variants") or {})}
+                tasks.update([name] + [f"{name} [{v}]" for v in variants])
+            defaults = spec.get("model_defaults") or {}
+            models.update(model_labels([sizing.apply_sizing(m, defaults) for m in spec.get("models") or []]))
+        except (StatetrackError, AttributeError, KeyError, TypeError):
+            pass
+    return models, tasks
 
 
 def check_spec(spec: dict) -> None:
@@ -135,10 +160,39 @@ def check_spec(spec: dict) -> None:
     for key in ("models", "lrs", "seeds"):
         if not isinstance(spec.get(key), list) or not spec[key]:
             raise StatetrackError(f"experiment {spec['name']!r}: {key!r} must be a non-empty list")
+    if not all(_positive_number(lr) for lr in spec["lrs"]):
+        raise StatetrackError(f"experiment {spec['name']!r}: lrs must be positive numbers, got {spec['lrs']!r}")
+    if not all(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 for seed in spec["seeds"]):
+        raise StatetrackError(f"experiment {spec['name']!r}: seeds must be integers >= 0, got {spec['seeds']!r}")
+    for key in ("train", "eval", "model_defaults", "selection"):
+        if spec.get(key) is not None and not isinstance(spec[key], dict):
+            raise StatetrackError(f"experiment {spec['name']!r}: {key} must be a mapping of settings, got {spec[key]!r}")
+    check_train(spec["name"], spec.get("train") or {})
     if ("task" in spec) == ("tasks" in spec):
         raise StatetrackError(f"experiment {spec['name']!r}: give exactly one of 'task' or 'tasks'")
+    if "tasks" in spec and (not isinstance(spec["tasks"], list) or not spec["tasks"]):
+        raise StatetrackError(f"experiment {spec['name']!r}: 'tasks' must be a non-empty list of tasks, got {spec['tasks']!r}")
     check_eval(spec["name"], spec.get("eval") or {})
     selection_of(spec)
+    paper_of(spec)
+
+
+def _positive_number(value) -> bool:
+    """A finite number > 0; YAML reads `1e-3` (no dot) as a string, which counts when it parses."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return False
+    try:
+        return 0 < float(value) < float("inf")
+    except ValueError:
+        return False
+
+
+def check_train(experiment: str, train: dict) -> None:
+    """The learning rate and the seed of a run come from `lrs` and `seeds`, never from `train`."""
+    for key, source in (("lr", "lrs"), ("seed", "seeds")):
+        if key in train:
+            raise StatetrackError(f"experiment {experiment!r}: train.{key} is not a setting; each run's {key} comes from "
+                                  f"the list '{source}' (e.g. {source}=[{'1e-3' if key == 'lr' else '0,1'}])")
 
 
 def check_eval(experiment: str, eval_spec: dict) -> None:
@@ -156,6 +210,11 @@ def check_eval(experiment: str, eval_spec: dict) -> None:
     traces = eval_spec.get("traces", 0)
     if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
         raise StatetrackError(f"experiment {experiment!r}: eval.traces must be a non-negative integer, got {traces!r}")
+    for key, low in (("samples", 1), ("batch_size", 1), ("chunk_size", 1), ("seed", 0)):
+        value = eval_spec.get(key, EVAL_DEFAULTS[key])
+        if not (value is None and key == "chunk_size") and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            raise StatetrackError(f"experiment {experiment!r}: eval.{key} must be an integer >= {low}"
+                                  + (" (or null: the whole input at once)" if key == "chunk_size" else "") + f", got {value!r}")
     lengths = eval_spec.get("lengths")
     if not isinstance(lengths, list) or not lengths or not all(isinstance(n, int) and n >= 1 for n in lengths):
         raise StatetrackError(f"experiment {experiment!r}: eval.lengths must be a non-empty list of positive integers, got {lengths!r}")
@@ -193,8 +252,13 @@ class RunSpec:
 
     @property
     def task_name(self) -> str:
-        params = {k: v for k, v in self.task.items() if k != "name"}
-        return self.task["name"] + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
+        return task_label(self.task)
+
+
+def task_label(task: dict) -> str:
+    """A task's name in tables: `word_problem(group=A5)`."""
+    params = {k: v for k, v in task.items() if k != "name"}
+    return task["name"] + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
 
 
 TASK_SETTINGS = ("train", "eval")  # sections a task entry may override for its own runs
@@ -205,6 +269,8 @@ def _task_spec(entry, spec: dict):
     the spec's): the name and parameters are checked now, not mid-sweep. A task entry's `train:` and
     `eval:` override the spec's for that task's runs only (e.g. counting's medium signals train and
     test at length 600 where the short ones use 200)."""
+    if not isinstance(entry, (str, dict)):
+        raise StatetrackError(f"experiment {spec['name']!r}: a task is a name or a mapping {{name: ..., params...}}, got {entry!r}")
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     if "name" not in entry:
         raise StatetrackError(f"task spec {entry!r} has no 'name'")
@@ -212,6 +278,7 @@ def _task_spec(entry, spec: dict):
     for key, value in own.items():
         if not isinstance(value, dict):
             raise StatetrackError(f"experiment {spec['name']!r}: task {entry['name']!r}: {key} must be a mapping of settings, got {value!r}")
+    check_train(spec["name"], own.get("train", {}))
     eval_spec = deep_merge(spec.get("eval") or {}, own.get("eval", {}))
     if "eval" in own:
         check_eval(spec["name"], eval_spec)

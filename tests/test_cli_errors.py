@@ -1,0 +1,196 @@
+"""Every bad invocation of the command line: exit status 2, one line on stderr naming the bad value and
+what was expected, no traceback, and nothing written (the working folder is byte-for-byte as before)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_cli
+
+from statetrack.store import Store
+
+# (argv, what the one line must contain). In argv, {tmp} is the test's working folder, {store} an
+# existing store holding no experiment, {text} a text file that is not a store.
+BAD = [
+    # run: experiments, overrides and spec values
+    (["run", "nope"], "unknown experiment 'nope'; expected one of: "),
+    (["run", "missing.yaml"], "experiment file 'missing.yaml' does not exist"),
+    (["run", "demo", "train.steps"], "not of the form key=value"),
+    (["run", "demo", "=5"], "not of the form key=value"),
+    (["run", "demo", "train.bogus=1"], "unknown training setting 'bogus'"),
+    (["run", "demo", "train.steps=abc"], "train.steps"),
+    (["run", "demo", "train.steps=-5"], "train.steps"),
+    (["run", "demo", "train.batch_size=0"], "train.batch_size"),
+    (["run", "demo", "train.lr=fast"], "train.lr"),
+    (["run", "demo", "train.min_length=50"], "1 <= min_length <= max_length"),
+    (["run", "demo", "train.schedule=exponential"], "schedule"),
+    (["run", "demo", "eval.lengths=[0]"], "eval.lengths must be a non-empty list of positive integers"),
+    (["run", "demo", "eval.lengths=abc"], "eval.lengths"),
+    (["run", "demo", "eval.samples=0"], "eval.samples"),
+    (["run", "demo", "seeds=[]"], "'seeds' must be a non-empty list"),
+    (["run", "demo", "seeds=[a]"], "seeds"),
+    (["run", "demo", "lrs=[-1]"], "lrs"),
+    (["run", "demo", "lrs=abc"], "lrs"),
+    (["run", "demo", "model_defaults.d_model=0"], "d_model"),
+    (["run", "demo", "model_defaults.num_layers=0"], "num_layers"),
+    (["run", "demo", "models=[{name: deltanet, eig_range: '[2,3]'}]"], "eig_range"),
+    (["run", "demo", "models=[{name: deltanet, num_heads: 0}]"], "num_heads"),
+    (["run", "demo", "models=[{name: nosuch}]"], "unknown model 'nosuch'"),
+    (["run", "demo", "task={name: modadd, m: 1}"], "m must be an integer >= 2"),
+    (["run", "demo", "selection.lr=best"], "unknown selection.lr 'best'; expected one of: best_mean, best_max"),
+    (["run", "demo", "train=5"], "train"),
+    # run: options
+    (["run", "demo", "--scale", "huge"], "--scale: invalid choice: 'huge'"),
+    (["run", "demo", "--backend", "spark"], "--backend: invalid choice: 'spark'"),
+    (["run", "demo", "--device", "tpu"], "unknown device 'tpu'; expected one of: auto, cpu, cuda"),
+    (["run", "demo", "--device", "cuda:7"], "--device cuda:7: this machine has"),
+    (["run", "demo", "--workers", "0"], "--workers"),
+    (["run", "demo", "--workers", "two"], "--workers: invalid int value: 'two'"),
+    (["run", "demo", "--address", "auto"], "--address joins a Ray cluster; use it with --backend ray"),
+    (["run", "demo", "--gpus-per-run", "1"], "--gpus-per-run"),
+    (["run", "demo", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["run", "demo", "--store", "{text}"], "is not a statetrack results store"),
+    (["run", "demo", "--results-dir", "{text}"], "{text}"),
+    (["run", "demo", "--import", "no_such_module_xyz"], "no_such_module_xyz"),
+    (["run"], "the following arguments are required: EXPERIMENT|FILE.yaml"),
+    # tasks
+    (["tasks", "frob"], "invalid choice: 'frob'"),
+    (["tasks", "show", "nope"], "unknown task 'nope'; expected one of: "),
+    (["tasks", "show", "modadd", "m=1"], "m must be an integer >= 2"),
+    (["tasks", "show", "modadd", "bogus=1"], "bogus"),
+    (["tasks", "show", "parity", "--length", "0"], "length must be an integer >= 1"),
+    (["tasks", "show", "parity", "--length", "abc"], "--length: invalid int value: 'abc'"),
+    (["tasks", "show", "parity", "--count", "0"], "--count"),
+    (["tasks", "export", "parity", "--lengths", "8", "--samples", "4", "--out", "{text}/sub"], "{text}"),
+    (["tasks", "export", "parity", "--lengths", "0", "--samples", "4", "--out", "x"], "length"),
+    (["tasks", "export", "parity", "--lengths", "8", "--samples", "0", "--out", "x"], "--samples"),
+    (["tasks", "export", "parity"], "the following arguments are required"),
+    # models
+    (["models", "nosuchmodel"], "unknown model 'nosuchmodel'; expected one of: "),
+    (["models", "--num-layers", "2"], "--num-layers go with --params"),
+    (["models", "--params", "abc"], "--params"),
+    (["models", "--params", "0"], "--params"),
+    (["models", "--params", "many"], "--params must be a positive number of parameters per layer"),
+    (["models", "--set", "mlp=false"], "--set and --num-layers go with --params BUDGET or --width N"),
+    (["models", "--params", "3e6", "--set", "d_model=8"], "--set d_model: the width comes from --params"),
+    (["models", "nope", "--width", "8"], "unknown model 'nope'"),
+    (["models", "--width", "0"], "--width must be >= 1"),
+    (["models", "--params", "1e5", "nosuchmodel"], "unknown model 'nosuchmodel'"),
+    (["models", "--params", "1e5", "--set", "bogus=1"], "none of the listed models has a parameter 'bogus'"),
+    (["models", "--params", "1e5", "--width", "8"], "not allowed with argument"),
+    # results, report, analyze: the store must exist and is never written
+    (["results", "demo", "--store", "/missing/dir/x.db"], "no results store at /missing/dir/x.db"),
+    (["results", "demo", "--results-dir", "{tmp}"], "no results store at"),
+    (["results", "demo", "--store", "{text}"], "is not a statetrack results store"),
+    (["results", "never-ran", "--store", "{store}"], "no results for experiment 'never-ran'"),
+    (["results"], "the following arguments are required: EXPERIMENT"),
+    (["report", "--store", "{store}"], "report needs an EXPERIMENT name or --all"),
+    (["report", "never-ran", "--store", "{store}"], "no results for experiment 'never-ran'"),
+    (["report", "--all", "--store", "/missing/x.db"], "no results store at /missing/x.db"),
+    (["analyze", "spectrum", "abc123", "--store", "{store}"], "abc123"),
+    (["analyze", "rotations", "abc123", "--store", "/missing/x.db"], "no results store at /missing/x.db"),
+    (["analyze", "eigen", "x"], "invalid choice: 'eigen'"),
+    # construct
+    (["construct", "nosuch"], "unknown task for an exact construction 'nosuch'"),
+    (["construct", "parity", "--structure", "nope"], "unknown structure 'nope'"),
+    (["construct", "parity", "--samples", "0"], "--samples must be >= 1"),
+    (["construct", "modadd", "m=1"], "m must be an integer >= 2"),
+    (["construct", "parity", "--lengths", "0"], "length must be an integer >= 1"),
+    # the command itself
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ([], "the following arguments are required: COMMAND"),
+    (["--import", "no_such_module_xyz", "experiments"], "no_such_module_xyz"),
+]
+
+
+def _snapshot(folder: Path) -> dict:
+    """Every file and folder under `folder` with its size and modification time."""
+    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("a bad invocation got as far as starting runs")
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    Store(tmp_path / "empty.db")
+    (tmp_path / "notes.txt").write_text("not a database\n")
+    return tmp_path
+
+
+def _fill(argv: list[str], folder: Path) -> list[str]:
+    values = {"{tmp}": str(folder), "{store}": str(folder / "empty.db"), "{text}": str(folder / "notes.txt")}
+    out = []
+    for arg in argv:
+        for key, value in values.items():
+            arg = arg.replace(key, value)
+        out.append(arg)
+    return out
+
+
+def test_the_table_is_long_enough():
+    assert len(BAD) >= 40
+
+
+@pytest.mark.parametrize("argv, expected", BAD, ids=[" ".join(a) or "(nothing)" for a, _ in BAD])
+def test_bad_invocation(argv, expected, workdir, capsys):
+    before = _snapshot(workdir)
+    code, out, err = run_cli(capsys, *_fill(argv, workdir))
+    assert code == 2, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("statetrack: error: "), err
+    assert "Traceback" not in err
+    assert _fill([expected], workdir)[0] in lines[0]
+    assert _snapshot(workdir) == before, "a bad invocation wrote files"
+
+
+def test_a_missing_store_is_not_created(workdir, capsys):
+    code, _, err = run_cli(capsys, "results", "demo", "--store", str(workdir / "sub" / "x.db"))
+    assert code == 2 and "no results store at" in err
+    assert not (workdir / "sub").exists()
+
+
+def test_reading_leaves_the_store_untouched(tiny_spec, tmp_path, monkeypatch, capsys):
+    """results and report open the store read-only: no -wal/-shm files, the same bytes."""
+    monkeypatch.chdir(tmp_path)
+    workdir = tmp_path
+    spec = str(tiny_spec(seeds="[0]"))
+    assert run_cli(capsys, "run", spec, "--no-progress", "--workers", "1", "train.steps=5")[0] == 0
+    db = workdir / "results" / "statetrack.db"
+    state = lambda: (db.read_bytes(), db.stat().st_mtime_ns, sorted(p.name for p in db.parent.glob("statetrack.db*")))  # noqa: E731
+    before = state()
+    for argv in (["results", "tiny"], ["results", "tiny", "--json"], ["report", "tiny"], ["report", "--all"]):
+        assert run_cli(capsys, *argv)[0] == 0
+    assert state() == before
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None and os.geteuid() == 0, reason="root ignores file modes; needs setpriv")
+def test_a_read_only_store_is_one_line(tmp_path):
+    """`run` on a store it cannot write: exit 2, one line (as root, the command runs as `nobody`)."""
+    import tempfile
+
+    folder, home = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())  # tmp_path is private to root
+    try:
+        folder.chmod(0o755)
+        home.chmod(0o777)
+        Store(folder / "ro.db")
+        (folder / "ro.db").chmod(0o444)
+        before = _snapshot(folder)
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        argv = prefix + [sys.executable, "-m", "statetrack.cli", "run", "demo", "--store", str(folder / "ro.db"),
+                         "--results-dir", str(folder / "r"), "--no-progress"]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=folder, timeout=120,
+                              env={**os.environ, "HOME": str(home)})
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == [f"statetrack: error: cannot write results store {folder / 'ro.db'}: "
+                                                    "attempt to write a readonly database"]
+        assert _snapshot(folder) == before
+    finally:
+        shutil.rmtree(folder)
+        shutil.rmtree(home)
