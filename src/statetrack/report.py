@@ -1,11 +1,13 @@
-"""Reports: renders what `statetrack.scoring` computes (the table after selection, the per-seed
-spread, the learning rates, sequence accuracy where it says more than accuracy), plots (the models'
-own metrics too, e.g. fixed-point iterations), Markdown and self-contained HTML."""
+"""Reports: renders what `statetrack.scoring` computes (the paper's figures and claims beside the
+measured ones with a verdict per claim, the table after selection, the per-seed spread, the learning
+rates, sequence accuracy where it says more than accuracy), plots (the models' own metrics too, e.g.
+fixed-point iterations), Markdown and self-contained HTML, and an index of every experiment."""
 
 from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 import statistics
 import time
@@ -15,8 +17,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from statetrack.scoring import data_efficiency, describe_selection, experiment_summary, planned_ids, selection_of  # noqa: E402
+from statetrack.scoring import (FAIL, MEASURE_TEXT, NOT_MEASURED, PASS, claim_verdicts, data_efficiency,  # noqa: E402
+                                describe_selection, experiment_summary, paper_figures, paper_of, planned_ids, planned_names,
+                                selection_of, verdict_counts)
 from statetrack.store import Store  # noqa: E402
 
 
@@ -31,6 +36,13 @@ def _label(entry: dict) -> str:
 
 def _fmt(value) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _spread(mean, std, count: int) -> str:
+    """mean ± std over seeds; the value alone when one seed measured it (a spread of one is no spread)."""
+    if mean is None:
+        return "-"
+    return f"{mean:.3f}" if count < 2 else f"{mean:.3f} ± {std:.3f}"
 
 
 def _score_header(summary: list[dict]) -> str:
@@ -51,11 +63,16 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
     for e in summary:
         spread = which == "mean" or (which == "headline" and e["selection"]["seeds"] == "mean")
         if spread:
-            cells = ["-" if n not in e["mean"] else f"{e['mean'][n]:.3f} ± {e['std'][n]:.3f}" for n in lengths]
+            cells = [_spread(e["mean"].get(n), e["std"].get(n), _seeds_at(e, "scaled", n)) for n in lengths]
         else:
             cells = [_fmt(e["best"].get(n)) for n in lengths]
         body.append([e["task"], _label(e), f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
     return header, body
+
+
+def _seeds_at(entry: dict, key: str, length: int) -> int:
+    """How many seeds (at the selected lr) measured `key` ('scaled' or 'sequence') at `length`."""
+    return sum(1 for r in entry["per_seed"].values() if length in r[key])
 
 
 def seed_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -83,7 +100,7 @@ def sequence_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model", "lr"] + [str(n) for n in lengths]
     body = [[e["task"], _label(e), f"{e['lr']:g}"]
-            + ["-" if n not in e["sequence_mean"] else f"{e['sequence_mean'][n]:.3f} ± {e['sequence_std'][n]:.3f}" for n in lengths]
+            + [_spread(e["sequence_mean"].get(n), e["sequence_std"].get(n), _seeds_at(e, "sequence", n)) for n in lengths]
             for e in summary]
     return header, body, 2
 
@@ -108,9 +125,21 @@ def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]],
     return header, body, 2
 
 
-def markdown_table(header: list[str], body: list[list[str]], left: int = 0) -> str:
-    """`left`: that many leading (text) columns left-aligned and the others right-aligned; 0: no alignment marks."""
-    marks = [" --- "] * len(header) if not left else [" :--- " if i < left else " ---: " for i in range(len(header))]
+# A cell that reads as a figure: a number (maybe "± spread", maybe "*" for selected), "-", a check mark.
+_FIGURE = re.compile(r"^(-|[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?( ± \S+)?( \*)?|[✓✗])?$")
+
+
+def text_columns(header: list[str], body: list[list[str]], left: int | None = None) -> list[bool]:
+    """Which columns are text (left-aligned): the `left` leading ones when given, else every column
+    with a cell that is not a figure (names, claims, descriptions); figures are right-aligned."""
+    if left is not None:
+        return [i < left for i in range(len(header))]
+    return [any(not _FIGURE.match(row[i]) for row in body) if body else i == 0 for i in range(len(header))]
+
+
+def markdown_table(header: list[str], body: list[list[str]], left: int | None = None) -> str:
+    """Text columns left-aligned (`:---`), figures right-aligned (`---:`); `left`: see `text_columns`."""
+    marks = [" :--- " if text else " ---: " for text in text_columns(header, body, left)]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(marks) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines)
@@ -118,36 +147,92 @@ def markdown_table(header: list[str], body: list[list[str]], left: int = 0) -> s
 
 def text_table(header: list[str], body: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    text = text_columns(header, body)
+    line = lambda r: "  ".join(c.ljust(w) if text[i] else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()  # noqa: E731
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body])
 
 
-def html_table(header: list[str], body: list[list[str]], left: int = 0) -> str:
-    """`left`: that many leading (text) columns left-aligned (cells are right-aligned by default)."""
-    cls = lambda i: ' class="text"' if i < left else ""  # noqa: E731
+def html_table(header: list[str], body: list[list[str]], left: int | None = None) -> str:
+    """Text columns get class "text" (left-aligned); cells are right-aligned by default. `left`: see `text_columns`."""
+    text = text_columns(header, body, left)
+    cls = lambda i: ' class="text"' if text[i] else ""  # noqa: E731
+    mark = {PASS: ' class="pass"', FAIL: ' class="fail"'}
     head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))
-    rows = "".join("<tr>" + "".join(f"<td{cls(i)}>{html.escape(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in body)
+    rows = "".join("<tr>" + "".join(f"<td{mark.get(c, cls(i))}>{html.escape(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in body)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def plot_accuracy_vs_length(summary: list[dict], path: Path) -> Path:
-    """Per task: each model's headline line, its mean ± std band and faint per-seed lines."""
+# Curves that coincide (three models exact at every short length) must stay told apart: each model
+# gets a colour, a line style and a hollow marker of its own, markers shrinking so that one inside
+# another shows.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def curve_style(i: int) -> dict:
+    """The i-th model's line: colour, line style and a hollow marker (sizes 9, 7.5, 6, 4.5 in turn)."""
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {"color": colors[i % len(colors)], "ls": LINE_STYLES[i % len(LINE_STYLES)], "marker": MARKERS[i % len(MARKERS)],
+            "markersize": 9 - 1.5 * (i % 4), "markerfacecolor": "none", "markeredgewidth": 1.4, "lw": 1.4}
+
+
+def train_ranges(runs: list[dict]) -> dict:
+    """{run task: (shortest, longest) training length} from the runs' configurations."""
+    from statetrack.train import TrainConfig
+
+    out = {}
+    for r in runs:
+        train = (r.get("config") or {}).get("train") or {}
+        out.setdefault(r["task"], (train.get("min_length", TrainConfig.min_length), train.get("max_length", TrainConfig.max_length)))
+    return out
+
+
+def _mark_training(ax, lengths: tuple[int, int] | None) -> None:
+    """Shade the training lengths (a dashed line when there is one), labelled for the legend."""
+    if not lengths:
+        return
+    lo, hi = lengths
+    if lo == hi:
+        ax.axvline(lo, color="0.55", ls="--", lw=1, zorder=0, label=f"training length {lo}")
+    else:
+        ax.axvspan(lo, hi, color="0.93", zorder=0, label=f"training lengths {lo}..{hi}")
+
+
+def _shared_legend(fig, axes) -> None:
+    """One legend for the figure, below the plots: every label once, in the order first drawn."""
+    seen = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(3, max(1, len(seen))), fontsize=8, frameon=False)
+
+
+def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | None = None) -> Path:
+    """Per task: each model's headline line, its mean ± std band and faint per-seed lines; the chance
+    level and the training lengths (`training`: {run task: (shortest, longest)}) marked."""
     tasks = sorted({e["task"] for e in summary})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    models = list(dict.fromkeys(_label(e) for e in summary))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 2) / 3), squeeze=False,
+                             layout="constrained")
     for ax, task in zip(axes[0], tasks):
-        for e in (e for e in summary if e["task"] == task):
+        entries = [e for e in summary if e["task"] == task]
+        for e in entries:
             xs = e["lengths"]
-            label = "mean over seeds" if e["selection"]["seeds"] == "mean" else "best seed"
-            (line,) = ax.plot(xs, [e["headline"][n] for n in xs], marker="o", label=f"{_label(e)} lr={e['lr']:g} ({label})")
+            style = curve_style(models.index(_label(e)))
+            ax.plot(xs, [e["headline"][n] for n in xs], label=_label(e), zorder=3, **style)
             for r in e["per_seed"].values():
-                ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=line.get_color(), lw=0.6, alpha=0.35)
-            lo = [e["mean"][n] - e["std"][n] for n in xs]
-            hi = [e["mean"][n] + e["std"][n] for n in xs]
-            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12)
+                if len(e["per_seed"]) > 1:
+                    ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=style["color"], lw=0.6, alpha=0.35)
+            if len(e["seeds"]) > 1:
+                lo = [e["mean"][n] - e["std"][n] for n in xs]
+                hi = [e["mean"][n] + e["std"][n] for n in xs]
+                ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.12)
+        _mark_training(ax, (training or {}).get(entries[0].get("run_task", task)))
         ax.set_xscale("log")
-        lengths = sorted({n for e in summary if e["task"] == task for n in e["lengths"]})
-        _score_axes(ax, lengths, "evaluation length", "scaled accuracy", task)
-    fig.tight_layout()
+        lengths = sorted({n for e in entries for n in e["lengths"]})
+        headline = "mean over seeds" if entries[0]["selection"]["seeds"] == "mean" else "best seed"
+        _score_axes(ax, lengths, "evaluation length", f"scaled accuracy ({headline})", task)
+    _shared_legend(fig, axes[0])
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -155,15 +240,15 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path) -> Path:
 
 def _score_axes(ax, ticks: list[int], xlabel: str, ylabel: str, title: str) -> None:
     """The axes every scaled-accuracy plot shares: a tick per measured x, y from just below chance
-    (0) to 1, the chance line, labels and legend."""
+    (0) to 1, the chance line (labelled), labels; the legend is the figure's."""
     ax.set_xticks(ticks, [str(n) for n in ticks])
     ax.minorticks_off()
     ax.set_ylim(-0.1, 1.05)
-    ax.axhline(0.0, color="grey", lw=0.5)
+    ax.axhline(0.0, color="0.35", ls=":", lw=1, zorder=1, label="chance (scaled accuracy 0)")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.grid(axis="y", color="0.92", lw=0.6)
 
 
 def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[str]]]:
@@ -174,7 +259,7 @@ def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[s
     for e in efficiency:
         cells = [e["by_size"].get(n, {}).get("mean") for n in sizes]
         body.append([e["task"], e["model"], str(e["length"])]
-                    + ["-" if m is None else f"{m:.3f} ± {e['by_size'][n]['std']:.3f}" for n, m in zip(sizes, cells)])
+                    + [_spread(m, e["by_size"].get(n, {}).get("std"), e["by_size"].get(n, {}).get("seeds", 0)) for n, m in zip(sizes, cells)])
     return header, body
 
 
@@ -182,19 +267,22 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
     """Per task: each model's scaled accuracy at the longest test length against the training-set
     size N (log scale), mean ± std over seeds (Ebrahimi & Memisevic 2025, Fig. 2)."""
     tasks = sorted({e["task"] for e in efficiency})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
+    models = list(dict.fromkeys(e["model"] for e in efficiency))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 1) / 3), squeeze=False,
+                             layout="constrained")
     for ax, task in zip(axes[0], tasks):
         entries = [e for e in efficiency if e["task"] == task]
         for e in entries:
             xs = [n for n, v in e["by_size"].items() if v["mean"] is not None]
             mean = [e["by_size"][n]["mean"] for n in xs]
             std = [e["by_size"][n]["std"] for n in xs]
-            (line,) = ax.plot(xs, mean, marker="o", label=e["model"])
-            ax.fill_between(xs, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)], color=line.get_color(), alpha=0.12)
+            style = curve_style(models.index(e["model"]))
+            ax.plot(xs, mean, label=e["model"], zorder=3, **style)
+            ax.fill_between(xs, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)], color=style["color"], alpha=0.12)
         ax.set_xscale("log")
         _score_axes(ax, sorted({n for e in entries for n in e["by_size"]}), "training-set size N",
                     f"scaled accuracy at length {entries[0]['length']}", task)
-    fig.tight_layout()
+    _shared_legend(fig, axes[0])
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -205,17 +293,36 @@ def _run_label(run: dict) -> str:
     return model_label(run["model"], ((run.get("config") or {}).get("train") or {}).get("dataset_size", run.get("dataset_size")))
 
 
+def log_axis(axis, low: float, high: float) -> None:
+    """A log-scale axis with plain tick labels (0.01, 0.1, 1 rather than 10^-2...): 1-2-5 ticks
+    within three decades, one per decade beyond, no labelled minor ticks."""
+    decades = math.log10(high / low) if low > 0 and high > low else 0.0
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
+    """Training loss against step (log scale, plain tick labels), one line per run: the model's
+    colour and style (`curve_style`), seeds of one model in the same colour."""
+    models = list(dict.fromkeys(_run_label(r) for r in runs))
+    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.2 * (len(runs) + 2) / 3), layout="constrained")
+    low, high = math.inf, 0.0
     for run in runs:
-        curve = store.curves(run["id"])
+        curve = [c for c in store.curves(run["id"]) if c["loss"] > 0]
         if curve:
-            ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], lw=1, label=f"{_run_label(run)} s{run['seed']} lr{run['lr']:g}")
+            style = curve_style(models.index(_run_label(run)))
+            losses = [c["loss"] for c in curve]
+            low, high = min(low, *losses), max(high, *losses)
+            ax.plot([c["step"] for c in curve], losses, color=style["color"], ls=style["ls"], lw=1,
+                    label=f"{_run_label(run)} seed {run['seed']} lr {run['lr']:g}")
     ax.set_yscale("log")
+    if high > 0:
+        log_axis(ax.yaxis, low, high)
     ax.set_xlabel("step")
-    ax.set_ylabel("training loss")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
+    ax.set_ylabel("training loss (log scale)")
+    ax.grid(axis="y", which="major", color="0.92", lw=0.6)
+    fig.legend(loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -438,12 +545,121 @@ def _missing_line(r: dict) -> str:
     return f"{_run_label(r)} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}{error}"
 
 
+# ---- the paper beside the measured figures -------------------------------------------------------
+MEASURE_SHORT = {"scaled": "scaled acc.", "sequence": "seq. acc.", "extrapolation": "extrapolates to"}
+OPERATORS = {"at_least": ">=", "below": "<", "beats": ">"}
+QUICK_NOTE = ("The quick scale is a small CPU version of the paper's setting: a ✗ there says what the small run shows, "
+              "not that the paper is wrong (the paper scale has the paper's sizes).")
+
+
+def spec_paper(experiment: str, scale: str | None = None) -> dict | None:
+    """The `paper` section of the experiment's spec as it is now (a shipped experiment, or a spec
+    file of that name), at `scale`; None when there is no such spec or it has none. `statetrack
+    report` uses it, so that figures added to a spec reach reports of runs made before."""
+    from statetrack.errors import StatetrackError
+    from statetrack.experiments.spec import deep_merge, read_spec
+
+    try:
+        raw = read_spec(experiment)
+    except StatetrackError:
+        return None
+    paper, override = raw.get("paper"), ((raw.get("scales") or {}).get(scale or "quick") or {}).get("paper")
+    if isinstance(paper, dict) and isinstance(override, dict):
+        return deep_merge(paper, override)
+    return paper if override is None else override
+
+
+def _figure(value, measure: str) -> str:
+    """A paper's or a measured figure: text as given, a length as an integer ("none" for 0), else 3 decimals."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if measure == "extrapolation":
+        return f"{value:g}" if value else "none"
+    return f"{value:.3f}"
+
+
+def _over(lengths) -> str:
+    if lengths is None:
+        return " (mean over test lengths)"
+    return f" at {lengths}" if isinstance(lengths, int) else f" over {lengths[0]}..{lengths[1]}"
+
+
+def claim_test(claim: dict) -> str:
+    """A claim's test in words: "scaled acc. over 40..256 >= 0.9", "extrapolates to > LSTM's"."""
+    over = "" if claim["measure"] == "extrapolation" else _over(claim["lengths"])
+    bound = " and ".join(f"{name}'s" for name in claim["bound"]) if claim["test"] == "beats" else f"{claim['bound']:g}"
+    return f"{MEASURE_SHORT[claim['measure']]}{over} {OPERATORS[claim['test']]} {bound}"
+
+
+def claim_measured(verdict: dict) -> str:
+    """What was measured for a claim: one figure, or "who: figure" per model / task it covers, a ✗
+    after each that fails when it covers several, and what was not run."""
+    claim, results = verdict["claim"], verdict["results"]
+    name_models = len({(r["model"], r["dataset_size"]) for r in results}) > 1
+    name_tasks = len({r["task"] for r in results}) > 1
+    parts = []
+    for r in results:
+        who = " ".join(x for x in (model_label(r["model"], r["dataset_size"]) if name_models else "",
+                                   f"on {r['task']}" if name_tasks else "") if x)
+        value = _figure(r["value"], claim["measure"])
+        if claim["test"] == "beats":
+            value += f" vs {_figure(r['rival'], claim['measure'])}"
+        if r["holds"] is False and len(results) > 1:
+            value += f" {FAIL}"
+        parts.append(f"{who}: {value}" if who else value)
+    if verdict["missing"]:
+        parts.append("not run yet: " + ", ".join(verdict["missing"]))
+    if verdict["unplanned"]:
+        parts.append("not in this run: " + ", ".join(verdict["unplanned"]))
+    return "; ".join(parts) or "-"
+
+
+def verdict_line(verdicts: list[dict]) -> str:
+    """"2/3 claims ✓, 1 ✗" (and how many could not be checked); "" without claims."""
+    counts = verdict_counts(verdicts)
+    if not verdicts:
+        return ""
+    return (f"{counts[PASS]}/{len(verdicts)} claims {PASS}" + (f", {counts[FAIL]} {FAIL}" if counts[FAIL] else "")
+            + (f", {counts[NOT_MEASURED]} {NOT_MEASURED}" if counts[NOT_MEASURED] else ""))
+
+
+def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> tuple[list[tuple], list[dict]]:
+    """The report's "Paper vs measured" (the paper's figure beside the measured one per task and
+    model) and "Claims" (each claim's test, what was measured, ✓ / ✗ / not measured) sections as
+    (title, note, table), and the verdicts; `plan`: the experiment's (what it runs, at what scale)."""
+    planned, scale = planned_names(plan), (plan or {}).get("scale")
+    verdicts = claim_verdicts(paper, summary, planned)
+    sections = []
+    measured_text = MEASURE_TEXT[paper["measure"]] + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]))
+    scale_text = f", {scale} scale" if scale else ""
+    if any(paper["figures"].values()):
+        rows = paper_figures(paper, summary, planned)
+        with_task = len({r["task"] for r in rows}) > 1
+        header = (["task"] if with_task else []) + ["model", "paper", "measured"]
+        body = [([r["task"] or "-"] if with_task else []) + [model_label(r["model"], r["dataset_size"]), _figure(r["paper"], paper["measure"]),
+                _figure(r["measured"], paper["measure"]) if r["run"] else "not run"]
+                for r in rows]
+        note = (f"Paper: {paper['source']}" + (f"; {paper['metric']}" if paper["metric"] else "") + f". Measured: {measured_text}{scale_text}.")
+        sections.append(("Paper vs measured", note, (header, body)))
+    if verdicts:
+        body = [[v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]] for v in verdicts]
+        note = (f"{verdict_line(verdicts)}. {PASS}: the measured figures pass the claim's test; {FAIL}: they do not; "
+                f"{NOT_MEASURED}: nothing it names has finished runs here (runs missing, or its models are not in this scale)."
+                + (f" {QUICK_NOTE}" if scale == "quick" else ""))
+        sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
+    return sections, verdicts
+
+
 def write_report(experiment: str, store: Store, results_dir: str | Path = "results", description: str = "",
-                 selection: dict | None = None) -> Path:
+                 selection: dict | None = None, paper: dict | None = None) -> Path:
     """Write results/<experiment>/report.md, report.html and the PNG plots; returns the folder.
 
     The report covers the runs of the experiment's latest plan (what the last `statetrack run`
-    expanded) and lists those that are missing; the selection rule is the spec's unless given.
+    expanded) and lists those that are missing; the selection rule is the spec's unless given, and
+    so is `paper` (the spec's `paper:` section: the paper's figures beside the measured ones and a
+    ✓ / ✗ / not measured verdict per claim, near the top).
     Data-driven extras: a sequence-accuracy table when some run's sequence accuracy differs from its
     accuracy, a plot per family of the models' own metrics (`plot_metrics`, e.g. fixed-point
     iterations against evaluation length and training step) when runs report them, the check-mark
@@ -463,7 +679,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     others = len(all_runs) - len(runs)
     missing = missing_runs(store, experiment)
     expected = len(plan["runs"]) if plan else len(runs)
-    plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png")] if summary else []
+    plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png", train_ranges(runs))] if summary else []
     efficiency = data_efficiency(summary)
     if efficiency:
         plots.append(plot_accuracy_vs_dataset_size(efficiency, out / "accuracy_vs_dataset_size.png"))
@@ -504,6 +720,13 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
 
     if not summary:
         tables = [("Results", "No finished runs yet.", ([], []))]
+    paper = paper_of({"name": experiment, "paper": paper if paper is not None else (plan or {}).get("spec", {}).get("paper")})
+    verdicts = []
+    if paper:
+        sections, verdicts = paper_tables(paper, summary, plan)
+        tables = sections + tables
+    if verdicts:
+        status_line += f". Did it reproduce? {verdict_line(verdicts)}"
     md = [f"# {experiment}", "", description.strip(), "", status_line, ""]
     for title, note, table in tables:
         md += [f"## {title}", ""] + ([note, ""] if note else []) + ([markdown_table(*table), ""] if table[0] else [])
@@ -532,17 +755,34 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
 
 
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
-         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}")
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}"
+         "td.pass{color:#1a7f37;font-weight:bold}td.fail{color:#c62828;font-weight:bold}"
+         "table.index td{white-space:nowrap}table.index td:last-child{white-space:normal}")
 
 
-def write_index(store: Store, results_dir: str | Path = "results") -> Path:
+def index_verdicts(store: Store, experiment: str, paper: dict | None = None) -> str:
+    """An experiment's verdicts in one cell ("2/3 claims ✓, 1 ✗"); "-" without claims. `paper`: as
+    in `write_report` (default: its plan's)."""
+    from statetrack.errors import StatetrackError
+
+    plan = store.plan(experiment)
+    try:
+        paper = paper_of({"name": experiment, "paper": paper if paper is not None else (plan or {}).get("spec", {}).get("paper")})
+        return (verdict_line(claim_verdicts(paper, experiment_summary(store, experiment), planned_names(plan))) or "-") if paper else "-"
+    except StatetrackError as error:
+        return f"({error})"
+
+
+def write_index(store: Store, results_dir: str | Path = "results", papers: dict | None = None) -> Path:
     """results/index.html (and index.md): every experiment in the store, linked to its report, with
-    how many of its planned runs are done, failed and missing."""
+    how many of its planned runs are done, failed and missing and its claims' verdicts (`papers`:
+    {experiment: its spec's `paper`} where it differs from the one its plan holds)."""
     results_dir = Path(results_dir)
-    header = ["experiment", "scale", "done", "expected", "failed", "missing", "planned", "description"]
+    header = ["experiment", "scale", "done", "expected", "failed", "missing", "claims", "planned", "description"]
     rows, links = [], []
     for name in store.experiments():
         plan = store.plan(name)
+        claims = index_verdicts(store, name, (papers or {}).get(name))
         missing = missing_runs(store, name)
         runs = store.runs(name)
         expected = len(plan["runs"]) if plan else len(runs)
@@ -550,18 +790,21 @@ def write_index(store: Store, results_dir: str | Path = "results") -> Path:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan["created_at"])) if plan and plan["created_at"] else "-"
         description = " ".join(str((plan["spec"] if plan else {}).get("description", "")).split())
         rows.append([name, (plan or {}).get("scale") or "-", str(expected - len(missing)), str(expected), str(failed),
-                     str(len(missing) - failed), when, description])
+                     str(len(missing) - failed), claims, when, description])
         links.append(f"{name}/report.html")
     md = ["# statetrack results", ""] + [markdown_table(header, [[f"[{r[0]}]({link})"] + r[1:] for r, link in zip(rows, links)]), ""]
     (results_dir / "index.md").write_text("\n".join(md))
+    text = text_columns(header, rows)
+    cls = lambda i: ' class="text"' if text[i] else ""  # noqa: E731
     body = "".join(
-        f'<tr><td><a href="{html.escape(link)}">{html.escape(r[0])}</a></td>' + "".join(f"<td>{html.escape(c)}</td>" for c in r[1:]) + "</tr>"
+        f'<tr><td class="text"><a href="{html.escape(link)}">{html.escape(r[0])}</a></td>'
+        + "".join(f"<td{cls(i)}>{html.escape(c)}</td>" for i, c in enumerate(r[1:], 1)) + "</tr>"
         for r, link in zip(rows, links)
     )
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>statetrack results</title>
 <style>{STYLE}</style></head><body><h1>statetrack results</h1>
-<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>"""
+<table class="index"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>"""
     path = results_dir / "index.html"
     path.write_text(page)
     return path

@@ -174,8 +174,8 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
 def data_efficiency(summary: list[dict]) -> list[dict]:
     """Accuracy against training-set size (Ebrahimi & Memisevic 2025, Fig. 2), read off `summarize`:
     one entry per (task, model) with runs on fixed training sets: task, model, length (the task's
-    longest evaluation length) and by_size {N: {mean, std, best}}, the scaled accuracy at that
-    length over seeds at the lr the selection rule picked for that N (None where not evaluated).
+    longest evaluation length) and by_size {N: {mean, std, best, seeds}}, the scaled accuracy at that
+    length over seeds (and how many seeds measured it) at the lr the selection rule picked for that N (None where not evaluated).
     Empty unless the runs of some task differ in N."""
     out = []
     for task in sorted({e["task"] for e in summary}):
@@ -184,7 +184,8 @@ def data_efficiency(summary: list[dict]) -> list[dict]:
             continue
         length = max(n for e in entries for n in e["lengths"])
         for model in sorted({e["model"] for e in entries}):
-            by_size = {e["dataset_size"]: {k: e[k].get(length) for k in ("mean", "std", "best")}
+            by_size = {e["dataset_size"]: {**{k: e[k].get(length) for k in ("mean", "std", "best")},
+                                           "seeds": sum(1 for r in e["per_seed"].values() if length in r["scaled"])}
                        for e in entries if e["model"] == model}
             out.append({"task": task, "model": model, "length": length, "by_size": dict(sorted(by_size.items()))})
     return out
@@ -202,3 +203,260 @@ def experiment_summary(store, experiment: str, selection: dict | None = None) ->
     if selection is None and plan is not None:
         selection = selection_of(plan["spec"])
     return summarize(store.results(experiment, planned_ids(store, experiment)), selection)
+
+
+
+# ---- the paper's figures and claims beside the measured ones ----------------------------------------
+# A spec's `paper:` states what the paper reports, so that the report answers "did it reproduce?".
+# Like `selection`, it is no part of any run's id: adding or editing it retrains nothing.
+MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is: see `measured`
+PAPER_KEYS = {
+    "source": "where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'",
+    "metric": "what the paper's figures are, in words",
+    "measure": "what the measured figure beside them is: scaled, sequence or extrapolation (see `measured`)",
+    "lengths": "the test lengths the measured figure averages over: one length or [shortest, longest] (default: all)",
+    "figures": "the paper's figure (a number or a short text) per model: {model: figure}, or per task: {task: {model: figure}}",
+    "claims": "the claims tested: a list of {text, model, [task], [dataset_size], [measure], [lengths], at_least|below|beats}",
+}
+CLAIM_KEYS = ("text", "model", "task", "dataset_size", "measure", "lengths", "at_least", "below", "beats")
+CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
+PASS, FAIL, NOT_MEASURED = "✓", "✗", "not measured"
+MEASURE_TEXT = {
+    "scaled": "headline scaled accuracy",
+    "sequence": "sequence accuracy (mean over seeds)",
+    "extrapolation": "longest test length extrapolated to",
+}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _names(value, where: str) -> list[str]:
+    """A name or a non-empty list of names, as a list."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise StatetrackError(f"{where} must be a name or a non-empty list of names, got {value!r}")
+    return names
+
+
+def _check_lengths(value, where: str):
+    ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 1) or (
+        isinstance(value, list) and len(value) == 2 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)
+        and value[0] <= value[1])
+    if value is not None and not ok:
+        raise StatetrackError(f"{where} must be a test length or [shortest, longest], got {value!r}")
+    return value
+
+
+def _check_measure(value, where: str) -> str:
+    if value not in MEASURES:
+        raise StatetrackError(f"{where}: unknown measure {value!r}; expected one of: {', '.join(MEASURES)}")
+    return value
+
+
+def paper_of(spec: dict) -> dict | None:
+    """The spec's `paper` with defaults filled in, checked (one-line errors naming what was expected);
+    None when the spec has none. Figures become {task or None: {model: figure}} (None: every task);
+    each claim gets `models`, `tasks` (None: every task of the experiment), `test` and `bound`."""
+    paper = spec.get("paper")
+    if paper is None:
+        return None
+    where = f"experiment {spec.get('name')!r}: paper"
+    if not isinstance(paper, dict):
+        raise StatetrackError(f"{where} must be a mapping with keys: {', '.join(PAPER_KEYS)}")
+    bad = [k for k in paper if k not in PAPER_KEYS]
+    if bad:
+        raise StatetrackError(f"{where}: unknown key {bad[0]!r}; expected one of: {', '.join(PAPER_KEYS)}")
+    if not isinstance(paper.get("source"), str) or not paper["source"].strip():
+        raise StatetrackError(f"{where}.source must say where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'")
+    if not isinstance(paper.get("metric", ""), str):
+        raise StatetrackError(f"{where}.metric must be a text saying what the paper's figures are, got {paper['metric']!r}")
+    measure = _check_measure(paper.get("measure", "scaled"), f"{where}.measure")
+    lengths = _check_lengths(paper.get("lengths"), f"{where}.lengths")
+    figures = paper.get("figures") or {}
+    if not isinstance(figures, dict):
+        raise StatetrackError(f"{where}.figures must map model names to figures (or task names to such mappings), got {figures!r}")
+    per_task = any(isinstance(v, dict) for v in figures.values())
+    grouped = figures if per_task else {None: figures}
+    for task, by_model in grouped.items():
+        if not isinstance(by_model, dict):
+            raise StatetrackError(f"{where}.figures: give every figure per model or every one per task; {task!r} maps to {by_model!r}")
+        for model, figure in by_model.items():
+            if not (_is_number(figure) or (isinstance(figure, str) and figure)):
+                raise StatetrackError(f"{where}.figures: the figure of {model!r} must be a number or a short text, got {figure!r}")
+    claims = paper.get("claims") or []
+    if not isinstance(claims, list):
+        raise StatetrackError(f"{where}.claims must be a list of claims {{text, model, at_least|below|beats, ...}}, got {claims!r}")
+    checked = []
+    for i, claim in enumerate(claims):
+        at = f"{where}.claims[{i}]"
+        if not isinstance(claim, dict):
+            raise StatetrackError(f"{at} must be a mapping with keys: {', '.join(CLAIM_KEYS)}; got {claim!r}")
+        bad = [k for k in claim if k not in CLAIM_KEYS]
+        if bad:
+            raise StatetrackError(f"{at}: unknown key {bad[0]!r}; expected one of: {', '.join(CLAIM_KEYS)}")
+        if not isinstance(claim.get("text"), str) or not claim["text"].strip():
+            raise StatetrackError(f"{at}.text must state the claim in words")
+        if "model" not in claim:
+            raise StatetrackError(f"{at} names no model; give model: NAME (or a list of names)")
+        tests = [k for k in CLAIM_TESTS if k in claim]
+        if len(tests) != 1:
+            raise StatetrackError(f"{at} needs exactly one of {', '.join(CLAIM_TESTS)}, got {len(tests)}")
+        test, bound = tests[0], claim[tests[0]]
+        if test == "beats":
+            bound = _names(bound, f"{at}.beats")
+        elif not _is_number(bound):
+            raise StatetrackError(f"{at}.{test} must be a number, got {bound!r}")
+        size = claim.get("dataset_size")
+        if size is not None and not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+            raise StatetrackError(f"{at}.dataset_size must be a positive integer, got {size!r}")
+        checked.append({
+            "text": " ".join(claim["text"].split()), "models": _names(claim["model"], f"{at}.model"),
+            "tasks": _names(claim["task"], f"{at}.task") if "task" in claim else None, "dataset_size": size,
+            "measure": _check_measure(claim.get("measure", measure), f"{at}.measure"),
+            "lengths": _check_lengths(claim.get("lengths", lengths), f"{at}.lengths"), "test": test, "bound": bound,
+        })
+    return {"source": paper["source"].strip(), "metric": " ".join(paper.get("metric", "").split()), "measure": measure,
+            "lengths": lengths, "figures": grouped, "claims": checked}
+
+
+def check_paper_names(spec: dict, models, tasks) -> None:
+    """Every model and task the spec's `paper` names is one of `models` (display names) and `tasks`
+    (task names as in the tables, evaluation variants included): a typo is a one-line error."""
+    paper = paper_of(spec)
+    if paper is None:
+        return
+    where = f"experiment {spec.get('name')!r}: paper"
+
+    def check(kind, name, known, at):
+        if not any(covers(name, k) if kind == "model" else name == k for k in known):
+            raise StatetrackError(f"{at}: unknown {kind} {name!r}; expected one of: {', '.join(sorted(map(str, known)))}")
+
+    for task, by_model in paper["figures"].items():
+        if task is not None:
+            check("task", task, tasks, f"{where}.figures")
+        for model in by_model:
+            check("model", model, models, f"{where}.figures" + (f"[{task!r}]" if task else ""))
+    for i, claim in enumerate(paper["claims"]):
+        for model in claim["models"] + (claim["bound"] if claim["test"] == "beats" else []):
+            check("model", model, models, f"{where}.claims[{i}]")
+        for task in claim["tasks"] or []:
+            check("task", task, tasks, f"{where}.claims[{i}]")
+
+
+def covers(name: str, label: str) -> bool:
+    """Whether a model name of `paper:` covers a model label of the tables: the same, or the label is
+    the name with settings that tell twins apart ("Transformer" covers "Transformer (num_layers=2)")."""
+    return label == name or label.startswith(name + " (")
+
+
+def _within(length: int, lengths) -> bool:
+    if lengths is None:
+        return True
+    return length == lengths if isinstance(lengths, int) else lengths[0] <= length <= lengths[1]
+
+
+def measured(entry: dict, measure: str = "scaled", lengths=None) -> float | None:
+    """An entry of `summarize` as one figure: `scaled` (its headline scaled accuracy) or `sequence`
+    (sequence accuracy, mean over seeds), each averaged over its test lengths within `lengths`
+    (a length or [shortest, longest]; None: all), or `extrapolation` (the longest test length it
+    extrapolates to, 0 when none). None when nothing was measured there."""
+    if measure == "extrapolation":
+        return max((n for n, ok in entry["extrapolates"].items() if ok), default=0)
+    values = entry["headline"] if measure == "scaled" else entry["sequence_mean"]
+    picked = [v for n, v in values.items() if v is not None and _within(n, lengths)]
+    return statistics.mean(picked) if picked else None
+
+
+def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
+    """One row per (task, model) entry of the summary, with the paper's figure where it gives one and
+    the measured figure (`paper.measure` over `paper.lengths`); then the paper's figures for models
+    and tasks the plan runs (`planned`, see `claim_verdicts`) that have no finished entry yet
+    (measured None, run False). Row: task, model, dataset_size, paper, measured, run."""
+    rows, used = [], set()
+    for e in summary:
+        figure = None
+        for key in (e["task"], None):
+            names = [name for name in paper["figures"].get(key, {}) if covers(name, e["model"])]
+            if names:
+                used.add((key, names[0]))
+                figure = paper["figures"][key][names[0]]
+                break
+        rows.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "paper": figure,
+                     "measured": measured(e, paper["measure"], paper["lengths"]), "run": True})
+    for task, by_model in paper["figures"].items():
+        for model, figure in by_model.items():
+            if (task, model) not in used and _planned("model", model, planned) and (task is None or _planned("task", task, planned)):
+                rows.append({"task": task or "", "model": model, "dataset_size": None, "paper": figure, "measured": None, "run": False})
+    return rows
+
+
+def planned_names(plan: dict | None) -> dict | None:
+    """{models, tasks} the experiment's latest plan runs (model labels, training tasks); None without a plan."""
+    if plan is None:
+        return None
+    return {"models": {r["model"] for r in plan["runs"]}, "tasks": {r["task"] for r in plan["runs"]}}
+
+
+def _planned(kind: str, name: str, planned: dict | None) -> bool:
+    """Whether the plan runs a model `name` covers, or task `name` (an evaluation variant of a planned task too)."""
+    if planned is None:
+        return True
+    if kind == "model":
+        return any(covers(name, m) for m in planned["models"])
+    return name in planned["tasks"] or (name.endswith("]") and name[: name.rfind(" [")] in planned["tasks"])
+
+
+def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
+    """Each claim of `paper` checked against the summary: {claim, verdict, results, missing, unplanned}.
+
+    A claim covers the models and tasks it names that the experiment's plan runs (`planned`, from
+    `planned_names`; None: all it names), so one claim serves every scale of a spec and a run whose
+    `models=[...]` override leaves some out (unplanned: the names left aside). results: one {task,
+    model, dataset_size, value, rival, holds} per (task, model) entry covered (`covers`; rival: the
+    best figure of the `beats` models on the same task and training-set size, which the model must
+    exceed); missing: planned models (or model on task) without a finished entry. Verdict: ✗ when
+    some entry fails the claim, else "not measured" when something is missing or nothing is covered
+    (another scale, runs not finished), else ✓."""
+    out = []
+    for claim in paper["claims"]:
+        results, missing = [], []
+        models = [m for m in claim["models"] if _planned("model", m, planned)]
+        tasks = None if claim["tasks"] is None else [t for t in claim["tasks"] if _planned("task", t, planned)]
+        rivals = [m for m in claim["bound"] if _planned("model", m, planned)] if claim["test"] == "beats" else []
+        unplanned = [n for n in claim["models"] + (claim["bound"] if claim["test"] == "beats" else []) if n not in models + rivals]
+        unplanned += [t for t in claim["tasks"] or [] if t not in tasks]
+        for model in models if tasks != [] and (claim["test"] != "beats" or rivals) else []:
+            entries = [e for e in summary if covers(model, e["model"]) and (tasks is None or e["task"] in tasks)
+                       and claim["dataset_size"] in (None, e["dataset_size"])]
+            missing += [model] if not entries else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
+            for e in entries:
+                value = measured(e, claim["measure"], claim["lengths"])
+                rival = None
+                if claim["test"] == "beats":
+                    against = {name: [measured(r, claim["measure"], claim["lengths"]) for r in summary if covers(name, r["model"])
+                                      and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])] for name in rivals}
+                    missing += [f"{name} on {e['task']}" for name, values in against.items() if not values]
+                    values = [v for vs in against.values() for v in vs]
+                    rival = None if not values or None in values else max(values)
+                if value is None or (claim["test"] == "beats" and rival is None):
+                    holds = None
+                elif claim["test"] == "at_least":
+                    holds = value >= claim["bound"] - 1e-9
+                elif claim["test"] == "below":
+                    holds = value < claim["bound"]
+                else:
+                    holds = value > rival
+                results.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "value": value,
+                                "rival": rival, "holds": holds})
+        missing = list(dict.fromkeys(missing))
+        verdict = (FAIL if any(r["holds"] is False for r in results)
+                   else NOT_MEASURED if missing or not results or any(r["holds"] is None for r in results) else PASS)
+        out.append({"claim": claim, "verdict": verdict, "results": results, "missing": missing, "unplanned": unplanned})
+    return out
+
+
+def verdict_counts(verdicts: list[dict]) -> dict:
+    """{PASS: n, FAIL: n, NOT_MEASURED: n} over the claims' verdicts."""
+    return {v: sum(1 for x in verdicts if x["verdict"] == v) for v in (PASS, FAIL, NOT_MEASURED)}

@@ -1,0 +1,185 @@
+"""The report answers "did it reproduce?": a spec's `paper:` (the paper's figures and claims) checked
+and set beside the measured figures with a verdict per claim, the index's verdicts column, and the
+readability fixes (no "± 0" for one seed, text columns left-aligned, distinguishable curves)."""
+
+import textwrap
+
+import pytest
+import yaml
+
+from statetrack.errors import StatetrackError
+from statetrack.experiments import expand, load_spec
+from statetrack.experiments.spec import shipped_specs
+from statetrack.report import curve_style, log_axis, markdown_table, table_rows, write_index, write_report
+from statetrack.scoring import FAIL, NOT_MEASURED, PASS, claim_verdicts, paper_of, summarize
+from statetrack.store import Store
+
+PAPER = {
+    "source": "Grazzi et al. 2025, parity table",
+    "metric": "scaled accuracy on test lengths 40..256",
+    "lengths": [40, 256],
+    "figures": {"DeltaNet [-1,1]": 1.0, "DeltaNet [0,1]": 0.017, "Transformer": "fails"},
+    "claims": [
+        {"text": "DeltaNet [-1,1] extrapolates", "model": "DeltaNet [-1,1]", "at_least": 0.9},
+        {"text": "DeltaNet [0,1] does not", "model": "DeltaNet [0,1]", "below": 0.2},
+        {"text": "DeltaNet [-1,1] holds at 1000", "model": "DeltaNet [-1,1]", "lengths": 1000, "at_least": 0.9},
+        {"text": "the negative range helps", "model": "DeltaNet [-1,1]", "beats": "DeltaNet [0,1]"},
+        {"text": "the LSTM extrapolates too", "model": "LSTM", "at_least": 0.9},
+        {"text": "the Transformer fails", "model": "Transformer", "below": 0.5},
+    ],
+}
+# scaled accuracy per length of each (model, seed): DeltaNet [-1,1] exact to 256 but not at 1000,
+# DeltaNet [0,1] at chance; the LSTM is planned but has not finished; no Transformer in this run
+MEASURED = {
+    ("DeltaNet [-1,1]", 0): {40: 1.0, 256: 0.96, 1000: 0.5},
+    ("DeltaNet [-1,1]", 1): {40: 1.0, 256: 0.90, 1000: 0.3},
+    ("DeltaNet [0,1]", 0): {40: 0.05, 256: 0.0, 1000: 0.0},
+}
+
+
+def _store(tmp_path, paper=PAPER, seeds=(0, 1)) -> Store:
+    store = Store(tmp_path / "statetrack.db")
+    planned = []
+    for model in ("DeltaNet [-1,1]", "DeltaNet [0,1]", "LSTM"):
+        for seed in seeds:
+            run_id = f"{model}-{seed}"
+            planned.append({"id": run_id, "model": model, "task": "parity", "lr": 0.01, "seed": seed})
+            scaled = MEASURED.get((model, seed))
+            if scaled is None:
+                continue
+            config = {"experiment": "parity", "model": {"name": model}, "task": {"name": "parity"},
+                      "train": {"lr": 0.01, "seed": seed, "min_length": 3, "max_length": 40}, "eval": {"lengths": [40, 256, 1000]}}
+            store.start_run(run_id, "parity", model, "parity", seed, 0.01, config, "abc")
+            evals = [{"length": n, "accuracy": (1 + v) / 2, "scaled_accuracy": v, "samples": 64} for n, v in scaled.items()]
+            store.finish_run(run_id, evals, [{"step": 10, "loss": 0.7, "accuracy": 0.5}, {"step": 20, "loss": 0.01, "accuracy": 1.0}],
+                             20, 100, 1.0, 0.1)
+    spec = {"name": "parity", "scale": "quick", "description": "parity, synthetic", "selection": {"seeds": "mean"}}
+    store.set_plan("parity", {**spec, **({"paper": paper} if paper else {})}, planned)
+    return store
+
+
+def test_report_sets_the_papers_figures_beside_ours_with_verdicts(tmp_path):
+    out = write_report("parity", _store(tmp_path), tmp_path)
+    md = (out / "report.md").read_text()
+    assert md.index("## Paper vs measured") < md.index("## Claims: did it reproduce?") < md.index("## Headline")
+    assert "Did it reproduce? 3/6 claims ✓, 1 ✗, 2 not measured" in md
+    figures = md.split("## Paper vs measured")[1].split("\n## ")[0]
+    # measured: mean over seeds (the selection) of the mean over lengths 40..256
+    assert "| DeltaNet [-1,1] | 1.000 | 0.965 |" in figures and "| DeltaNet [0,1] | 0.017 | 0.025 |" in figures
+    assert "Transformer" not in figures  # not in this run: its figure would only be noise
+    claims = md.split("## Claims: did it reproduce?")[1].split("\n## ")[0]
+    assert "| DeltaNet [-1,1] extrapolates | scaled acc. over 40..256 >= 0.9 | 0.965 | ✓ |" in claims
+    assert "| DeltaNet [0,1] does not | scaled acc. over 40..256 < 0.2 | 0.025 | ✓ |" in claims
+    assert "| DeltaNet [-1,1] holds at 1000 | scaled acc. at 1000 >= 0.9 | 0.400 | ✗ |" in claims
+    assert "| the negative range helps | scaled acc. over 40..256 > DeltaNet [0,1]'s | 0.965 vs 0.025 | ✓ |" in claims
+    assert "| the LSTM extrapolates too | scaled acc. over 40..256 >= 0.9 | not run yet: LSTM | not measured |" in claims
+    assert "| the Transformer fails | scaled acc. over 40..256 < 0.5 | not in this run: Transformer | not measured |" in claims
+    page = (out / "report.html").read_text()
+    assert '<td class="pass">✓</td>' in page and '<td class="fail">✗</td>' in page and "<h2>Paper vs measured</h2>" in page
+
+
+def test_claim_verdicts_cover_twins_beats_and_missing_runs():
+    rows = [{"model": m, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": v}
+            for (m, s), by_length in {**MEASURED, ("Transformer (num_layers=1)", 0): {40: 0.1, 256: 0.0, 1000: 0.0},
+                                      ("Transformer (num_layers=2)", 0): {40: 0.9, 256: 0.8, 1000: 0.0}}.items()
+            for n, v in by_length.items()]
+    summary = summarize(rows)
+    paper = paper_of({"name": "x", "paper": PAPER})
+    verdicts = {v["claim"]["text"]: v for v in claim_verdicts(paper, summary)}
+    beats = verdicts["the negative range helps"]
+    assert beats["verdict"] == PASS and beats["results"][0]["rival"] == pytest.approx(0.025)
+    # "Transformer" covers both Transformers; the two-layer one fails the claim
+    fails = verdicts["the Transformer fails"]
+    assert fails["verdict"] == FAIL and [r["holds"] for r in fails["results"]] == [True, False]
+    assert verdicts["the LSTM extrapolates too"]["verdict"] == NOT_MEASURED and verdicts["the LSTM extrapolates too"]["missing"] == ["LSTM"]
+
+
+def test_index_shows_each_experiments_verdicts(tmp_path):
+    store = _store(tmp_path)
+    store.set_plan("nopaper", {"name": "nopaper", "scale": "quick"}, [])
+    write_report("parity", store, tmp_path)
+    md = (write_index(store, tmp_path).parent / "index.md").read_text()
+    assert "| experiment | scale | done | expected | failed | missing | claims |" in md
+    assert "| 3/6 claims ✓, 1 ✗, 2 not measured |" in md
+    assert "| [nopaper](nopaper/report.html) | quick | 0 | 0 | 0 | 0 | - |" in md
+    # a paper given by the caller (the spec as it is now) wins over the plan's
+    only = {**PAPER, "claims": PAPER["claims"][:1]}
+    assert "| 1/1 claims ✓ |" in (write_index(store, tmp_path, {"parity": only}).parent / "index.md").read_text()
+
+
+def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
+    store = _store(tmp_path, seeds=(0,))
+    md = (write_report("parity", store, tmp_path) / "report.md").read_text()
+    spread = md.split("## Scaled accuracy, mean ± std over seeds")[1].split("\n## ")[0]
+    assert "±" not in spread and "| parity | DeltaNet [-1,1] | 0.01 | 1.000 | 0.960 | 0.500 |" in spread
+    assert "| :--- | :--- | ---: | ---: | ---: | ---: |" in spread
+    runs = md.split("## Runs")[1]
+    assert "| model | task | lr | seed | status |" in runs and "| :--- | :--- | ---: | ---: | :--- |" in runs
+    _, body = table_rows(summarize(store.results("parity")), "mean")
+    assert not any("±" in cell for row in body for cell in row)
+    assert markdown_table(["claim", "n"], [["a claim", "3"]]).splitlines()[1] == "| :--- | ---: |"
+
+
+@pytest.mark.parametrize("paper, message", [
+    ("Grazzi", "paper must be a mapping with keys: source, metric"),
+    ({"figures": {}}, "paper.source must say where the figures come from"),
+    ({"source": "x", "table": 1}, "paper: unknown key 'table'; expected one of: source, metric, measure"),
+    ({"source": "x", "measure": "best"}, "paper.measure: unknown measure 'best'; expected one of: scaled, sequence, extrapolation"),
+    ({"source": "x", "lengths": [256, 40]}, "paper.lengths must be a test length or [shortest, longest], got [256, 40]"),
+    ({"source": "x", "figures": {"LSTM": [1]}}, "the figure of 'LSTM' must be a number or a short text"),
+    ({"source": "x", "figures": {"GRU": 1.0}}, "paper.figures: unknown model 'GRU'; expected one of: DeltaNet [-1,1], LSTM"),
+    ({"source": "x", "figures": {"copy": {"LSTM": 1.0}}}, "paper.figures: unknown task 'copy'; expected one of: modadd(m=3)"),
+    ({"source": "x", "claims": [{"text": "t", "model": "LSTM"}]}, "claims[0] needs exactly one of at_least, below, beats, got 0"),
+    ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "at_least": "high"}]}, "claims[0].at_least must be a number, got 'high'"),
+    ({"source": "x", "claims": [{"model": "LSTM", "below": 0.5}]}, "claims[0].text must state the claim in words"),
+    ({"source": "x", "claims": [{"text": "t", "at_least": 0.5}]}, "claims[0] names no model"),
+    ({"source": "x", "claims": [{"text": "t", "model": "Mamba", "below": 0.5}]},
+     "paper.claims[0]: unknown model 'Mamba'; expected one of: DeltaNet [-1,1], LSTM"),
+    ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "beats": "GRU"}]}, "paper.claims[0]: unknown model 'GRU'"),
+    ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "task": "parity", "below": 0.5}]},
+     "paper.claims[0]: unknown task 'parity'; expected one of: modadd(m=3)"),
+])
+def test_a_bad_paper_section_is_a_one_line_error(tiny_spec, paper, message):
+    path = tiny_spec()
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "paper": paper}))
+    with pytest.raises(StatetrackError) as error:
+        load_spec(str(path))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_paper_section_changes_no_run_id(tiny_spec):
+    path = tiny_spec()
+    before = [r.id for r in expand(load_spec(str(path)))]
+    path.write_text(path.read_text() + textwrap.dedent("""
+        paper:
+          source: Grazzi et al. 2025
+          figures: {LSTM: 0.5}
+          claims: [{text: the LSTM fails, model: LSTM, below: 0.5}]
+        """))
+    spec = load_spec(str(path))
+    assert spec["paper"]["source"] == "Grazzi et al. 2025"
+    assert [r.id for r in expand(spec)] == before
+
+
+@pytest.mark.parametrize("name", sorted(shipped_specs()))
+def test_every_shipped_spec_states_the_papers_figures_and_claims(name):
+    for scale in ("quick", "paper"):
+        paper = paper_of(load_spec(name, scale))  # names checked against the spec's models and tasks at every scale
+        assert paper["source"] and paper["claims"] and any(paper["figures"].values()), name
+
+
+def test_curves_stay_distinguishable_and_loss_ticks_read_plainly():
+    styles = [curve_style(i) for i in range(8)]
+    assert len({(s["marker"], s["ls"]) for s in styles}) == 8 and all(s["markerfacecolor"] == "none" for s in styles)
+    assert styles[0]["markersize"] > styles[1]["markersize"] > styles[2]["markersize"]  # one inside another shows
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.set_yscale("log")
+    ax.plot([0, 1], [0.002, 3.0])
+    log_axis(ax.yaxis, 0.002, 3.0)
+    fig.canvas.draw()
+    labels = {t.get_text() for t in ax.get_yticklabels()}
+    plt.close(fig)
+    assert {"0.01", "0.1", "1"} <= labels and not any("10^" in t or "$" in t for t in labels)
