@@ -51,6 +51,7 @@ BAD = [
     (["run", "demo", "--workers", "two"], "--workers: invalid int value: 'two'"),
     (["run", "demo", "--address", "auto"], "--address joins a Ray cluster; use it with --backend ray"),
     (["run", "demo", "--gpus-per-run", "1"], "--gpus-per-run"),
+    (["run", "demo", "--lease", "0"], "--lease must be a number of seconds > 0"),
     (["run", "demo", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["run", "demo", "--store", "{text}"], "is not a statetrack results store"),
     (["run", "demo", "--results-dir", "{text}"], "{text}"),

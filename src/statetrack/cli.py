@@ -14,6 +14,7 @@ from pathlib import Path
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
 from statetrack.plugins import load_imports
+from statetrack.store import LEASE_SECONDS
 
 
 def _params(pairs: list[str]) -> dict:
@@ -51,7 +52,7 @@ def cmd_run(args) -> int:
         args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
         progress=not args.no_progress, workers=args.workers, backend=args.backend, address=args.address,
         gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, retry_failed=not args.skip_failed,
-        imports=_imports(args),
+        imports=_imports(args), lease=args.lease,
     )
     store = _store(args)
     out = write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
@@ -342,6 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)")
     p.add_argument("--tensorboard", default=None, metavar="DIR", help="also write each finished run's curves as TensorBoard events under DIR")
     p.add_argument("--skip-failed", action="store_true", help="on a re-run, leave runs that failed before as they are (default: retry them)")
+    p.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
+                   help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
+                        f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)")
     p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
     p.set_defaults(func=cmd_run)
 
@@ -447,9 +451,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {error.filename}" if error.filename else ""
         print(f"statetrack: error: {error.strerror or error}{where}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print("statetrack: interrupted; finished runs are in the store, re-run the same command to resume", file=sys.stderr)
-        return 130
+        return 143 if type(interrupt).__name__ == "Terminated" else 130  # SIGTERM, SIGINT
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         sys.stderr.close()
         return 0

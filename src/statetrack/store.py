@@ -11,11 +11,14 @@ A run becomes `done` in the same transaction that writes its evaluations, so a r
 point is either complete or not `done`, never half-written; re-running skips only `done` runs.
 Only one process writes at a time (SQLite's lock, WAL mode); the runner's driver is that process
 for both backends: workers return their results instead of writing (see experiments/backends.py).
+Several drivers may share one store: a driver claims a run before training it (`start_run`: a lease
+with its host, pid and a heartbeat it renews), and the others skip it while the lease is live.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sqlite3
 import time
@@ -59,7 +62,9 @@ CREATE TABLE IF NOT EXISTS runs (
     train_seconds REAL,
     eval_seconds REAL,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    pid INTEGER,
+    heartbeat REAL
 );
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment);
 {evals}
@@ -92,10 +97,37 @@ RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed"
 
 # Columns added since the first schema: a store written before them gains them when opened (NULL in old rows).
 ADDED_COLUMNS = {
+    "runs": {"pid": "INTEGER", "heartbeat": "REAL"},
     "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT", "position_accuracy": "TEXT"},
     "curves": {"metrics": "TEXT"},
 }
 EVAL_COLUMNS = ("run_id", "length", "accuracy", "scaled_accuracy", "samples", "sequence_accuracy", "metrics", "position_accuracy")
+
+
+# A driver renews the lease on each run it trains every LEASE_SECONDS / 4; a run whose heartbeat is
+# older than LEASE_SECONDS (or whose driver's process is gone, on the same host) is free again.
+LEASE_SECONDS = 120.0
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def lease_is_live(row, lease: float = LEASE_SECONDS) -> bool:
+    """Whether a running run (its host, pid, heartbeat) is held by a live driver other than this
+    process: its heartbeat is fresher than `lease` seconds and, on this host, its process exists.
+    A run this process itself marked running (an earlier, interrupted call) is not held."""
+    if row["heartbeat"] is None or time.time() - row["heartbeat"] >= lease:
+        return False
+    if row["host"] == socket.gethostname() and row["pid"] is not None:
+        return row["pid"] != os.getpid() and _process_exists(row["pid"])
+    return True
 
 
 def _encode_metrics(metrics: dict | None) -> str | None:
@@ -206,15 +238,39 @@ class Store:
             db.close()
 
     # ---- writes --------------------------------------------------------------------------------
-    def start_run(self, run_id: str, experiment: str, model: str, task: str, seed: int, lr: float, config: dict, git_rev: str) -> None:
-        """Mark a run as running, dropping whatever an earlier, unfinished attempt left."""
+    def start_run(self, run_id: str, experiment: str, model: str, task: str, seed: int, lr: float, config: dict, git_rev: str,
+                  lease: float = LEASE_SECONDS, retry_failed: bool = True) -> bool:
+        """Claim a run for this process and mark it running, dropping whatever an earlier, unfinished
+        attempt left; False (nothing written) when the run is not free: done, failed (unless
+        `retry_failed`), or running under a live lease of another driver (`lease_is_live`). The
+        check and the claim are one transaction, so of two drivers asking at once one gets it."""
         with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")  # the write lock first: nobody claims between our read and our write
+            row = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is not None and (row["status"] == "done" or (row["status"] == "failed" and not retry_failed)
+                                    or (row["status"] == "running" and lease_is_live(row, lease))):
+                return False
+            now = time.time()
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
             db.execute(
-                "INSERT INTO runs (id, experiment, model, task, seed, lr, config, git_rev, host, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                (run_id, experiment, model, task, seed, lr, json.dumps(config, sort_keys=True), git_rev, socket.gethostname(), time.time()),
+                "INSERT INTO runs (id, experiment, model, task, seed, lr, config, git_rev, host, pid, heartbeat, status, started_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (run_id, experiment, model, task, seed, lr, json.dumps(config, sort_keys=True), git_rev, socket.gethostname(),
+                 os.getpid(), now, now),
             )
+        return True
+
+    def renew_leases(self, run_ids: list[str]) -> None:
+        """The heartbeat of this process's running runs (the driver's lease on them)."""
+        with self._connect() as db:
+            db.executemany("UPDATE runs SET heartbeat = ? WHERE id = ? AND status = 'running' AND host = ? AND pid = ?",
+                           [(time.time(), run_id, socket.gethostname(), os.getpid()) for run_id in run_ids])
+
+    def release_leases(self, run_ids: list[str]) -> None:
+        """Give up this process's claim on unfinished runs (an interrupted driver): any driver may take them at once."""
+        with self._connect() as db:
+            db.executemany("UPDATE runs SET heartbeat = NULL WHERE id = ? AND status = 'running' AND host = ? AND pid = ?",
+                           [(run_id, socket.gethostname(), os.getpid()) for run_id in run_ids])
 
     def set_plan(self, experiment: str, spec: dict, runs: list[dict]) -> None:
         """Record what `statetrack run` expanded: the resolved spec and one {id, model, task, lr, seed} per run.
@@ -271,6 +327,12 @@ class Store:
         with self._connect() as db:
             row = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
         return row["status"] if row else None
+
+    def holder(self, run_id: str, lease: float = LEASE_SECONDS) -> str | None:
+        """'host:pid' of the driver whose live lease holds the run, None when no live driver does."""
+        with self._connect() as db:
+            row = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return f"{row['host']}:{row['pid']}" if row and row["status"] == "running" and lease_is_live(row, lease) else None
 
     def runs(self, experiment: str) -> list[dict]:
         with self._connect() as db:

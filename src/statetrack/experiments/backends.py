@@ -65,8 +65,8 @@ class InProcessBackend:
         self.runs[handle] = run
         return handle
 
-    def wait(self, handles: list) -> list:
-        handle = handles[0]
+    def wait(self, handles: list, timeout: float | None = None) -> list:
+        handle = handles[0]  # trains it now, whatever the timeout
         self.outcomes[handle] = train_and_evaluate(self.runs.pop(handle), self.results_dir, self.device, self.progress)
         return [handle]
 
@@ -100,8 +100,9 @@ class LocalBackend:
     def submit(self, run: RunSpec):
         return self.pool.submit(_run_in_worker, run, self.results_dir, self.device)
 
-    def wait(self, handles: list) -> list:
-        return list(wait(handles, return_when=FIRST_COMPLETED)[0])
+    def wait(self, handles: list, timeout: float | None = None) -> list:
+        """The finished handles: at least one, or none when `timeout` seconds pass first."""
+        return list(wait(handles, timeout=timeout, return_when=FIRST_COMPLETED)[0])
 
     def outcome(self, handle) -> dict:
         try:
@@ -110,6 +111,12 @@ class LocalBackend:
             return failed_outcome(f"{type(error).__name__}: {error} (in a worker process)")
 
     def close(self, cancel: bool = False) -> None:
+        """Wait for the workers to finish; with `cancel`, stop them now (their runs restart from
+        their checkpoints on a later call). The pool has no public way to stop a running task, so
+        its worker processes are terminated."""
+        if cancel:
+            for process in list((getattr(self.pool, "_processes", None) or {}).values()):
+                process.terminate()
         self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
 
 
@@ -186,8 +193,8 @@ class RayBackend:
     def submit(self, run: RunSpec):
         return self.task.remote(run, self.results_dir, self.device, self.threads, self.imports)
 
-    def wait(self, handles: list) -> list:
-        return self.ray.wait(handles, num_returns=1)[0]
+    def wait(self, handles: list, timeout: float | None = None) -> list:
+        return self.ray.wait(handles, num_returns=1, timeout=timeout)[0]
 
     def outcome(self, handle) -> dict:
         try:
@@ -201,7 +208,7 @@ class RayBackend:
 
 
 def check_backend(name: str, workers: int | None = None, address: str | None = None, device: str | None = None,
-                  gpus_per_run: float | None = None) -> None:
+                  gpus_per_run: float | None = None, lease: float | None = None) -> None:
     """One-line errors for impossible backend options, before anything runs. A CUDA device must be
     present here for the local backend (a Ray cluster's GPUs are checked when it is joined)."""
     if name not in BACKENDS:
@@ -210,6 +217,8 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
         raise StatetrackError(f"--workers must be an integer >= 1, got {workers!r}")
     if address and name != "ray":
         raise StatetrackError("--address joins a Ray cluster; use it with --backend ray")
+    if lease is not None and not lease > 0:
+        raise StatetrackError(f"--lease must be a number of seconds > 0, got {lease:g}")
     if gpus_per_run is not None:
         if name != "ray":
             raise StatetrackError("--gpus-per-run sets the GPUs of each Ray task; use it with --backend ray")

@@ -9,12 +9,21 @@ Resume: a re-run of the same command skips `done` runs and runs the rest. Runs t
 retried by default (the failure may have been transient: a lost node, memory, a bug fixed since);
 `retry_failed=False` (`--skip-failed`) leaves them as they are. A run killed mid-training restarts
 from its last checkpoint.
+
+Several drivers (on one machine or many, sharing the store) divide an experiment between them: a
+driver claims each run in the store before training it, with a lease it keeps renewing, and the
+others pass over it; a run whose driver was killed is taken over once its lease lapses. SIGTERM
+stops a driver like Ctrl-C: its pool's workers are stopped and its claims released.
 """
 
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -23,7 +32,7 @@ from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_backend, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
 from statetrack.plugins import load_imports
-from statetrack.store import Store
+from statetrack.store import LEASE_SECONDS, Store
 
 
 def git_revision() -> str:
@@ -80,6 +89,65 @@ def log_tensorboard(root: str | Path, run: RunSpec, store: Store) -> Path:
 
 
 # ---- the driver ----------------------------------------------------------------------------------
+class Heartbeat:
+    """Renews this driver's leases on the runs it trains, every `lease` / 4 seconds, from a
+    background thread (a run trained in this process blocks the driver's loop for its whole length)."""
+
+    def __init__(self, store: Store, lease: float):
+        self.store, self.every = store, lease / 4
+        self.runs: set[str] = set()
+        self.lock, self.stopped = threading.Lock(), threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="statetrack-heartbeat", daemon=True)
+
+    def hold(self, run_id: str) -> None:
+        with self.lock:
+            self.runs.add(run_id)
+
+    def release(self, run_id: str) -> None:
+        with self.lock:
+            self.runs.discard(run_id)
+
+    def held_runs(self) -> list[str]:
+        with self.lock:
+            return sorted(self.runs)
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.every):
+            try:
+                self.store.renew_leases(self.held_runs())
+            except Exception:  # a busy or briefly unreachable store: the next beat tries again
+                pass
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C: the pool's workers are stopped and the driver's leases released."""
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """Within the block, SIGTERM raises `Terminated` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def describe(run: RunSpec) -> str:
     return f"{run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}"
 
@@ -110,6 +178,7 @@ def run_experiment(
     tensorboard: str | Path | None = None,
     retry_failed: bool = True,
     imports: list[str] = (),
+    lease: float = LEASE_SECONDS,
 ) -> tuple[dict, list[RunSpec]]:
     """Run every unfinished run of the experiment; returns (spec, runs).
 
@@ -117,10 +186,13 @@ def run_experiment(
     them in this process, with progress bars). backend 'ray': one Ray task per run on the cluster
     at `address`, or on a local Ray instance with `workers` CPUs. `imports`: modules or .py files
     (relative to the working directory) imported here and by every worker, beside the spec's own.
+    Several drivers may run the same experiment on one store: each claims a run before training it
+    and renews its lease every `lease` / 4 seconds; the others skip claimed runs, wait for them, and
+    take over a run whose lease lapsed (its driver was killed).
     Everything is checked (spec, every model built for every task, backend options) before the
     store is opened, so a bad setting trains nothing and writes nothing.
     """
-    check_backend(backend, workers, address, device, gpus_per_run)
+    check_backend(backend, workers, address, device, gpus_per_run, lease)
     if tensorboard:
         tensorboard_writer_class()  # fail now, not after the first run
     imports = load_imports(imports, origin="--import")  # before the spec names what they register
@@ -135,31 +207,45 @@ def run_experiment(
     finished = {"done"} if retry_failed else {"done", "failed"}
     todo = [r for r in runs if status[r.id] not in finished]
     failed_before = sum(1 for r in runs if status[r.id] == "failed")
+    held = sum(1 for r in todo if store.holder(r.id, lease) is not None)
     summary = (f"experiment {spec['name']} ({scale}): {len(runs)} runs, {sum(s == 'done' for s in status.values())} already done"
-               + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else ""))
+               + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
+               + (f", {held} in training by other drivers" if held else ""))
     if not todo:
         log(summary)
         return spec, runs
 
     pool = make_backend(backend, workers, results_dir, device, address, gpus_per_run, imports, runs=len(todo), progress=progress)
     log(f"{summary}; {pool.describe()}")
-    pending, in_flight, started = list(todo), {}, 0
+    pending, in_flight, elsewhere, started = list(todo), {}, [], 0
+    heartbeat = Heartbeat(store, lease)
     cancel = True
     try:
-        # in this process each run shows its own progress bars; elsewhere one bar counts the runs
-        with tqdm(total=len(todo), desc="runs", disable=not progress or pool.in_process) as bar:
+        with terminate_as_interrupt(), heartbeat, \
+                tqdm(total=len(todo), desc="runs", disable=not progress or pool.in_process) as bar:
+            # in this process each run shows its own progress bars; elsewhere one bar counts the runs
             say = log if pool.in_process else bar.write
-            while pending or in_flight:
+            while pending or in_flight or elsewhere:
                 while pending and len(in_flight) < pool.slots:
                     run = pending.pop(0)
+                    if not store.start_run(run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config,
+                                           git_rev, lease=lease, retry_failed=retry_failed and status[run.id] == "failed"):
+                        if store.status(run.id) == "running":  # another driver trains it: wait for it, or its lease to lapse
+                            elsewhere.append(run)
+                        else:  # another driver finished it since
+                            bar.update(1)
+                        continue
+                    heartbeat.hold(run.id)
                     started += 1
-                    store.start_run(run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config, git_rev)
                     if pool.in_process:
                         say(f"[{started}/{len(todo)}] {describe(run)}")
                     in_flight[pool.submit(run)] = run
-                for handle in pool.wait(list(in_flight)):
+                if not in_flight and not pending:
+                    time.sleep(heartbeat.every)  # only other drivers' runs are left
+                for handle in pool.wait(list(in_flight), timeout=heartbeat.every if elsewhere else None) if in_flight else []:
                     run = in_flight.pop(handle)
                     outcome_status = record(store, run, pool.outcome(handle))
+                    heartbeat.release(run.id)
                     if outcome_status != "done":
                         say(f"  failed: {describe(run)} (the error is in the store and the report)")
                     elif not pool.in_process:
@@ -167,7 +253,19 @@ def run_experiment(
                     if outcome_status == "done" and tensorboard:
                         log_tensorboard(tensorboard, run, store)
                     bar.update(1)
+                still = []
+                for run in elsewhere:  # finished by their driver, or free again (that driver was killed)
+                    if store.status(run.id) != "running":
+                        bar.update(1)
+                    elif store.holder(run.id, lease) is None:
+                        say(f"taking over {describe(run)} (its driver stopped renewing its lease)")
+                        pending.append(run)
+                    else:
+                        still.append(run)
+                elsewhere = still
         cancel = False
     finally:
+        if cancel:
+            store.release_leases(heartbeat.held_runs())
         pool.close(cancel=cancel)
     return spec, runs
