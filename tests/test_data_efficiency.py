@@ -11,7 +11,8 @@ import torch
 from statetrack import zoo
 from statetrack.cli import main
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import evaluate_lengths, masked_loss_and_accuracy
+from statetrack.evaluate import evaluate_lengths
+from statetrack.tasks.base import masked_loss_and_accuracy
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import run_experiment
 from statetrack.report import write_report

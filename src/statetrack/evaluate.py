@@ -10,38 +10,46 @@ from statetrack import diagnostics
 from statetrack.scoring import scaled_accuracy
 from statetrack.tasks import Batch, Task
 
-
-def masked_loss_and_accuracy(logits: torch.Tensor, batch: Batch):
-    """Cross-entropy and accuracy over the supervised (masked) positions only."""
-    selected = logits[batch.mask]  # [N, C]
-    targets = batch.targets[batch.mask]
-    loss = torch.nn.functional.cross_entropy(selected, targets)
-    accuracy = (selected.argmax(-1) == targets).float().mean()
-    return loss, accuracy
-
-
 # Per-position accuracy is kept for inputs of at most this many tokens (a longer one would store a
 # list as long as the input in every evaluation row).
 MAX_POSITIONS = 4096
+
+
+# CPU inputs of at most this many sequences are predicted on one thread (see `predict`).
+SERIAL_BATCH = 8
 
 
 @torch.no_grad()
 def predict(model, inputs: torch.Tensor, chunk_size: int | None = None, probabilities: bool = False) -> torch.Tensor:
     """Predicted class ids [B, T], or with `probabilities` the softmax over classes [B, T, C]. With
     `chunk_size`, the input is fed in chunks carrying the model state, so memory stays constant in
-    the length (recurrent models only)."""
+    the length (recurrent models only).
+
+    A CPU input of at most SERIAL_BATCH sequences runs on one torch thread (the thread count is
+    restored after): a recurrence steps through time with little work per step, and a second thread
+    saves little on it, while on a busy machine every hand-off between threads waits for a core. At
+    batch 1 on 2 cores shared with other jobs, one thread ran every recurrent model 3 to 20 times
+    faster than two (docs/performance.md, "Long inputs")."""
     read = (lambda logits: logits.float().softmax(-1)) if probabilities else (lambda logits: logits.argmax(-1))
-    if chunk_size is None or inputs.shape[1] <= chunk_size:
-        return read(model(inputs)[0])
-    state = None
-    predictions = None  # one buffer: memory flat in T
-    for start in range(0, inputs.shape[1], chunk_size):
-        logits, state = model(inputs[:, start : start + chunk_size], state)
-        chunk = read(logits)
-        if predictions is None:
-            predictions = chunk.new_empty(inputs.shape + chunk.shape[2:])
-        predictions[:, start : start + chunk_size] = chunk
-    return predictions
+    threads = torch.get_num_threads()
+    serial = inputs.device.type == "cpu" and inputs.shape[0] <= SERIAL_BATCH and threads > 1
+    if serial:
+        torch.set_num_threads(1)
+    try:
+        if chunk_size is None or inputs.shape[1] <= chunk_size:
+            return read(model(inputs)[0])
+        state = None
+        predictions = None  # one buffer: memory flat in T
+        for start in range(0, inputs.shape[1], chunk_size):
+            logits, state = model(inputs[:, start : start + chunk_size], state)
+            chunk = read(logits)
+            if predictions is None:
+                predictions = chunk.new_empty(inputs.shape + chunk.shape[2:])
+            predictions[:, start : start + chunk_size] = chunk
+        return predictions
+    finally:
+        if serial:
+            torch.set_num_threads(threads)
 
 
 def trace(model, batch: Batch, examples: int, chunk_size: int | None = None) -> list[dict]:
@@ -57,6 +65,31 @@ def trace(model, batch: Batch, examples: int, chunk_size: int | None = None) -> 
 def eval_generator(seed: int, length: int) -> torch.Generator:
     """The evaluation set at `length` is fixed by (seed, length): every model sees the same inputs."""
     return torch.Generator().manual_seed(1_000_003 * seed + length)
+
+
+def _by_position(hits: torch.Tensor, mask: torch.Tensor, unit: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(right answers, supervised examples) per position [P] of one batch: per input position
+    (`unit` "token"), or per k-th supervised position of each example ("supervised", e.g. per reveal);
+    (None, None) beyond MAX_POSITIONS positions."""
+    if unit == "token":
+        if hits.shape[1] > MAX_POSITIONS:
+            return None, None
+        return hits.sum(0).cpu(), mask.sum(0).cpu()
+    k = (mask.long().cumsum(1) - 1)[mask]  # the rank of each supervised position in its example
+    size = int(k.max()) + 1 if k.numel() else 0
+    if size > MAX_POSITIONS:
+        return None, None
+    return (torch.zeros(size, dtype=torch.long, device=k.device).index_add_(0, k, hits[mask].long()).cpu(),
+            torch.bincount(k, minlength=size).cpu())
+
+
+def _add_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a + b for per-position counts that may differ in length (examples with more supervised positions)."""
+    if a.shape[0] < b.shape[0]:
+        a, b = b, a
+    out = a.clone()
+    out[: b.shape[0]] += b
+    return out
 
 
 @torch.no_grad()
@@ -82,7 +115,10 @@ def evaluate_lengths(
 
     `position_accuracy`: accuracy at each input position over the examples supervised there (None
     where none is), for inputs of at most MAX_POSITIONS tokens; dense tasks (word problems, copy
-    memory) show where along the input a model stops being right. With `traces` > 0, `traces`
+    memory) show where along the input a model stops being right. A task whose `position_unit` is
+    "supervised" counts positions as the k-th supervised one instead (a REPL trace's k-th reveal).
+    A task with its own metrics (`Task.metrics`, e.g. the total-variation distance to the exact
+    belief on `pfsa`) adds them to `metrics`, averaged over the supervised positions. With `traces` > 0, `traces`
     holds that many examples' per-position outputs (see `trace`).
     """
     model.eval()
@@ -93,13 +129,21 @@ def evaluate_lengths(
         correct = total = whole = examples = 0
         by_position = count_by_position = None
         records: dict[str, list[float]] = {}
+        task_sums: dict[str, float] = {}
         row: dict = {}
         for start in range(0, samples, batch_size):
             batch = task.sample(min(batch_size, samples - start), length, g).to(device)
             if traces and start == 0:
                 row["traces"] = trace(model, batch, traces, chunk_size)
                 diagnostics.drain(model)
-            predicted = predict(model, batch.inputs, chunk_size)
+            if task.has_metrics:  # the task's own metrics read the predicted distributions
+                probabilities = predict(model, batch.inputs, chunk_size, probabilities=True)
+                predicted = probabilities.argmax(-1)
+                weight = batch.mask.sum().item()
+                for name, value in task.metrics(probabilities, batch).items():
+                    task_sums[name] = task_sums.get(name, 0.0) + value * weight
+            else:
+                predicted = predict(model, batch.inputs, chunk_size)
             right = (predicted == batch.targets) | ~batch.mask
             hits = right & batch.mask
             correct += hits.sum().item()
@@ -107,15 +151,16 @@ def evaluate_lengths(
             supervised = batch.mask.any(dim=1)
             whole += (right.all(dim=1) & supervised).sum().item()
             examples += supervised.sum().item()
-            if batch.inputs.shape[1] <= MAX_POSITIONS:
-                hits, counts = hits.sum(0).cpu(), batch.mask.sum(0).cpu()
-                by_position = hits if by_position is None else by_position + hits
-                count_by_position = counts if count_by_position is None else count_by_position + counts
+            hits, counts = _by_position(hits, batch.mask, task.position_unit)
+            if hits is not None:
+                by_position = hits if by_position is None else _add_padded(by_position, hits)
+                count_by_position = counts if count_by_position is None else _add_padded(count_by_position, counts)
             diagnostics.merge(records, diagnostics.drain(model))
         accuracy = correct / total
+        metrics = {**diagnostics.summarize(records), **{name: value / total for name, value in task_sums.items()}}
         row = {
             "length": length, "accuracy": accuracy, "scaled_accuracy": scaled_accuracy(accuracy, task.chance), "samples": samples,
-            "sequence_accuracy": whole / examples, "metrics": diagnostics.summarize(records), **row,
+            "sequence_accuracy": whole / examples, "metrics": metrics, **row,
         }
         if by_position is not None:
             row["position_accuracy"] = [None if n == 0 else h / n for h, n in zip(by_position.tolist(), count_by_position.tolist())]

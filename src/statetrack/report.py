@@ -302,9 +302,26 @@ def log_axis(axis, low: float, high: float) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def stage_starts(store: Store, runs: list[dict]) -> list[tuple[int, int]]:
+    """(step, stage) where each curriculum stage after the first begins, from the first run that
+    trained with a curriculum (its curve points carry their stage); [] without one."""
+    for run in runs:
+        curve = store.curves(run["id"])
+        if any("stage" in c for c in curve):
+            starts, last = [], None
+            previous_step = 0
+            for point in curve:
+                if last is not None and point["stage"] != last:
+                    starts.append((previous_step, point["stage"]))
+                last, previous_step = point["stage"], point["step"]
+            return starts
+    return []
+
+
 def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     """Training loss against step (log scale, plain tick labels), one line per run: the model's
-    colour and style (`curve_style`), seeds of one model in the same colour."""
+    colour and style (`curve_style`), seeds of one model in the same colour; dotted lines where
+    curriculum stages begin."""
     models = list(dict.fromkeys(_run_label(r) for r in runs))
     fig, ax = plt.subplots(figsize=(7, 4.2 + 0.2 * (len(runs) + 2) / 3), layout="constrained")
     low, high = math.inf, 0.0
@@ -319,6 +336,9 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     ax.set_yscale("log")
     if high > 0:
         log_axis(ax.yaxis, low, high)
+    for step, stage in stage_starts(store, runs):
+        ax.axvline(step, color="0.5", ls=":", lw=1)
+        ax.text(step, 1.0, f" stage {stage + 1}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="0.35")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (log scale)")
     ax.grid(axis="y", which="major", color="0.92", lw=0.6)
@@ -331,7 +351,7 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
 # ---- a model's own metrics (e.g. fixed-point iterations) ----------------------------------------
 # A metric `X_<stat>` belongs to family X (one plot per family); its statistic sets the line style.
 STAT_STYLES = {"median": "-", "mean": "-", "min": ":", "max": "--"}
-METRIC_NAMES = {"iterations": "fixed-point iterations"}  # a family's name on the axes, when not its key
+METRIC_NAMES = {"iterations": "fixed-point iterations", "tv_distance": "total-variation distance to the exact belief"}  # a family's name on the axes, when not its key
 
 
 def metric_family(name: str) -> tuple[str, str]:
@@ -423,10 +443,18 @@ def _mean_lists(lists: list[list]) -> list:
     return out
 
 
-def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, int, list]]:
-    """(entry, length, per-position accuracy, mean over the seeds at the selected lr) at the entry's
-    longest length that has a per-position accuracy with more than one supervised position (a task
-    supervised once per example, at its end, has nothing to show along the input)."""
+def _position_label(run: dict) -> str:
+    """What the run's task counts per-position accuracy along (`Task.position_label`)."""
+    from statetrack.tasks import TASKS
+
+    cls = TASKS.get((run["config"].get("task") or {}).get("name"))
+    return cls.position_label if cls is not None else "input position"
+
+
+def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, int, list, str]]:
+    """(entry, length, per-position accuracy, mean over the seeds at the selected lr, what a position
+    is) at the entry's longest length that has a per-position accuracy with more than one supervised
+    position (a task supervised once per example, at its end, has nothing to show along the input)."""
     out = []
     for e, rs in selected_runs(summary, runs):
         by_length: dict = {}
@@ -437,25 +465,30 @@ def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list
                     by_length.setdefault(row["length"], []).append(positions)
         if by_length:
             length = max(by_length)
-            out.append((e, length, _mean_lists([p for p in by_length[length] if len(p) == len(by_length[length][0])])))
+            values = _mean_lists([p for p in by_length[length] if len(p) == len(by_length[length][0])])
+            out.append((e, length, values, _position_label(rs[0])))
     return out
 
 
-def plot_position_accuracy(series: list[tuple[dict, int, list]], path: Path, train_length: int | None = None) -> Path:
-    """Per task: accuracy at each input position at the longest evaluation length, one line per model
-    (positions never supervised are skipped); a dotted line marks the longest training length."""
-    tasks = sorted({e["task"] for e, _, _ in series})
+def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path, train_length: int | None = None) -> Path:
+    """Per task: accuracy at each position at the longest evaluation length, one line per model
+    (positions never supervised are skipped; a position is an input token, or the k-th supervised
+    answer such as a REPL trace's k-th reveal); a dotted line marks the longest training length
+    where positions are tokens."""
+    tasks = sorted({x[0]["task"] for x in series})
+    models = list(dict.fromkeys(_label(x[0]) for x in series))
     fig, axes = plt.subplots(len(tasks), 1, figsize=(9, 3.2 * len(tasks)), squeeze=False)
     for ax, task in zip(axes[:, 0], tasks):
-        lengths = set()
-        for e, length, values in (x for x in series if x[0]["task"] == task):
+        lengths, unit = set(), "input position"
+        for e, length, values, unit in (x for x in series if x[0]["task"] == task):
             xs = [i for i, v in enumerate(values) if v is not None]
-            ax.plot(xs, [values[i] for i in xs], lw=1, label=_label(e))
+            style = curve_style(models.index(_label(e)))
+            ax.plot(xs, [values[i] for i in xs], color=style["color"], ls=style["ls"], lw=1, label=_label(e))
             lengths.add(length)
-        if train_length:
-            ax.axvline(train_length, color="grey", ls=":", lw=1)
+        if train_length and unit == "input position":
+            ax.axvline(train_length, color="grey", ls=":", lw=1, label=f"longest training length {train_length}")
         ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel("input position")
+        ax.set_xlabel(unit)
         ax.set_ylabel("accuracy")
         ax.set_title(f"{task}, length {', '.join(map(str, sorted(lengths)))}")
         ax.legend(fontsize=7)

@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS curves (
     loss REAL NOT NULL,
     accuracy REAL NOT NULL,
     metrics TEXT,
+    stage INTEGER,
     PRIMARY KEY (run_id, step)
 );
 CREATE TABLE IF NOT EXISTS plans (
@@ -99,7 +100,7 @@ RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed"
 ADDED_COLUMNS = {
     "runs": {"pid": "INTEGER", "heartbeat": "REAL"},
     "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT", "position_accuracy": "TEXT"},
-    "curves": {"metrics": "TEXT"},
+    "curves": {"metrics": "TEXT", "stage": "INTEGER"},
 }
 EVAL_COLUMNS = ("run_id", "length", "accuracy", "scaled_accuracy", "samples", "sequence_accuracy", "metrics", "position_accuracy")
 
@@ -153,17 +154,24 @@ class Store:
 
     def __init__(self, path: str | Path = DEFAULT_STORE, read_only: bool = False):
         """Open (or create) the store at `path`. `read_only`: the file must exist and nothing is
-        written, created or upgraded (the `results`, `report` and `analyze` commands); a store of an
-        older schema is then an error, since upgrading it would write."""
+        written or created (the `results`, `report` and `analyze` commands); a store of an older
+        schema is then upgraded in a copy in memory, never on disk."""
         self.path = Path(path)
         self.read_only = read_only
+        self.memory: sqlite3.Connection | None = None  # the upgraded copy of an old read-only store
         if read_only:
             if not self.path.is_file():
                 raise StatetrackError(f"no results store at {self.path} (it is written by `statetrack run`; "
                                       f"pass --store FILE or --results-dir DIR of an earlier run)")
             with self._opened("open"):
                 with self._connect() as db:
-                    self._check_schema(db)
+                    if self._outdated(db):
+                        self.memory = sqlite3.connect(":memory:", check_same_thread=False)
+                        db.backup(self.memory)
+                if self.memory is not None:
+                    with self._connect() as db:
+                        db.executescript(SCHEMA)
+                        self._add_missing_columns(db)
             return
         with self._opened("write"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,16 +191,14 @@ class Store:
         except OSError as error:
             raise StatetrackError(f"cannot {doing} results store {self.path}: {error.strerror or error}") from None
 
-    def _check_schema(self, db) -> None:
-        """A read-only store must already have the current schema (upgrading would write)."""
+    @staticmethod
+    def _outdated(db) -> bool:
+        """Whether the store lacks a table or column of the current schema."""
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        missing = [t for t in ("runs", "evals", "traces", "curves", "plans") if t not in tables]
-        columns = {t: {r["name"] for r in db.execute(f"PRAGMA table_info({t})")} for t in ("evals", "curves") if t in tables}
-        missing += [f"{t}.{c}" for t, cs in {**ADDED_COLUMNS, "evals": {**ADDED_COLUMNS["evals"], "variant": ""}}.items()
-                    if t in columns for c in cs if c not in columns[t]]
-        if missing:
-            raise StatetrackError(f"results store {self.path} lacks {', '.join(missing)}: it is empty or was written by an older "
-                                  f"statetrack; `statetrack run` on it upgrades it")
+        if any(t not in tables for t in ("runs", "evals", "traces", "curves", "plans")):
+            return True
+        wanted = {**ADDED_COLUMNS, "evals": {**ADDED_COLUMNS["evals"], "variant": "TEXT"}}
+        return any(c not in {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t, cs in wanted.items() for c in cs)
 
     @staticmethod
     def _add_missing_columns(db) -> None:
@@ -221,6 +227,11 @@ class Store:
 
     @contextmanager
     def _connect(self):
+        if self.memory is not None:
+            self.memory.row_factory = sqlite3.Row
+            with self.memory:
+                yield self.memory
+            return
         if self.read_only:
             # immutable when no writer is active (no -wal file): SQLite then creates no -wal/-shm files either
             mode = "ro" if self.path.with_name(self.path.name + "-wal").exists() else "ro&immutable=1"
@@ -306,8 +317,8 @@ class Store:
                 [(run_id, e.get("variant") or "", e["length"], json.dumps(e["traces"])) for e in evals if e.get("traces")],
             )
             db.executemany(
-                "INSERT OR REPLACE INTO curves (run_id, step, loss, accuracy, metrics) VALUES (?, ?, ?, ?, ?)",
-                [(run_id, c["step"], c["loss"], c["accuracy"], _encode_metrics(c.get("metrics"))) for c in curve],
+                "INSERT OR REPLACE INTO curves (run_id, step, loss, accuracy, metrics, stage) VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, c["step"], c["loss"], c["accuracy"], _encode_metrics(c.get("metrics")), c.get("stage")) for c in curve],
             )
             db.execute(
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
@@ -392,10 +403,13 @@ class Store:
         return out
 
     def curves(self, run_id: str) -> list[dict]:
-        """The training curve: {step, loss, accuracy, metrics} per point (metrics {} when none)."""
+        """The training curve: {step, loss, accuracy, metrics, [stage]} per point (metrics {} when none;
+        stage, the curriculum stage the point's steps trained in, only for runs with a curriculum)."""
         with self._connect() as db:
-            rows = db.execute("SELECT step, loss, accuracy, metrics FROM curves WHERE run_id = ? ORDER BY step", (run_id,)).fetchall()
-        return [{**dict(r), "metrics": _decode_metrics(r["metrics"])} for r in rows]
+            rows = db.execute("SELECT step, loss, accuracy, metrics, stage FROM curves WHERE run_id = ? ORDER BY step",
+                              (run_id,)).fetchall()
+        return [{**{k: r[k] for k in ("step", "loss", "accuracy")}, "metrics": _decode_metrics(r["metrics"]),
+                 **({} if r["stage"] is None else {"stage": r["stage"]})} for r in rows]
 
     def evals(self, run_id: str, variant: str | None = "") -> list[dict]:
         """{length, accuracy, scaled_accuracy, samples, [variant], sequence_accuracy, metrics, position_accuracy}

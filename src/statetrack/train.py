@@ -15,7 +15,6 @@ from tqdm.auto import tqdm
 
 from statetrack import diagnostics
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import masked_loss_and_accuracy
 from statetrack.tasks import Batch, Task
 
 
@@ -45,6 +44,8 @@ class TrainConfig:
     device: str = "auto"
     dataset_size: int | None = None
     dataset_balanced: bool = False  # the fixed set holds every answer class equally often
+    # stages trained in order: [{steps, length | min_length & max_length, task: {parameter: value}}]
+    curriculum: list | None = None
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -52,6 +53,10 @@ class TrainConfig:
         bad = [k for k in values if k not in names]
         if bad:
             raise StatetrackError(f"unknown training setting {bad[0]!r}; expected one of: {', '.join(sorted(names))}")
+        if values.get("curriculum") and "steps" not in values:  # the stages' steps add up to the run's
+            stages = values["curriculum"]
+            if isinstance(stages, list) and all(isinstance(st, dict) and isinstance(st.get("steps"), int) for st in stages):
+                values = {**values, "steps": sum(st["steps"] for st in stages)}
         config = cls(**values)
         config.validate()
         return config
@@ -64,6 +69,9 @@ class TrainConfig:
 
         def is_number(value) -> bool:
             return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        if self.curriculum is not None:
+            self.stages()  # its own errors first: the run's steps are its stages' steps
 
         for name, low in (("steps", 1), ("batch_size", 1), ("min_length", 1), ("max_length", 1), ("warmup", 0),
                           ("log_every", 1), ("val_every", 1), ("val_samples", 1), ("checkpoint_every", 1), ("seed", 0)):
@@ -92,6 +100,61 @@ class TrainConfig:
             raise StatetrackError(f"dataset_size must be an integer >= 1 (or null for fresh batches every step), got {n!r}")
         if self.dataset_balanced and n is None:
             raise StatetrackError("dataset_balanced needs a fixed training set: set dataset_size too")
+
+    def stages(self) -> list[dict]:
+        """The curriculum as stages {end (the step it ends at), min_length, max_length, task (parameter
+        overrides)}; one stage of the whole run when there is none. Each a one-line error when malformed."""
+        if self.curriculum is None:
+            return [{"end": self.steps, "min_length": self.min_length, "max_length": self.max_length, "task": {}}]
+        example = "e.g. [{steps: 500, length: 8, task: {spacing: 1}}, {steps: 500, length: 16, task: {spacing: 2}}]"
+        if not isinstance(self.curriculum, list) or not self.curriculum:
+            raise StatetrackError(f"train.curriculum must be a non-empty list of stages, {example}; got {self.curriculum!r}")
+        if self.dataset_size is not None:
+            raise StatetrackError("train.curriculum draws fresh batches in each stage; it cannot go with train.dataset_size")
+        out, end = [], 0
+        for number, stage in enumerate(self.curriculum, 1):
+            where = f"train.curriculum stage {number}"
+            if not isinstance(stage, dict):
+                raise StatetrackError(f"{where} must be a mapping, {example}; got {stage!r}")
+            bad = [k for k in stage if k not in ("steps", "length", "min_length", "max_length", "task")]
+            if bad:
+                raise StatetrackError(f"{where}: unknown key {bad[0]!r}; expected steps, length or min_length/max_length, task")
+            steps = stage.get("steps")
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+                raise StatetrackError(f"{where}: steps must be an integer >= 1, got {steps!r}")
+            if "length" in stage and ("min_length" in stage or "max_length" in stage):
+                raise StatetrackError(f"{where}: give length, or min_length and max_length, not both")
+            low = stage.get("length", stage.get("min_length", self.min_length))
+            high = stage.get("length", stage.get("max_length", self.max_length))
+            if any(isinstance(v, bool) or not isinstance(v, int) for v in (low, high)) or not 1 <= low <= high:
+                raise StatetrackError(f"{where}: lengths must satisfy 1 <= min_length <= max_length, got [{low!r}, {high!r}]")
+            task = stage.get("task", {})
+            if not isinstance(task, dict):
+                raise StatetrackError(f"{where}: task must be a mapping of task parameters, got {task!r}")
+            end += steps
+            out.append({"end": end, "min_length": low, "max_length": high, "task": task})
+        if end != self.steps:
+            raise StatetrackError(f"train.steps is {self.steps}, but the curriculum's stages add up to {end} steps "
+                                  f"(leave train.steps out, or make them agree)")
+        return out
+
+
+def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
+    """The task of each curriculum stage: `task` with the stage's parameters changed. They must read
+    and answer with the same tokens (one model trains through all of them), and each stage's
+    lengths must be ones its task can make."""
+    tasks = []
+    for number, stage in enumerate(config.stages(), 1):
+        try:
+            staged = type(task)(**{**task.params, **stage["task"]}) if stage["task"] else task
+            staged.check_length(stage["min_length"])
+        except (TypeError, StatetrackError) as error:
+            where = f"train.curriculum stage {number}" if config.curriculum is not None else "train.min_length"
+            raise StatetrackError(f"{where}: {error}") from None
+        if (staged.vocab, staged.answers) != (task.vocab, task.answers):
+            raise StatetrackError(f"train.curriculum stage {number}: {stage['task']} changes the task's tokens or answers")
+        tasks.append(staged)
+    return tasks
 
 
 class FixedTrainingSet:
@@ -189,7 +252,7 @@ class Trainer:
 
     def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True):
         config.validate()
-        task.check_length(config.min_length)
+        self.plan, self.tasks = config.stages(), curriculum_tasks(task, config)  # one stage without a curriculum
         self.model, self.task, self.config = model, task, config
         self.device = resolve_device(config.device)
         self.model.to(self.device)
@@ -235,6 +298,7 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
                 "generator": self.generator.get_state(),
                 "step": self.step,
+                "stage": self.stage,
                 "curve": self.curve,
                 "stopped_early": self.stopped_early,
                 "seconds": self.seconds,
@@ -258,25 +322,34 @@ class Trainer:
         """Passes over the fixed training set so far (None when every batch is fresh)."""
         return None if self.training_set is None else self.step / self.training_set.batches_per_epoch
 
+    @property
+    def stage(self) -> int:
+        """The curriculum stage the next step trains in (0 without a curriculum; the last one once done)."""
+        return next((i for i, st in enumerate(self.plan) if self.step < st["end"]), len(self.plan) - 1)
+
     def _next_batch(self) -> Batch:
         if self.training_set is not None:
             return self.training_set.batch(self.step)
-        c = self.config
-        length = int(torch.randint(c.min_length, c.max_length + 1, (1,), generator=self.generator))
-        return self.task.sample(c.batch_size, length, self.generator).to(self.device)
+        stage = self.plan[self.stage]
+        length = int(torch.randint(stage["min_length"], stage["max_length"] + 1, (1,), generator=self.generator))
+        return self.tasks[self.stage].sample(self.config.batch_size, length, self.generator).to(self.device)
 
-    def _curve_point(self, loss: float, accuracy: float, records: dict[str, list[float]]) -> dict:
+    def _curve_point(self, loss: float, accuracy: float, records: dict[str, list[float]], stage: int) -> dict:
         point = {"step": self.step, "loss": loss, "accuracy": accuracy}
         if records:
             point["metrics"] = diagnostics.summarize(records)
+        if self.config.curriculum is not None:
+            point["stage"] = stage
         return point if self.training_set is None else {**point, "epochs": self.epochs}
 
     def _validation_loss(self) -> float:
+        """The loss on a fixed batch at the longest length of the current stage."""
         g = torch.Generator().manual_seed(self.config.seed + 7919)
-        batch = self.task.sample(self.config.val_samples, self.config.max_length, g).to(self.device)
+        task, stage = self.tasks[self.stage], self.plan[self.stage]
+        batch = task.sample(self.config.val_samples, stage["max_length"], g).to(self.device)
         self.model.eval()
         with torch.no_grad():
-            loss, _ = masked_loss_and_accuracy(self.model(batch.inputs)[0], batch)
+            loss, _ = task.loss(self.model(batch.inputs)[0], batch)
         diagnostics.drain(self.model)  # validation is not a training batch
         self.model.train()
         return loss.item()
@@ -291,8 +364,9 @@ class Trainer:
         diagnostics.drain(self.model)
         bar = tqdm(total=c.steps, initial=self.step, desc="train", disable=not self.progress, leave=False)
         while self.step < c.steps and not self.stopped_early:
+            stage = self.stage
             batch = self._next_batch()
-            loss, accuracy = masked_loss_and_accuracy(self.model(batch.inputs)[0], batch)
+            loss, accuracy = self.tasks[stage].loss(self.model(batch.inputs)[0], batch)
             diagnostics.merge(window_records, diagnostics.drain(self.model))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {loss.item()} at step {self.step}")
@@ -303,11 +377,13 @@ class Trainer:
             self.scheduler.step()
             self.step += 1
             window_loss, window_acc, window_n = window_loss + loss.item(), window_acc + accuracy.item(), window_n + 1
-            if self.step % c.log_every == 0 or self.step == c.steps:
-                self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records))
+            # a stage's last step closes the logging window too, so no curve point mixes two stages
+            if self.step % c.log_every == 0 or self.step == self.plan[stage]["end"]:
+                self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, stage))
                 bar.set_postfix(loss=f"{window_loss / window_n:.4f}", acc=f"{window_acc / window_n:.3f}")
                 window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}
-            if c.early_stop_loss is not None and self.step % c.val_every == 0:
+            # early stopping ends the run, so only in the last stage of a curriculum
+            if c.early_stop_loss is not None and self.step % c.val_every == 0 and stage == len(self.plan) - 1:
                 self.stopped_early = self._validation_loss() < c.early_stop_loss
             self.seconds = time.perf_counter() - start
             if self.step % c.checkpoint_every == 0:
@@ -315,7 +391,7 @@ class Trainer:
             bar.update(1)
         bar.close()
         if window_n:
-            self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records))
+            self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, self.stage))
         self.model.eval()
         self.save()
         return self

@@ -27,7 +27,7 @@ from statetrack.errors import StatetrackError, unknown
 from statetrack.plugins import load_imports, resolve_imports
 from statetrack.scoring import check_paper_names, paper_of, selection_of
 from statetrack.tasks import make_task
-from statetrack.train import TrainConfig
+from statetrack.train import TrainConfig, curriculum_tasks
 
 SCALES = ("quick", "paper")
 TOP_LEVEL_KEYS = {
@@ -344,7 +344,11 @@ def expand(spec: dict) -> list[RunSpec]:
     models = [sizing.apply_sizing(m, defaults) for m in spec["models"]]
     for entry, task, trains, eval_spec in tasks:
         train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
-        for length in [train_config.min_length, *eval_spec["lengths"]]:
+        try:
+            curriculum_tasks(task, train_config)  # each stage's task and lengths (one stage without a curriculum)
+        except StatetrackError as error:
+            raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
+        for length in eval_spec["lengths"]:
             task.check_length(length)
         for name, overrides in (eval_spec.get("variants") or {}).items():
             try:

@@ -54,6 +54,15 @@ class Batch:
         return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device), soft)
 
 
+def masked_loss_and_accuracy(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy and accuracy over the supervised (masked) positions only."""
+    selected = logits[batch.mask]  # [N, C]
+    targets = batch.targets[batch.mask]
+    loss = torch.nn.functional.cross_entropy(selected, targets)
+    accuracy = (selected.argmax(-1) == targets).float().mean()
+    return loss, accuracy
+
+
 class Task:
     """Base of every task: vocabulary, answer classes, chance level, sampling, readable examples.
 
@@ -65,6 +74,11 @@ class Task:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     min_length: ClassVar[int] = 1
+    # What per-position accuracy is counted along: "token" (the input position) or "supervised"
+    # (the k-th supervised position of each example, e.g. the k-th reveal of a REPL trace).
+    position_unit: ClassVar[str] = "token"
+    # How the report names one unit of `position_unit` (an axis label).
+    position_label: ClassVar[str] = "input position"
 
     vocab: list[str]
     answers: list[str]
@@ -94,6 +108,20 @@ class Task:
 
     def sample(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
         raise NotImplementedError
+
+    # ---- what a task may redefine: its loss and its extra evaluation metrics -------------------
+    def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(training loss, accuracy) of `logits` [B, T, C] on `batch`: by default the cross-entropy
+        and the accuracy over the supervised positions."""
+        return masked_loss_and_accuracy(logits, batch)
+
+    def metrics(self, probabilities: torch.Tensor, batch: Batch) -> dict[str, float]:
+        """Extra evaluation metrics of the predicted distributions [B, T, C] on `batch`, each a mean over
+        the supervised positions (evaluation averages them over batches, weighted by those positions).
+        None by default; a task that defines some sets `has_metrics`."""
+        return {}
+
+    has_metrics: ClassVar[bool] = False
 
     def describe(self, batch: Batch, index: int = 0) -> str:
         """Readable text of example `index`: the input tokens, then each supervised answer."""

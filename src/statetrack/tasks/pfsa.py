@@ -65,6 +65,29 @@ class PermutationPFSA(Task):
         self.answers = [" ".join(map(str, q)) for q in self.states] if self.mode == "joint" else [str(j) for j in range(n)]
         self._reveal0 = 1 + len(self.pairs)
 
+    # ---- the loss and metric of a belief task ---------------------------------------------------
+    has_metrics = True
+
+    def _belief(self, batch: Batch) -> torch.Tensor:
+        """The exact distribution over the answer classes [B, T, C]: the joint belief, or in marginal
+        mode the distribution of the element at position 0 (row 0 of the marginal matrix)."""
+        return batch.soft_targets if self.mode == "joint" else batch.soft_targets[..., 0, :]
+
+    def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """KL(b || softmax(logits)) to the exact belief b at the supervised positions (Siems et al. 2026
+        train on the beliefs), and the accuracy against the hidden arrangement."""
+        log_q = logits[batch.mask].float().log_softmax(-1)
+        belief = self._belief(batch)[batch.mask].to(log_q.dtype)
+        loss = torch.nn.functional.kl_div(log_q, belief, reduction="batchmean")
+        accuracy = (log_q.argmax(-1) == batch.targets[batch.mask]).float().mean()
+        return loss, accuracy
+
+    def metrics(self, probabilities: torch.Tensor, batch: Batch) -> dict[str, float]:
+        """`tv_distance`: the total-variation distance 1/2 sum |b - q| between the exact belief and the
+        predicted distribution, averaged over the supervised positions (0: the belief exactly)."""
+        belief = self._belief(batch)[batch.mask].to(probabilities.dtype)
+        return {"tv_distance": 0.5 * (probabilities[batch.mask] - belief).abs().sum(-1).mean().item()}
+
     def decode_token(self, token: int) -> tuple[str, int, int]:
         """("swap", i, j) or ("reveal", position, element) for a token id."""
         if token >= self._reveal0:

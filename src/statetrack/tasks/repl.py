@@ -42,6 +42,7 @@ class ReplTrace(Task):
 
     name = "repl"
     summary = "S_n permutation tracking as Python REPL traces with print reveals (Siems et al. 2026); length = commands"
+    position_unit, position_label = "supervised", "reveal (print)"  # per-position accuracy is per reveal
 
     def __init__(self, n: int = 5, spacing: int = 1, moves: str = "full"):
         self.n = self.check_int(self.name, "n", n, 2)
