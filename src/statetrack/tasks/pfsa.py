@@ -34,6 +34,12 @@ class PermutationPFSA(Task):
     `soft_targets` [B, T, n, n] is the exact marginal P(position i holds element j) (a doubly
     stochastic matrix) and the class target is the hidden element at position 0. Every position
     is supervised. `length` = number of tokens.
+
+    Training minimises KL(belief || model) to the exact belief over the answer classes (the joint
+    posterior, or the distribution of the element at position 0 in marginal mode), and evaluation
+    adds the metric `tv_distance`, the total-variation distance between the two (0: the model holds
+    the exact belief). Accuracy stays against the hidden arrangement, so even the exact belief
+    scores below 1 wherever the hidden state is uncertain.
     """
 
     name = "pfsa"

@@ -37,7 +37,9 @@ class ReplTrace(Task):
     variables (`a, b, c = c, a, b`), `moves="swap"` swap two distinct variables (`a, c = c, a`);
     every `spacing` commands a `print(x)` of a uniformly random variable x reveals its value.
     `length` is the number of commands (at least `spacing`, so there is a reveal); there are
-    length // spacing reveals. Classes are the n values; chance 1/n.
+    length // spacing reveals. Classes are the n values; chance 1/n. Per-position accuracy is
+    counted per reveal (the k-th print of each trace), as in Siems et al. 2026, Fig. 3; train with
+    the paper's curriculum by listing (commands, spacing) stages in `train.curriculum`.
     """
 
     name = "repl"
