@@ -249,7 +249,12 @@ def cmd_results(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    if args.analysis == "rotations":
+    if args.analysis == "belief":
+        from statetrack.analysis.belief import analyze_belief
+
+        text, path = analyze_belief(args.task, _params(args.params), length=args.length, samples=args.samples, seed=args.seed,
+                                    out=args.out, results_dir=args.results_dir)
+    elif args.analysis == "rotations":
         from statetrack.analysis.rotations import analyze_rotations
 
         text, path = analyze_rotations(_store(args), args.run, args.results_dir, out=args.out, model=args.model,
@@ -392,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
     p.set_defaults(func=cmd_results)
 
-    p = command("analyze", help="analyses of trained runs (spectrum, rotations)")
+    p = command("analyze", help="analyses of trained runs (spectrum, rotations) and of a task's belief recurrence (belief)")
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     a = with_store(asub.add_parser("spectrum", help="eigenvalues of a run's learned state transitions, printed and plotted"))
     a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
@@ -409,6 +414,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
     a.add_argument("--top", type=int, default=20, help="planes printed (default: 20; the plot shows every plane)")
     a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/rotations_RUNID.png)")
+    a.set_defaults(func=cmd_analyze)
+    a = asub.add_parser("belief",
+                        help="a PFSA-SR task's unnormalised belief recurrence: predicted vs observed float32/float64 underflow, printed and plotted")
+    a.add_argument("task", metavar="TASK", help="a task with a belief recurrence: pfsa")
+    a.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. n=4 noise=0.5 reveal_prob=0.3")
+    a.add_argument("--length", type=int, default=4000, help="tokens per sequence (default: 4000, past the float64 underflow at the defaults)")
+    a.add_argument("--samples", type=int, default=64, help="sequences (default: 64)")
+    a.add_argument("--seed", type=int, default=0, help="seed of the sequences")
+    a.add_argument("--results-dir", default="results", help="folder for the plot (default: results)")
+    a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/belief/belief_TASK_PARAMS.png)")
     a.set_defaults(func=cmd_analyze)
 
     p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")
