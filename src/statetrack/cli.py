@@ -229,7 +229,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from statetrack.report import extrapolation_caption, extrapolation_rows, sequence_rows, table_rows, text_table
+    from statetrack.report import (extrapolation_caption, extrapolation_rows, metric_rows, metrics_by_length, sequence_rows,
+                                   table_rows, text_table)
     from statetrack.scoring import experiment_summary, planned_ids
 
     store = _store(args)
@@ -245,6 +246,10 @@ def cmd_results(args) -> int:
         if summary and summary[0]["selection"]["criterion"] == "extrapolation":
             header, body, _ = extrapolation_rows(summary)
             print(f"\nextrapolation ({extrapolation_caption(summary[0]['selection'])}):\n{text_table(header, body)}")
+        ids = planned_ids(store, args.experiment)
+        runs = [r for r in store.runs(args.experiment) if ids is None or r["id"] in ids]
+        for title, table in metric_rows(metrics_by_length(store, summary, runs)):
+            print(f"\n{title}, mean over seeds:\n{text_table(*table)}")
     return 0
 
 

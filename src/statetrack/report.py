@@ -418,13 +418,33 @@ def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path:
     return path
 
 
+def metrics_by_length(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, dict]]:
+    """Per summary entry, its evaluations' metrics over the seeds at the selected lr:
+    (entry, {family: {stat: {length: value}}}) (`metric_series`)."""
+    return [(e, metric_series([[(row["length"], row["metrics"]) for row in store.evals(r["id"], e.get("variant", ""))] for r in rs]))
+            for e, rs in selected_runs(summary, runs)]
+
+
+def metric_rows(series: list[tuple[dict, dict]]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
+    """One table per metric family and statistic measured at evaluation lengths (e.g. the
+    total-variation distance to the exact belief on `pfsa`): rows task and model, a column per length."""
+    tables = []
+    for family in sorted({f for _, s in series for f in s}):
+        for stat in sorted({st for _, s in series for st in s.get(family, {})}):
+            lengths = sorted({n for _, s in series for n in s.get(family, {}).get(stat, {})})
+            body = [[e["task"], _label(e)] + [_fmt(s[family][stat].get(n)) for n in lengths]
+                    for e, s in series if stat in s.get(family, {})]
+            title = METRIC_NAMES.get(family, family) + (f" ({stat})" if stat else "")
+            tables.append((title, (["task", "model"] + [str(n) for n in lengths], body)))
+    return tables
+
+
 def plot_metrics(store: Store, summary: list[dict], runs: list[dict], out: Path) -> list[Path]:
     """The models' own metrics at the selected lr, over the seeds: per family (e.g. `iterations`
     from iterations_median and iterations_max), `<family>_vs_length.png` when evaluations carry it
     and `<family>_vs_step.png` when training-curve points do. None when no run reports metrics."""
     selected = selected_runs(summary, runs)
-    by_length = [(e, metric_series([[(row["length"], row["metrics"]) for row in store.evals(r["id"], e.get("variant", ""))] for r in rs]))
-                 for e, rs in selected]
+    by_length = metrics_by_length(store, summary, runs)
     by_step = [(e, metric_series([[(c["step"], c["metrics"]) for c in store.curves(r["id"])] for r in rs])) for e, rs in selected]
     plots = []
     for series, xlabel, suffix, log_x in ((by_length, "evaluation length", "length", True), (by_step, "training step", "step", False)):
@@ -735,6 +755,9 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     if any(e["sequence_differs"] for e in summary):
         tables.insert(3, ("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
                           "mean ± std over seeds at the selected lr", sequence_rows(summary)))
+    for title, table in metric_rows(metrics_by_length(store, summary, runs)):
+        tables.insert(3, (title[0].upper() + title[1:] + " at each evaluation length",
+                          "mean over seeds at the selected lr (max and min: over seeds and batches)", table))
     if summary and summary[0]["selection"]["criterion"] == "extrapolation":
         tables.insert(1, ("Extrapolation", extrapolation_caption(summary[0]["selection"]), extrapolation_rows(summary)))
     if efficiency:
