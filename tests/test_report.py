@@ -94,6 +94,20 @@ def test_claim_verdicts_cover_twins_beats_and_missing_runs():
     assert verdicts["the LSTM extrapolates too"]["verdict"] == NOT_MEASURED and verdicts["the LSTM extrapolates too"]["missing"] == ["LSTM"]
 
 
+def test_a_claim_may_test_a_metric_of_the_runs():
+    """measure: metric:NAME reads a metric the runs report (e.g. pfsa's total-variation distance), mean over seeds."""
+    rows = [{"model": m, "task": "pfsa", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": 0.5, "accuracy": 0.6,
+             "tv_distance": tv + 0.01 * s}
+            for m, by_length in {"LSTM": {32: 0.05, 512: 0.30}, "DeltaNet [-1,1]": {32: 0.02, 512: 0.04}}.items()
+            for s in (0, 2) for n, tv in by_length.items()]
+    paper = paper_of({"name": "x", "paper": {"source": "s", "measure": "metric:tv_distance", "claims": [
+        {"text": "stable", "model": "DeltaNet [-1,1]", "lengths": 512, "below": 0.1},
+        {"text": "unstable", "model": "LSTM", "lengths": 512, "below": 0.1}]}})
+    verdicts = {v["claim"]["text"]: v for v in claim_verdicts(paper, summarize(rows))}
+    assert verdicts["stable"]["verdict"] == PASS and verdicts["unstable"]["verdict"] == FAIL
+    assert verdicts["unstable"]["results"][0]["value"] == pytest.approx(0.31)
+
+
 def test_index_shows_each_experiments_verdicts(tmp_path):
     store = _store(tmp_path)
     store.set_plan("nopaper", {"name": "nopaper", "scale": "quick"}, [])
@@ -136,6 +150,8 @@ def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
     ({"source": "x", "claims": [{"text": "t", "model": "Mamba", "below": 0.5}]},
      "paper.claims[0]: unknown model 'Mamba'; expected one of: DeltaNet [-1,1], LSTM"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "beats": "GRU"}]}, "paper.claims[0]: unknown model 'GRU'"),
+    ({"source": "x", "measure": "metric:tv_distance", "claims": [{"text": "t", "model": "LSTM", "beats": "LSTM"}]},
+     "beats compares accuracies (higher is better); with a metric give at_least or below"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "task": "parity", "below": 0.5}]},
      "paper.claims[0]: unknown task 'parity'; expected one of: modadd(m=3)"),
 ])

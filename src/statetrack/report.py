@@ -643,7 +643,8 @@ def claim_test(claim: dict) -> str:
     """A claim's test in words: "scaled acc. over 40..256 >= 0.9", "extrapolates to > LSTM's"."""
     over = "" if claim["measure"] == "extrapolation" else _over(claim["lengths"])
     bound = " and ".join(f"{name}'s" for name in claim["bound"]) if claim["test"] == "beats" else f"{claim['bound']:g}"
-    return f"{MEASURE_SHORT[claim['measure']]}{over} {OPERATORS[claim['test']]} {bound}"
+    name = MEASURE_SHORT.get(claim["measure"], claim["measure"].removeprefix("metric:").replace("_", " "))
+    return f"{name}{over} {OPERATORS[claim['test']]} {bound}"
 
 
 def claim_measured(verdict: dict) -> str:
@@ -685,7 +686,7 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
     planned, scale = planned_names(plan), (plan or {}).get("scale")
     verdicts = claim_verdicts(paper, summary, planned)
     sections = []
-    measured_text = MEASURE_TEXT[paper["measure"]] + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]))
+    measured_text = MEASURE_TEXT.get(paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ")) + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]))
     scale_text = f", {scale} scale" if scale else ""
     if any(paper["figures"].values()):
         rows = paper_figures(paper, summary, planned)

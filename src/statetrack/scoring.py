@@ -33,6 +33,7 @@ import statistics
 from collections import defaultdict
 
 from statetrack.errors import StatetrackError
+from statetrack.store import RESULT_KEYS
 
 # Valid values of each selection setting, the default first.
 SELECTION_CHOICES = {
@@ -114,13 +115,16 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     """
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
     # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy}, {length: sequence accuracy where measured})
-    runs: dict = defaultdict(lambda: ({}, {}, {}))
+    runs: dict = defaultdict(lambda: ({}, {}, {}, {}))  # ... and {metric: {length: value}} of the model's or task's metrics
     differs: set = set()  # (task, model, N) with a sequence accuracy that is not the accuracy
     variants: dict = {}  # task -> (the runs' task, the evaluation variant; '' for the training task)
     for r in rows:
         variant = r.get("variant") or ""
         variants[r["task"]] = (r["task"][: -len(f" [{variant}]")] if variant else r["task"], variant)
-        scaled, accuracy, sequence = runs[(r["task"], r["model"], r.get("dataset_size"), r["lr"], r["seed"])]
+        scaled, accuracy, sequence, metrics = runs[(r["task"], r["model"], r.get("dataset_size"), r["lr"], r["seed"])]
+        for name in set(r) - set(RESULT_KEYS):  # e.g. tv_distance, iterations_median
+            if isinstance(r[name], (int, float)):
+                metrics.setdefault(name, {})[r["length"]] = r[name]
         if selection["metric"] == "sequence_accuracy" and r.get("sequence_accuracy") is None:
             raise StatetrackError(f"selection.metric is sequence_accuracy, but {r['model']} on {r['task']} did not measure it "
                                   f"(runs evaluated before it was stored); use metric: accuracy")
@@ -131,10 +135,10 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             if abs(r["sequence_accuracy"] - accuracy[r["length"]]) > 1e-9:
                 differs.add((r["task"], r["model"], r.get("dataset_size")))
     groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model, N) -> lr -> seed -> per-seed record
-    for (task, model, size, lr, seed), (scaled, accuracy, sequence) in runs.items():
+    for (task, model, size, lr, seed), (scaled, accuracy, sequence, metrics) in runs.items():
         measured = sequence if selection["metric"] == "sequence_accuracy" else accuracy
         groups[(task, model, size)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "sequence": sequence, "measured": measured,
-                                                 "score": run_score(scaled, measured, selection)}
+                                                 "metrics": metrics, "score": run_score(scaled, measured, selection)}
     summary = []
     for (task, model, size), by_lr in groups.items():
         def lr_score(lr):
@@ -167,6 +171,9 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             "sequence_differs": (task, model, size) in differs,
             "measured_mean": measured_mean,
             "extrapolates": {n: n <= reached for n in lengths},
+            "metrics_mean": {name: {n: statistics.mean(vs) for n in lengths
+                                    if (vs := [v["metrics"][name][n] for v in seeds.values() if n in v["metrics"].get(name, {})])}
+                             for name in sorted({m for v in seeds.values() for m in v["metrics"]})},
         })
     return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
 
@@ -213,7 +220,7 @@ MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is:
 PAPER_KEYS = {
     "source": "where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'",
     "metric": "what the paper's figures are, in words",
-    "measure": "what the measured figure beside them is: scaled, sequence or extrapolation (see `measured`)",
+    "measure": "what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME (see `measured`)",
     "lengths": "the test lengths the measured figure averages over: one length or [shortest, longest] (default: all)",
     "figures": "the paper's figure (a number or a short text) per model: {model: figure}, or per task: {task: {model: figure}}",
     "claims": "the claims tested: a list of {text, model, [task], [dataset_size], [measure], [lengths], at_least|below|beats}",
@@ -250,8 +257,9 @@ def _check_lengths(value, where: str):
 
 
 def _check_measure(value, where: str) -> str:
-    if value not in MEASURES:
-        raise StatetrackError(f"{where}: unknown measure {value!r}; expected one of: {', '.join(MEASURES)}")
+    if value not in MEASURES and not (isinstance(value, str) and value.startswith("metric:") and len(value) > len("metric:")):
+        raise StatetrackError(f"{where}: unknown measure {value!r}; expected one of: {', '.join(MEASURES)}, "
+                              f"or metric:NAME for a metric the runs report (e.g. metric:tv_distance)")
     return value
 
 
@@ -305,6 +313,8 @@ def paper_of(spec: dict) -> dict | None:
             raise StatetrackError(f"{at} needs exactly one of {', '.join(CLAIM_TESTS)}, got {len(tests)}")
         test, bound = tests[0], claim[tests[0]]
         if test == "beats":
+            if str(claim.get("measure", measure)).startswith("metric:"):
+                raise StatetrackError(f"{at}: beats compares accuracies (higher is better); with a metric give at_least or below")
             bound = _names(bound, f"{at}.beats")
         elif not _is_number(bound):
             raise StatetrackError(f"{at}.{test} must be a number, got {bound!r}")
@@ -359,12 +369,16 @@ def _within(length: int, lengths) -> bool:
 
 def measured(entry: dict, measure: str = "scaled", lengths=None) -> float | None:
     """An entry of `summarize` as one figure: `scaled` (its headline scaled accuracy) or `sequence`
-    (sequence accuracy, mean over seeds), each averaged over its test lengths within `lengths`
+    (sequence accuracy, mean over seeds) or `metric:NAME` (a metric of the runs, e.g. the
+    total-variation distance `metric:tv_distance`, mean over seeds), each averaged over its test lengths within `lengths`
     (a length or [shortest, longest]; None: all), or `extrapolation` (the longest test length it
     extrapolates to, 0 when none). None when nothing was measured there."""
     if measure == "extrapolation":
         return max((n for n, ok in entry["extrapolates"].items() if ok), default=0)
-    values = entry["headline"] if measure == "scaled" else entry["sequence_mean"]
+    if measure.startswith("metric:"):
+        values = entry.get("metrics_mean", {}).get(measure[len("metric:"):], {})
+    else:
+        values = entry["headline"] if measure == "scaled" else entry["sequence_mean"]
     picked = [v for n, v in values.items() if v is not None and _within(n, lengths)]
     return statistics.mean(picked) if picked else None
 
