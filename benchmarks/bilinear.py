@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import emit, layer_parser  # noqa: E402
+from common import emit, layer_parser, peak_rss_mb  # noqa: E402
 
 from statetrack import zoo  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
@@ -75,17 +74,6 @@ def time_training(settings: dict, batch: int, width: int, T: int, repeat: int) -
     fast_cpu, ref_cpu = statistics.median(cpu["fast"]), statistics.median(cpu["reference"])
     return {"fast_ms": 1e3 * fast, "reference_ms": 1e3 * ref, "speedup": ref / fast,
             "fast_cpu_ms": 1e3 * fast_cpu, "reference_cpu_ms": 1e3 * ref_cpu, "cpu_speedup": ref_cpu / fast_cpu}
-
-
-def peak_rss_mb() -> float:
-    """The process's peak resident memory: VmHWM, the high-water mark of this process image (Linux).
-    ru_maxrss would not do in a child: it starts from the parent's resident size at the fork."""
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def long_input(settings: dict, width: int, length: int, chunk: int) -> dict:

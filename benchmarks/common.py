@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
+from pathlib import Path
 
 import torch
 
@@ -28,3 +30,14 @@ def emit(rows: list[dict], args, table, markdown) -> None:
         print(json.dumps(rows, indent=1))
     else:
         print((markdown if args.markdown else table)(rows, args))
+
+
+def peak_rss_mb() -> float:
+    """The process's peak resident memory: VmHWM, the high-water mark of this process image (Linux).
+    ru_maxrss would not do in a child: it starts from the parent's resident size at the fork."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -82,7 +82,7 @@ class CausalConv1d(nn.Module):
             state = x.new_zeros(B, k - 1, C)
         padded = torch.cat([state, x], dim=1)  # [B, k - 1 + T, C]
         y = self.conv(padded.transpose(1, 2)).transpose(1, 2)  # [B, T, C]
-        return y, padded[:, padded.shape[1] - (k - 1) :]
+        return y, padded[:, padded.shape[1] - (k - 1) :].clone()  # a copy: a view would keep the whole input alive
 
 
 class Spectral:

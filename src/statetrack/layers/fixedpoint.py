@@ -314,7 +314,8 @@ class Bedouin(_FixedPoint):
             return torch.einsum("bten,btn->bte", h, Cbar), h[:, -1]
 
         y, h_last = self.solve(step, torch.zeros_like(u_in))
-        return self._output(y, self._shift(y, y_before), u_in, gx), (h_last, y[:, -1])
+        # copies, not views: a view would keep the chunk's whole h [B, T, E, N] alive in the carried state
+        return self._output(y, self._shift(y, y_before), u_in, gx), (h_last.clone(), y[:, -1].clone())
 
     def dense_reference(self, x: torch.Tensor, state=None):
         """The fixed point computed step by step: given h_{t-1} and y_{t-1}, eq. 11 is linear in y_t,

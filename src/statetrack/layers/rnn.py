@@ -1,6 +1,6 @@
 """Classical nonlinear RNN baselines: from torch.nn the Elman RNN (tanh; Elman 1990), the LSTM
 (Hochreiter & Schmidhuber 1997) and the GRU (Cho et al. 2014), one class serving all three; and the
-NRU (Chandar et al. 2019), a ReLU RNN with an additive memory, written out as a loop over time."""
+NRU (Chandar et al. 2019), a ReLU RNN with an additive memory, a loop over time (`ops.nru_recurrence`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from torch import nn
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input
 from statetrack.layers.registry import register_model
+from statetrack.ops.nonlinear import nru_recurrence
 
 
 class _TorchRNN(nn.Module):
@@ -59,12 +60,6 @@ class GRU(_TorchRNN):
     departures = "none (torch.nn.GRU; its candidate applies the reset gate after the hidden matmul, as cuDNN); a linear map back to d_model when hidden differs"
 
 
-def unit_5_norm(v: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """v / max(||v||_5, eps) over the last dimension: the NRU's write and erase vectors, normalised as
-    in the release of Chandar et al. 2019 (p = 5)."""
-    return v / v.norm(p=5, dim=-1, keepdim=True).clamp(min=eps)
-
-
 @register_model("nru", display="NRU")
 class NRU(nn.Module):
     """The non-saturating recurrent unit (Chandar et al. 2019): a ReLU RNN with an additive memory.
@@ -85,7 +80,8 @@ class NRU(nn.Module):
     per step; at lr 3e-3 on Z60 that overflowed within 30 training steps.
 
     Every pre-activation comes from one fused linear map of z_t; its x_t part is computed for the
-    whole sequence at once, the rest in a loop over time. The output is h_t, mapped back to d_model
+    whole sequence at once, the rest in a loop over time (`ops.nru_recurrence`: a compiled loop at
+    inference on the CPU). The output is h_t, mapped back to d_model
     by a linear map when `hidden` differs. State: (h [B, hidden], m [B, memory]), zeros at the start.
 
     The authors' released implementation of Chandar et al. 2019 differs from eq. 5 (`departures`):
@@ -125,24 +121,9 @@ class NRU(nn.Module):
 
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
-        B, T, _ = x.shape
-        H, K, M, D = self.hidden, self.heads, self.memory, self.d_model
-        if state is None:
-            h, m = x.new_zeros(B, H), x.new_zeros(B, M)
-        else:
-            h, m = state
+        D = self.d_model
         weight = self.gates.weight
         pre_x = F.linear(x, weight[:, :D], self.gates.bias)  # the x_t part for every t at once
         recurrent = weight[:, D:].t()  # [hidden + memory, outputs]
-        outs = []
-        for t in range(T):
-            act = F.relu(torch.addmm(pre_x[:, t], torch.cat([h, m], dim=-1), recurrent))
-            h = act[:, :H]
-            coef = torch.cat([act[:, H : H + K], -act[:, H + K : H + 2 * K]], dim=-1)  # alpha_i, -beta_i
-            vectors = act[:, H + 2 * K :].view(B, 2 * K, M)  # v^w_i, v^e_i
-            if self.normalize:
-                vectors = unit_5_norm(vectors)
-            m = m + torch.bmm(coef.unsqueeze(1), vectors).squeeze(1)
-            outs.append(h)
-        y = torch.stack(outs, dim=1) if outs else x.new_zeros(B, 0, H)
-        return self.proj(y), (h, m)
+        y, state = nru_recurrence(pre_x, recurrent, self.hidden, self.heads, self.normalize, state)
+        return self.proj(y), state

@@ -64,12 +64,15 @@ class S4D(Spectral, nn.Module):
         lam_re = -self.A_re_log.exp()
         if self.input_dependent:
             dt = F.softplus(self.dt_proj(x))[..., None]  # [B, T, d, 1]
-            lam = torch.complex(lam_re.expand(x.shape[:2] + lam_re.shape), self.A_im + self.phi_proj(x)[:, :, None, :])
+            lam_re, lam_im = lam_re.expand(x.shape[:2] + lam_re.shape), self.A_im + self.phi_proj(x)[:, :, None, :]
         else:
             dt = self.log_dt.exp()[None, None, :, None]  # [1, 1, d, 1]
-            lam = torch.complex(lam_re, self.A_im)[None, None]
-        a = torch.exp(dt * lam)
-        return a, (a - 1) / lam * torch.view_as_complex(self.B)
+            lam_re, lam_im = lam_re[None, None], self.A_im[None, None]
+        # a = exp(dt lambda) = exp(dt Re lambda) (cos(dt Im lambda) + i sin(dt Im lambda)): torch's complex
+        # exp is not vectorised, and on IDS4's [B, T, d, modes] it took 3x longer, forward and backward
+        mag, angle = torch.exp(dt * lam_re), dt * lam_im
+        a = torch.complex(mag * torch.cos(angle), mag * torch.sin(angle))
+        return a, (a - 1) / torch.complex(lam_re, lam_im) * torch.view_as_complex(self.B)
 
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)

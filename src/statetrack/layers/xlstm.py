@@ -15,6 +15,7 @@ from torch import nn
 
 from statetrack.layers.common import Spectral, check_input, head_split
 from statetrack.layers.registry import register_model
+from statetrack.ops.nonlinear import slstm_recurrence
 
 
 def _forget_bias(n: int) -> torch.Tensor:
@@ -28,8 +29,9 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
     h~_t = C_t^T q_t / max(|n_t^T q_t|, 1), with i_t = exp(i~_t), f_t = sigmoid(f~_t), k scaled by
     1/sqrt(d). Output: sigmoid(W_o x) * RMSNorm(h~) per head, then an out-projection.
 
-    The forward is the stabilised parallel form with an initial state (quadratic in the chunk
-    length): with F_t = sum_{s<=t} log f_s, weights w_{t,s} = F_t - F_s + i~_s and w_{t,0} = F_t + m_0,
+    The forward is the stabilised parallel form with an initial state (quadratic in the length, so
+    it runs on pieces of `piece` tokens, the state carried): with F_t = sum_{s<=t} log f_s, weights
+    w_{t,s} = F_t - F_s + i~_s and w_{t,0} = F_t + m_0,
     m_t = max(w_{t,0}, max_s w_{t,s}) is exactly the recurrent stabiliser m_t = max(log f_t + m_{t-1}, i~_t).
     State: (C~ [B, H, D, D], n~ [B, H, D], m [B, H]).
     """
@@ -63,11 +65,29 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
         k = k / math.sqrt(D)
         i_pre, log_f = self._log_gates(x)  # [B, H, T]
         if state is None:
-            C0, n0, m0 = x.new_zeros(B, H, D, D), x.new_zeros(B, H, D), x.new_zeros(B, H)
-        else:
-            C0, n0, m0 = state
+            state = x.new_zeros(B, H, D, D), x.new_zeros(B, H, D), x.new_zeros(B, H)
+        pieces = []
+        for start in range(0, T, self.piece) if T else [0]:
+            part = slice(start, start + self.piece)
+            h, state = self._parallel(q[:, :, part], k[:, :, part], v[:, :, part], i_pre[..., part], log_f[..., part], state)
+            pieces.append(h)
+        h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]  # [B, H, T, D]
+        h = self.o_norm(h).transpose(1, 2).reshape(B, T, -1) * torch.sigmoid(self.o_gate(x))
+        return self.o_proj(h), state
+
+    # The parallel form costs O(T^2 D) per sequence where the recurrence costs O(T D^2): inputs longer
+    # than `piece` tokens run through it in pieces, the state carried (exact); pieces of 128 instead of
+    # whole chunks of 1024 made evaluation 4-5x faster (docs/performance.md, "Long inputs").
+    piece = 128
+
+    @staticmethod
+    def _parallel(q, k, v, i_pre, log_f, state):
+        """The stabilised parallel form (class docstring) of one piece from `state` (C~, n~, m):
+        q, k, v [B, H, T, D]; i_pre, log_f [B, H, T]. Returns (h~ [B, H, T, D], the state at its end)."""
+        C0, n0, m0 = state
+        T = q.shape[2]
         F_cum = log_f.cumsum(-1)  # [B, H, T]
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
         w = (F_cum[..., :, None] - F_cum[..., None, :] + i_pre[..., None, :]).masked_fill(~causal, -math.inf)  # [B, H, T, T]
         w0 = F_cum + m0[..., None]  # [B, H, T]
         m = torch.maximum(w.amax(-1), w0)  # [B, H, T]
@@ -80,8 +100,7 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
         last = torch.exp(w[..., -1, :] - m[..., -1:])  # [B, H, T]
         C = torch.einsum("bhs,bhsk,bhsv->bhkv", last, k, v) + d0[..., -1, None, None] * C0
         n = torch.einsum("bhs,bhsk->bhk", last, k) + d0[..., -1, None] * n0
-        h = self.o_norm(h).transpose(1, 2).reshape(B, T, -1) * torch.sigmoid(self.o_gate(x))
-        return self.o_proj(h), (C, n, m[..., -1])
+        return h, (C, n, m[..., -1].clone())  # a copy: a view would keep m [B, H, T] alive
 
     def transition_eigenvalues(self, x):
         """The forget gates f_t [B, T, H] (transition f_t I of the matrix memory)."""
@@ -98,8 +117,9 @@ class sLSTM(nn.Module):  # noqa: N801
         m_t = max(log f_t + m_{t-1}, i~_t), i' = exp(i~ - m_t), f' = exp(log f_t + m_{t-1} - m_t)
         c_t = f' c_{t-1} + i' z_t,  n_t = f' n_{t-1} + i',  h_t = o * c_t / n_t
 
-    with log f = logsigmoid(f~). Nonlinear in h, so it runs as a loop over time. Output: RMSNorm per
-    head, out-projection. State: (h, c, n, m), each [B, d_model].
+    with log f = logsigmoid(f~). Nonlinear in h, so it runs as a loop over time
+    (`ops.slstm_recurrence`: a compiled loop at inference on the CPU). Output: RMSNorm per head,
+    out-projection. State: (h, c, n, m), each [B, d_model].
     """
 
     departures = ("the cell alone, without the sLSTM block (Beck et al. 2024): no causal convolution before the "
@@ -123,21 +143,6 @@ class sLSTM(nn.Module):  # noqa: N801
         B, T, _ = x.shape
         H, D = self.num_heads, self.head_dim
         pre_x = self.W(x).view(B, T, 4, H, D)
-        if state is None:
-            h, c, n, m = (x.new_zeros(B, H, D) for _ in range(4))
-        else:
-            h, c, n, m = (s.view(B, H, D) for s in state)
-        outputs = []
-        for pre_t in pre_x.unbind(1):
-            rec = torch.einsum("bhd,hde->bhe", h, self.R).view(B, H, 4, D).transpose(1, 2)  # [B, 4, H, D]
-            z_pre, i_pre, f_pre, o_pre = (pre_t + rec).unbind(1)
-            log_f = F.logsigmoid(f_pre)
-            m_new = torch.maximum(log_f + m, i_pre)
-            i_gate, f_gate = torch.exp(i_pre - m_new), torch.exp(log_f + m - m_new)
-            c = f_gate * c + i_gate * torch.tanh(z_pre)
-            n = f_gate * n + i_gate
-            h = torch.sigmoid(o_pre) * c / n
-            m = m_new
-            outputs.append(h)
-        y = self.o_norm(torch.stack(outputs, 1)).reshape(B, T, -1) if outputs else x.new_zeros(B, 0, self.d_model)
-        return self.o_proj(y), tuple(s.reshape(B, -1) for s in (h, c, n, m))
+        h, state = slstm_recurrence(pre_x, self.R, None if state is None else tuple(s.view(B, H, D) for s in state))
+        y = self.o_norm(h).reshape(B, T, -1)
+        return self.o_proj(y), tuple(s.reshape(B, -1) for s in state)

@@ -1,13 +1,16 @@
-"""Pure tensor functions for linear recurrences; each `<op>_reference` is the definition.
+"""Pure tensor functions for recurrences (linear ones, and the nonlinear sLSTM and NRU cells); each
+`<op>_reference` is the definition.
 
 Layout [B, T, H, D] everywhere; the fast forms equal their references to float tolerance
-(tests/test_ops_*.py) and are differentiable.
+(tests/test_ops_*.py, tests/test_long_input.py) and are differentiable (the nonlinear cells by running
+their reference where a gradient is recorded).
 """
 
 from statetrack.ops.delta_product import delta_product, delta_product_reference
 from statetrack.ops.delta_rule import delta_rule, delta_rule_reference
 from statetrack.ops.dense import dense_transition, dense_transition_reference
 from statetrack.ops.diagonal import diagonal_scan, diagonal_scan_reference
+from statetrack.ops.nonlinear import nru_recurrence, nru_recurrence_reference, slstm_recurrence, slstm_recurrence_reference
 
 __all__ = [
     "delta_product",
@@ -18,4 +21,8 @@ __all__ = [
     "dense_transition_reference",
     "diagonal_scan",
     "diagonal_scan_reference",
+    "nru_recurrence",
+    "nru_recurrence_reference",
+    "slstm_recurrence",
+    "slstm_recurrence_reference",
 ]

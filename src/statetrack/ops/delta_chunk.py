@@ -119,7 +119,7 @@ class DeltaRuleChunk(torch.autograd.Function):
             saved += [kkb, qk, dec, gam, gl, tot]
         ctx.save_for_backward(*saved)
         ctx.meta = (gated, n, C, T, every)
-        final = states[-1].reshape(B, H, Dk, Dv)
+        final = states[-1].clone().view(B, H, Dk, Dv)  # a copy: a view would keep every chunk's state alive
         return o, final
 
     @staticmethod

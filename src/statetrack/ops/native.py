@@ -6,7 +6,9 @@ loop in `diagonal_scan.c` reads a and b and writes h once (forward), and reads a
 da, db once (backward), which is the memory traffic the recurrence needs and no more. The chunkwise
 delta rule inverts one small unit lower-triangular matrix per chunk; `triangular.c` does it by
 forward substitution while the matrix is in L1, where PyTorch's batched forms (block doubling,
-`solve_triangular`) spend their time on small strided copies or per-matrix calls.
+`solve_triangular`) spend their time on small strided copies or per-matrix calls. The nonlinear
+cells (sLSTM, NRU) must step token by token; `nonlinear.c` runs their inference loop, where PyTorch
+pays a dozen op dispatches per token for a few thousand multiply-adds.
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
@@ -39,8 +41,9 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("diagonal_scan.c", "triangular.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("diagonal_scan.c", "triangular.c", "nonlinear.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
+LIBS = ["-lm"]  # after the sources: expf, tanhf, ... of nonlinear.c
 OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128"}
 INVERSE_MAX_SIZE = 256  # MAX_C in triangular.c
@@ -77,7 +80,7 @@ def build(target_dir: Path | None = None) -> Path:
     folder = target_dir or cache_dir()
     candidates = []  # (flags, path): the OpenMP build first
     for flags in (FLAGS + [OPENMP], FLAGS):
-        key = hashlib.sha256(source + " ".join([cc] + flags).encode()).hexdigest()[:16]
+        key = hashlib.sha256(source + " ".join([cc] + flags + LIBS).encode()).hexdigest()[:16]
         candidates.append((flags, folder / f"statetrack_native_{key}.so"))
     for _, path in candidates:  # a cached build of either kind: no compiler call at all
         if path.exists():
@@ -87,7 +90,7 @@ def build(target_dir: Path | None = None) -> Path:
     for flags, path in candidates:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:  # build aside, then rename: safe under concurrency
             out = Path(tmp) / path.name
-            result = subprocess.run([cc, *flags, *map(str, SOURCES), "-o", str(out)], capture_output=True, text=True)
+            result = subprocess.run([cc, *flags, *map(str, SOURCES), *LIBS, "-o", str(out)], capture_output=True, text=True)
             if result.returncode == 0:
                 os.replace(out, path)
                 return path
@@ -102,6 +105,8 @@ def _declare(library):
         getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, I, I, I, I]
     for suffix in ("f32", "f64"):
         getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, I, I, I]
+        getattr(library, f"slstm_{suffix}_forward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
+        getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, I, I, I, I, I, I, ctypes.c_double, I]
     return library
 
 
@@ -177,4 +182,35 @@ def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
     if out.numel():
         kernel = getattr(load(), f"unit_lower_inverse_{DTYPES[A.dtype]}")
         kernel(_ptr(A), _ptr(out), nb, c, threads(out.numel()))
+    return out
+
+
+def row_threads(rows: int, work: int) -> int:
+    """Threads for a call whose batch rows run independently: at most one per row (a sequential
+    recurrence cannot be split along time), fewer for small calls."""
+    return max(1, min(rows, threads(work)))
+
+
+def slstm_forward(pre: torch.Tensor, R: torch.Tensor, state: tuple) -> torch.Tensor:
+    """h [B, T, H, D] of the sLSTM loop (`nonlinear.c`) for contiguous real pre [B, T, 4, H, D] and
+    R [H, D, 4 D], CPU; `state` (h, c, n, m), each contiguous [B, H, D], is advanced in place."""
+    B, T, _, H, D = pre.shape
+    out = pre.new_empty(B, T, H, D)
+    if out.numel():
+        kernel = getattr(load(), f"slstm_{DTYPES[pre.dtype]}_forward")
+        kernel(_ptr(pre), _ptr(R), *map(_ptr, state), _ptr(out), B, T, H, D, row_threads(B, pre.numel()))
+    return out
+
+
+def nru_forward(pre: torch.Tensor, W: torch.Tensor, state: tuple, hidden: int, heads: int, normalize: bool,
+                eps: float) -> torch.Tensor:
+    """h [B, T, hidden] of the NRU loop (`nonlinear.c`) for contiguous real pre [B, T, O] and W
+    [hidden + memory, O], CPU; `state` (h [B, hidden], m [B, memory]), contiguous, is advanced in place."""
+    B, T, _ = pre.shape
+    memory = W.shape[0] - hidden
+    out = pre.new_empty(B, T, hidden)
+    if out.numel():
+        kernel = getattr(load(), f"nru_{DTYPES[pre.dtype]}_forward")
+        kernel(_ptr(pre), _ptr(W), *map(_ptr, state), _ptr(out), B, T, hidden, heads, memory, int(normalize), eps,
+               row_threads(B, pre.numel()))
     return out
