@@ -339,6 +339,13 @@ class Store:
             row = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
         return row["status"] if row else None
 
+    def drivers_here(self, lease: float = LEASE_SECONDS) -> set[int]:
+        """The pids of the other live drivers on this host that train runs of this store now."""
+        with self._connect() as db:
+            rows = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE status = 'running' AND host = ? AND pid != ?",
+                              (socket.gethostname(), os.getpid())).fetchall()
+        return {r["pid"] for r in rows if lease_is_live(r, lease)}
+
     def holder(self, run_id: str, lease: float = LEASE_SECONDS) -> str | None:
         """'host:pid' of the driver whose live lease holds the run, None when no live driver does."""
         with self._connect() as db:

@@ -53,12 +53,19 @@ class InProcessBackend:
     def __init__(self, results_dir: Path, device: str, progress: bool = True):
         prepare_worker(None)  # the driver already imported the user's modules
         self.results_dir, self.device, self.progress = results_dir, device, progress
+        self.threads = torch.get_num_threads()
         self.handles = itertools.count()
         self.runs: dict[int, RunSpec] = {}
         self.outcomes: dict[int, dict] = {}
 
     def describe(self) -> str:
         return "one run at a time in this process"
+
+    def share_cores(self, shared: bool) -> None:
+        """One torch thread while other drivers train on this machine, else all of them: two drivers
+        with two threads each on two cores ran the demo 16x slower than with one thread each (each
+        thread's hand-offs wait for a core the other process holds)."""
+        torch.set_num_threads(1 if shared else self.threads)
 
     def submit(self, run: RunSpec) -> int:
         handle = next(self.handles)

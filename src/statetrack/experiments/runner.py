@@ -89,6 +89,9 @@ def log_tensorboard(root: str | Path, run: RunSpec, store: Store) -> Path:
 
 
 # ---- the driver ----------------------------------------------------------------------------------
+POLL_SECONDS = 1.0  # how often a driver looks in the store for the runs other drivers hold
+
+
 class Heartbeat:
     """Renews this driver's leases on the runs it trains, every `lease` / 4 seconds, from a
     background thread (a run trained in this process blocks the driver's loop for its whole length)."""
@@ -238,11 +241,12 @@ def run_experiment(
                     heartbeat.hold(run.id)
                     started += 1
                     if pool.in_process:
+                        pool.share_cores(bool(store.drivers_here(lease)))
                         say(f"[{started}/{len(todo)}] {describe(run)}")
                     in_flight[pool.submit(run)] = run
                 if not in_flight and not pending:
-                    time.sleep(heartbeat.every)  # only other drivers' runs are left
-                for handle in pool.wait(list(in_flight), timeout=heartbeat.every if elsewhere else None) if in_flight else []:
+                    time.sleep(POLL_SECONDS)  # only other drivers' runs are left
+                for handle in pool.wait(list(in_flight), timeout=POLL_SECONDS if elsewhere else None) if in_flight else []:
                     run = in_flight.pop(handle)
                     outcome_status = record(store, run, pool.outcome(handle))
                     heartbeat.release(run.id)
