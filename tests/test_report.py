@@ -10,7 +10,8 @@ import yaml
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.spec import shipped_specs
-from statetrack.report import curve_style, log_axis, markdown_table, table_rows, write_index, write_report
+from statetrack.plots import curve_style, log_axis
+from statetrack.report import markdown_table, table_rows, write_index, write_report
 from statetrack.scoring import FAIL, NOT_MEASURED, PASS, claim_verdicts, paper_of, summarize
 from statetrack.store import Store
 

@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 
 from statetrack.cli import main
-from statetrack.report import metric_series, write_report
+from statetrack.plots import metric_series
+from statetrack.report import write_report
 from statetrack.store import Store
 
 # The schema of stores written before sequence accuracy and metrics (evals and curves without them).
@@ -133,18 +134,18 @@ def _fixed_point_experiment(store: Store) -> None:
 
 
 def test_report_shows_sequence_accuracy_and_iteration_plots(tmp_path, monkeypatch):
-    import statetrack.report as report
+    import statetrack.plots as plots
 
     store = Store(tmp_path / "statetrack.db")
     _fixed_point_experiment(store)
     captured = {}
-    plot_metric = report.plot_metric
+    plot_metric = plots.plot_metric
 
     def spy(series, family, xlabel, path, log_x=False):
         captured[path.name] = {(e["model"], e["lr"]): s.get(family) for e, s in series}
         return plot_metric(series, family, xlabel, path, log_x)
 
-    monkeypatch.setattr(report, "plot_metric", spy)
+    monkeypatch.setattr(plots, "plot_metric", spy)
     out = write_report("fp", store, tmp_path)
     md = (out / "report.md").read_text()
     section = md.split("## Sequence accuracy")[1].split("\n## ")[0]

@@ -1,37 +1,23 @@
 """Reports: renders what `statetrack.scoring` computes (the paper's figures and claims beside the
 measured ones with a verdict per claim, the table after selection, the per-seed spread, the learning
-rates, sequence accuracy where it says more than accuracy), plots (the models' own metrics too, e.g.
-fixed-point iterations), Markdown and self-contained HTML, and an index of every experiment."""
+rates, sequence accuracy where it says more than accuracy, the models' and tasks' own metrics),
+the plots of `statetrack.plots`, Markdown and self-contained HTML, and an index of every experiment."""
 
 from __future__ import annotations
 
 import base64
 import html
-import math
 import re
-import statistics
 import time
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
-
-from statetrack.scoring import (FAIL, MEASURE_TEXT, NOT_MEASURED, PASS, claim_verdicts, data_efficiency,  # noqa: E402
+from statetrack.plots import (METRIC_NAMES, _answers, _label, _run_label, metrics_by_length, model_label,
+                              plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
+                              plot_position_accuracy, plot_traces, position_series, train_ranges)
+from statetrack.scoring import (FAIL, MEASURE_TEXT, NOT_MEASURED, PASS, claim_verdicts, data_efficiency,
                                 describe_selection, experiment_summary, paper_figures, paper_of, planned_ids, planned_names,
                                 selection_of, verdict_counts)
-from statetrack.store import Store  # noqa: E402
-
-
-def model_label(model: str, dataset_size: int | None = None) -> str:
-    """The model's name in tables and legends; runs on a fixed training set add "N=<size>"."""
-    return model if dataset_size is None else f"{model} N={dataset_size}"
-
-
-def _label(entry: dict) -> str:
-    return model_label(entry["model"], entry.get("dataset_size"))
+from statetrack.store import Store
 
 
 def _fmt(value) -> str:
@@ -165,92 +151,6 @@ def html_table(header: list[str], body: list[list[str]], left: int | None = None
 # Curves that coincide (three models exact at every short length) must stay told apart: each model
 # gets a colour, a line style and a hollow marker of its own, markers shrinking so that one inside
 # another shows.
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
-LINE_STYLES = ("-", "--", "-.", ":")
-
-
-def curve_style(i: int) -> dict:
-    """The i-th model's line: colour, line style and a hollow marker (sizes 9, 7.5, 6, 4.5 in turn)."""
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {"color": colors[i % len(colors)], "ls": LINE_STYLES[i % len(LINE_STYLES)], "marker": MARKERS[i % len(MARKERS)],
-            "markersize": 9 - 1.5 * (i % 4), "markerfacecolor": "none", "markeredgewidth": 1.4, "lw": 1.4}
-
-
-def train_ranges(runs: list[dict]) -> dict:
-    """{run task: (shortest, longest) training length} from the runs' configurations."""
-    from statetrack.train import TrainConfig
-
-    out = {}
-    for r in runs:
-        train = (r.get("config") or {}).get("train") or {}
-        out.setdefault(r["task"], (train.get("min_length", TrainConfig.min_length), train.get("max_length", TrainConfig.max_length)))
-    return out
-
-
-def _mark_training(ax, lengths: tuple[int, int] | None) -> None:
-    """Shade the training lengths (a dashed line when there is one), labelled for the legend."""
-    if not lengths:
-        return
-    lo, hi = lengths
-    if lo == hi:
-        ax.axvline(lo, color="0.55", ls="--", lw=1, zorder=0, label=f"training length {lo}")
-    else:
-        ax.axvspan(lo, hi, color="0.93", zorder=0, label=f"training lengths {lo}..{hi}")
-
-
-def _shared_legend(fig, axes) -> None:
-    """One legend for the figure, below the plots: every label once, in the order first drawn."""
-    seen = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(label, handle)
-    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(3, max(1, len(seen))), fontsize=8, frameon=False)
-
-
-def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | None = None) -> Path:
-    """Per task: each model's headline line, its mean ± std band and faint per-seed lines; the chance
-    level and the training lengths (`training`: {run task: (shortest, longest)}) marked."""
-    tasks = sorted({e["task"] for e in summary})
-    models = list(dict.fromkeys(_label(e) for e in summary))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 2) / 3), squeeze=False,
-                             layout="constrained")
-    for ax, task in zip(axes[0], tasks):
-        entries = [e for e in summary if e["task"] == task]
-        for e in entries:
-            xs = e["lengths"]
-            style = curve_style(models.index(_label(e)))
-            ax.plot(xs, [e["headline"][n] for n in xs], label=_label(e), zorder=3, **style)
-            for r in e["per_seed"].values():
-                if len(e["per_seed"]) > 1:
-                    ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=style["color"], lw=0.6, alpha=0.35)
-            if len(e["seeds"]) > 1:
-                lo = [e["mean"][n] - e["std"][n] for n in xs]
-                hi = [e["mean"][n] + e["std"][n] for n in xs]
-                ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.12)
-        _mark_training(ax, (training or {}).get(entries[0].get("run_task", task)))
-        ax.set_xscale("log")
-        lengths = sorted({n for e in entries for n in e["lengths"]})
-        headline = "mean over seeds" if entries[0]["selection"]["seeds"] == "mean" else "best seed"
-        _score_axes(ax, lengths, "evaluation length", f"scaled accuracy ({headline})", task)
-    _shared_legend(fig, axes[0])
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _score_axes(ax, ticks: list[int], xlabel: str, ylabel: str, title: str) -> None:
-    """The axes every scaled-accuracy plot shares: a tick per measured x, y from just below chance
-    (0) to 1, the chance line (labelled), labels; the legend is the figure's."""
-    ax.set_xticks(ticks, [str(n) for n in ticks])
-    ax.minorticks_off()
-    ax.set_ylim(-0.1, 1.05)
-    ax.axhline(0.0, color="0.35", ls=":", lw=1, zorder=1, label="chance (scaled accuracy 0)")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(axis="y", color="0.92", lw=0.6)
-
-
 def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[str]]]:
     """`scoring.data_efficiency` as a table: one row per (task, model), mean ± std per N."""
     sizes = sorted({n for e in efficiency for n in e["by_size"]})
@@ -261,168 +161,6 @@ def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[s
         body.append([e["task"], e["model"], str(e["length"])]
                     + [_spread(m, e["by_size"].get(n, {}).get("std"), e["by_size"].get(n, {}).get("seeds", 0)) for n, m in zip(sizes, cells)])
     return header, body
-
-
-def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
-    """Per task: each model's scaled accuracy at the longest test length against the training-set
-    size N (log scale), mean ± std over seeds (Ebrahimi & Memisevic 2025, Fig. 2)."""
-    tasks = sorted({e["task"] for e in efficiency})
-    models = list(dict.fromkeys(e["model"] for e in efficiency))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 1) / 3), squeeze=False,
-                             layout="constrained")
-    for ax, task in zip(axes[0], tasks):
-        entries = [e for e in efficiency if e["task"] == task]
-        for e in entries:
-            xs = [n for n, v in e["by_size"].items() if v["mean"] is not None]
-            mean = [e["by_size"][n]["mean"] for n in xs]
-            std = [e["by_size"][n]["std"] for n in xs]
-            style = curve_style(models.index(e["model"]))
-            ax.plot(xs, mean, label=e["model"], zorder=3, **style)
-            ax.fill_between(xs, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)], color=style["color"], alpha=0.12)
-        ax.set_xscale("log")
-        _score_axes(ax, sorted({n for e in entries for n in e["by_size"]}), "training-set size N",
-                    f"scaled accuracy at length {entries[0]['length']}", task)
-    _shared_legend(fig, axes[0])
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _run_label(run: dict) -> str:
-    """A stored run's model label (N from its configuration)."""
-    return model_label(run["model"], ((run.get("config") or {}).get("train") or {}).get("dataset_size", run.get("dataset_size")))
-
-
-def log_axis(axis, low: float, high: float) -> None:
-    """A log-scale axis with plain tick labels (0.01, 0.1, 1 rather than 10^-2...): 1-2-5 ticks
-    within three decades, one per decade beyond, no labelled minor ticks."""
-    decades = math.log10(high / low) if low > 0 and high > low else 0.0
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
-
-
-def stage_starts(store: Store, runs: list[dict]) -> list[tuple[int, int]]:
-    """(step, stage) where each curriculum stage after the first begins, from the first run that
-    trained with a curriculum (its curve points carry their stage); [] without one."""
-    for run in runs:
-        curve = store.curves(run["id"])
-        if any("stage" in c for c in curve):
-            starts, last = [], None
-            previous_step = 0
-            for point in curve:
-                if last is not None and point["stage"] != last:
-                    starts.append((previous_step, point["stage"]))
-                last, previous_step = point["stage"], point["step"]
-            return starts
-    return []
-
-
-def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
-    """Training loss against step (log scale, plain tick labels), one line per run: the model's
-    colour and style (`curve_style`), seeds of one model in the same colour; dotted lines where
-    curriculum stages begin."""
-    models = list(dict.fromkeys(_run_label(r) for r in runs))
-    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.2 * (len(runs) + 2) / 3), layout="constrained")
-    low, high = math.inf, 0.0
-    for run in runs:
-        curve = [c for c in store.curves(run["id"]) if c["loss"] > 0]
-        if curve:
-            style = curve_style(models.index(_run_label(run)))
-            losses = [c["loss"] for c in curve]
-            low, high = min(low, *losses), max(high, *losses)
-            ax.plot([c["step"] for c in curve], losses, color=style["color"], ls=style["ls"], lw=1,
-                    label=f"{_run_label(run)} seed {run['seed']} lr {run['lr']:g}")
-    ax.set_yscale("log")
-    if high > 0:
-        log_axis(ax.yaxis, low, high)
-    for step, stage in stage_starts(store, runs):
-        ax.axvline(step, color="0.5", ls=":", lw=1)
-        ax.text(step, 1.0, f" stage {stage + 1}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="0.35")
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (log scale)")
-    ax.grid(axis="y", which="major", color="0.92", lw=0.6)
-    fig.legend(loc="outside lower center", ncol=3, fontsize=7, frameon=False)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-# ---- a model's own metrics (e.g. fixed-point iterations) ----------------------------------------
-# A metric `X_<stat>` belongs to family X (one plot per family); its statistic sets the line style.
-STAT_STYLES = {"median": "-", "mean": "-", "min": ":", "max": "--"}
-METRIC_NAMES = {"iterations": "fixed-point iterations", "tv_distance": "total-variation distance to the exact belief"}  # a family's name on the axes, when not its key
-
-
-def metric_family(name: str) -> tuple[str, str]:
-    """`iterations_median` -> ('iterations', 'median'); a name without a known statistic is its own family ('')."""
-    family, _, stat = name.rpartition("_")
-    return (family, stat) if family and stat in STAT_STYLES else (name, "")
-
-
-def metric_series(points_by_run: list[list[tuple[int, dict]]]) -> dict:
-    """[(x, {metric: value}) per point, per run] -> {family: {stat: {x: value}}} over the runs (seeds):
-    the max of `max`, the min of `min`, the mean of the others."""
-    values: dict = {}
-    for points in points_by_run:
-        for x, metrics in points:
-            for name, value in metrics.items():
-                family, stat = metric_family(name)
-                values.setdefault(family, {}).setdefault(stat, {}).setdefault(x, []).append(value)
-    agg = {"max": max, "min": min}
-    return {family: {stat: {x: agg.get(stat, statistics.mean)(v) for x, v in sorted(by_x.items())} for stat, by_x in stats.items()}
-            for family, stats in values.items()}
-
-
-def _run_size(run: dict):
-    return ((run.get("config") or {}).get("train") or {}).get("dataset_size")
-
-
-def selected_runs(summary: list[dict], runs: list[dict]) -> list[tuple[dict, list[dict]]]:
-    """Each summary entry with its done runs at the selected lr (one per seed)."""
-    return [(e, [r for r in runs if r["status"] == "done" and (r["task"], r["model"], _run_size(r), r["lr"]) ==
-                 (e.get("run_task", e["task"]), e["model"], e["dataset_size"], e["lr"]) and r["seed"] in e["seeds"]]) for e in summary]
-
-
-def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path: Path, log_x: bool = False) -> Path:
-    """One metric family against x (evaluation length or training step), per task: one colour per
-    model, one line style per statistic (median solid, max dashed, min dotted)."""
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    name = METRIC_NAMES.get(family, family)
-    tasks = sorted({e["task"] for e, s in series if family in s})
-    order = list(STAT_STYLES)
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        xs_all: set = set()
-        for i, (e, s) in enumerate(series):
-            if e["task"] != task or family not in s:
-                continue
-            for stat, values in sorted(s[family].items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])):
-                xs = sorted(values)
-                xs_all.update(xs)
-                ax.plot(xs, [values[x] for x in xs], ls=STAT_STYLES.get(stat, "-"), color=colors[i % len(colors)],
-                        marker="o" if log_x else None, lw=1.2, label=f"{_label(e)} lr={e['lr']:g} {stat}".rstrip())
-        if log_x:
-            ax.set_xscale("log")
-            ticks = sorted(xs_all)
-            ax.set_xticks(ticks, [str(n) for n in ticks])
-            ax.minorticks_off()
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(name)
-        ax.set_title(task)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{name} vs {xlabel}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def metrics_by_length(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, dict]]:
-    """Per summary entry, its evaluations' metrics over the seeds at the selected lr:
-    (entry, {family: {stat: {length: value}}}) (`metric_series`)."""
-    return [(e, metric_series([[(row["length"], row["metrics"]) for row in store.evals(r["id"], e.get("variant", ""))] for r in rs]))
-            for e, rs in selected_runs(summary, runs)]
 
 
 def metric_rows(series: list[tuple[dict, dict]]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
@@ -437,141 +175,6 @@ def metric_rows(series: list[tuple[dict, dict]]) -> list[tuple[str, tuple[list[s
             title = METRIC_NAMES.get(family, family) + (f" ({stat})" if stat else "")
             tables.append((title, (["task", "model"] + [str(n) for n in lengths], body)))
     return tables
-
-
-def plot_metrics(store: Store, summary: list[dict], runs: list[dict], out: Path) -> list[Path]:
-    """The models' own metrics at the selected lr, over the seeds: per family (e.g. `iterations`
-    from iterations_median and iterations_max), `<family>_vs_length.png` when evaluations carry it
-    and `<family>_vs_step.png` when training-curve points do. None when no run reports metrics."""
-    selected = selected_runs(summary, runs)
-    by_length = metrics_by_length(store, summary, runs)
-    by_step = [(e, metric_series([[(c["step"], c["metrics"]) for c in store.curves(r["id"])] for r in rs])) for e, rs in selected]
-    plots = []
-    for series, xlabel, suffix, log_x in ((by_length, "evaluation length", "length", True), (by_step, "training step", "step", False)):
-        for family in sorted({f for _, s in series for f in s}):
-            stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", family)
-            plots.append(plot_metric(series, family, xlabel, out / f"{stem}_vs_{suffix}.png", log_x=log_x))
-    return plots
-
-
-def _mean_lists(lists: list[list]) -> list:
-    """Element-wise mean of equal-length lists, None where every list has None."""
-    out = []
-    for values in zip(*lists):
-        present = [v for v in values if v is not None]
-        out.append(statistics.mean(present) if present else None)
-    return out
-
-
-def _position_label(run: dict) -> str:
-    """What the run's task counts per-position accuracy along (`Task.position_label`)."""
-    from statetrack.tasks import TASKS
-
-    cls = TASKS.get((run["config"].get("task") or {}).get("name"))
-    return cls.position_label if cls is not None else "input position"
-
-
-def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, int, list, str]]:
-    """(entry, length, per-position accuracy, mean over the seeds at the selected lr, what a position
-    is) at the entry's longest length that has a per-position accuracy with more than one supervised
-    position (a task supervised once per example, at its end, has nothing to show along the input)."""
-    out = []
-    for e, rs in selected_runs(summary, runs):
-        by_length: dict = {}
-        for r in rs:
-            for row in store.evals(r["id"], e.get("variant", "")):
-                positions = row.get("position_accuracy")
-                if positions and sum(v is not None for v in positions) > 1:
-                    by_length.setdefault(row["length"], []).append(positions)
-        if by_length:
-            length = max(by_length)
-            values = _mean_lists([p for p in by_length[length] if len(p) == len(by_length[length][0])])
-            out.append((e, length, values, _position_label(rs[0])))
-    return out
-
-
-def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path, train_length: int | None = None) -> Path:
-    """Per task: accuracy at each position at the longest evaluation length, one line per model
-    (positions never supervised are skipped; a position is an input token, or the k-th supervised
-    answer such as a REPL trace's k-th reveal); a dotted line marks the longest training length
-    where positions are tokens."""
-    tasks = sorted({x[0]["task"] for x in series})
-    models = list(dict.fromkeys(_label(x[0]) for x in series))
-    fig, axes = plt.subplots(len(tasks), 1, figsize=(9, 3.2 * len(tasks)), squeeze=False)
-    for ax, task in zip(axes[:, 0], tasks):
-        lengths, unit = set(), "input position"
-        for e, length, values, unit in (x for x in series if x[0]["task"] == task):
-            xs = [i for i, v in enumerate(values) if v is not None]
-            style = curve_style(models.index(_label(e)))
-            ax.plot(xs, [values[i] for i in xs], color=style["color"], ls=style["ls"], lw=1, label=_label(e))
-            lengths.add(length)
-        if train_length and unit == "input position":
-            ax.axvline(train_length, color="grey", ls=":", lw=1, label=f"longest training length {train_length}")
-        ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel(unit)
-        ax.set_ylabel("accuracy")
-        ax.set_title(f"{task}, length {', '.join(map(str, sorted(lengths)))}")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def plot_traces(store: Store, summary: list[dict], runs: list[dict], answers: dict, out: Path) -> list[Path]:
-    """Model output against the input (Anonymous 2025, Fig. 2-3), one PNG per task (and evaluation
-    variant) whose runs kept traces (`eval.traces`): per model, the first traced example at the
-    shortest traced length of its best seed at the selected lr. Grey: the input tokens (scaled to
-    [0, 1]); dashed: the target; solid: the model's probability of the last answer class when there
-    are two (e.g. the signal being on, for `counting`), else of the target class."""
-    by_task: dict = {}
-    for e, rs in selected_runs(summary, runs):
-        seeded = sorted(rs, key=lambda r: r["seed"] != e["best_seed"])
-        for r in seeded[:1]:
-            traced = [t for t in store.traces(r["id"]) if t["variant"] == e.get("variant", "")]
-            if traced:
-                by_task.setdefault(e["task"], []).append((e, min(traced, key=lambda t: t["length"])))
-    paths = []
-    for task, entries in sorted(by_task.items()):
-        fig, axes = plt.subplots(len(entries), 1, figsize=(10, 1.9 * len(entries) + 0.6), squeeze=False, sharex=True)
-        for ax, (e, traced) in zip(axes[:, 0], entries):
-            example = traced["examples"][0]
-            inputs, targets, mask, probs = example["inputs"], example["targets"], example["mask"], example["probabilities"]
-            lo, hi = min(inputs), max(inputs)
-            xs = range(len(inputs))
-            ax.fill_between(xs, [(v - lo) / ((hi - lo) or 1) for v in inputs], step="mid", color="0.85", label="input")
-            binary = len(probs[0]) == 2
-            names = answers.get(e.get("run_task", task))
-            if binary:
-                ax.plot(xs, [t if m else float("nan") for t, m in zip(targets, mask)], ls="--", color="k", lw=1, label="target")
-                ax.plot(xs, [p[1] for p in probs], color="C0", lw=1.2, label=f"p({names[1] if names else 'class 1'})")
-            else:
-                ax.plot(xs, [p[t] if m else float("nan") for p, t, m in zip(probs, targets, mask)], color="C0", lw=1.2, label="p(target)")
-            ax.set_ylim(-0.05, 1.05)
-            ax.set_ylabel(_label(e), fontsize=8)
-            ax.legend(fontsize=6, loc="upper right")
-        axes[-1, 0].set_xlabel("time step")
-        fig.suptitle(f"{task}: model output against the input (length {entries[0][1]['length']})")
-        fig.tight_layout()
-        path = out / f"traces_{re.sub(r'[^A-Za-z0-9_.-]+', '_', task).strip('_')}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths
-
-
-def _answers(runs: list[dict]) -> dict:
-    """Each run task's answer classes (for legends), where the task can be built here."""
-    from statetrack.tasks import make_task
-
-    out = {}
-    for r in runs:
-        if r["task"] not in out:
-            try:
-                out[r["task"]] = make_task(**r["config"]["task"]).answers
-            except Exception:  # a task registered by a module not imported here: generic legend
-                pass
-    return out
 
 
 def missing_runs(store: Store, experiment: str) -> list[dict]:
