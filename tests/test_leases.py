@@ -171,3 +171,21 @@ def test_sigterm_stops_the_pool_workers_too(tiny_spec, tmp_path):
     # its claims were released: a new driver takes the runs at once
     rows = Store(results / "statetrack.db", read_only=True).runs("tiny")
     assert all(r["heartbeat"] is None for r in rows if r["status"] == "running")
+
+
+def test_creating_a_store_waits_out_a_lock(tmp_path, monkeypatch):
+    """Two drivers creating one store at once: SQLite may answer "database is locked" to the second
+    without waiting; creation tries again instead of failing."""
+    import statetrack.store as store_module
+
+    real, calls = sqlite3.connect, []
+
+    def flaky(*args, **kwargs):
+        calls.append(args)
+        if len(calls) <= 2:
+            raise sqlite3.OperationalError("database is locked")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store_module.sqlite3, "connect", flaky)
+    Store(tmp_path / "s.db")
+    assert len(calls) == 3 and (tmp_path / "s.db").is_file()

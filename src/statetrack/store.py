@@ -175,9 +175,18 @@ class Store:
             return
         with self._opened("write"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as db:
-                db.executescript(SCHEMA)
-                self._add_missing_columns(db)
+            for attempt in range(20):
+                try:
+                    with self._connect() as db:
+                        db.executescript(SCHEMA)
+                        self._add_missing_columns(db)
+                    break
+                except sqlite3.OperationalError as error:
+                    # two drivers creating one store at once: switching a new file to WAL mode can
+                    # report "locked" without waiting for the busy timeout; the other one finishes first
+                    if "locked" not in str(error) or attempt == 19:
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
 
     @contextmanager
     def _opened(self, doing: str):
