@@ -50,3 +50,13 @@ def test_spec_file_errors(tmp_path, capsys):
     bad_key.write_text("task: {name: parity}\nmodel: [lstm]\nlrs: [1e-3]\nseeds: [0]\neval: {lengths: [5]}\n")
     code, _, err = run_cli(capsys, "run", str(bad_key), "--results-dir", str(tmp_path))
     assert code == 2 and "unknown key 'model'" in err
+
+
+def test_run_ends_with_the_claims_verdict(tiny_spec, tmp_path, capsys):
+    path = tiny_spec(seeds="[0]")
+    path.write_text(path.read_text() + (
+        "paper:\n  source: A et al. 2099\n  metric: scaled accuracy\n  claims:\n"
+        "    - {text: the LSTM learns, model: LSTM, at_least: 2.0}\n"))
+    code, out, _ = run_cli(capsys, "run", str(path), "--results-dir", str(tmp_path / "r"), "--no-progress", "--workers", "1",
+                           "train.steps=5")
+    assert code == 0 and "did it reproduce? 0/1 claims ✓, 1 ✗ (the claims of A et al. 2099, in the report)" in out

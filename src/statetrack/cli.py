@@ -45,7 +45,7 @@ def _store(args, read_only: bool = True):
 # ---- commands ------------------------------------------------------------------------------------
 def cmd_run(args) -> int:
     from statetrack.experiments.runner import run_experiment
-    from statetrack.report import table_rows, text_table, write_report
+    from statetrack.report import index_verdicts, table_rows, text_table, write_report
     from statetrack.scoring import describe_selection, experiment_summary
 
     spec, runs = run_experiment(
@@ -60,6 +60,9 @@ def cmd_run(args) -> int:
     print()
     print(text_table(*table_rows(summary, "headline")))
     print(f"({describe_selection(summary[0]['selection'] if summary else None)})")
+    verdicts = index_verdicts(store, spec["name"])
+    if verdicts != "-":
+        print(f"\ndid it reproduce? {verdicts} (the claims of {spec['paper']['source']}, in the report)")
     print(f"\nreport: {out / 'report.html'}  (and report.md)")
     ids = {r.id for r in runs}
     failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed" and r["id"] in ids]
