@@ -416,33 +416,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("analyze", help="analyses of trained runs (spectrum, rotations, heads) and of a task's belief recurrence (belief)")
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
-    a = with_store(asub.add_parser("spectrum", help="eigenvalues of a run's learned state transitions, printed and plotted"))
-    a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
-    a.add_argument("--model", default=None, help='display name of the model when RUN is an experiment, e.g. "DeltaNet [-1,1]"')
-    a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+    def of_a_run(name: str, help: str, example: str) -> argparse.ArgumentParser:
+        """An analysis of one trained run: RUN, or an experiment with --model and --run-seed."""
+        a = with_store(asub.add_parser(name, help=help))
+        a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
+        a.add_argument("--model", default=None, help=f'display name of the model when RUN is an experiment, e.g. "{example}"')
+        a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+        a.set_defaults(func=cmd_analyze)
+        return a
+
+    a = of_a_run("spectrum", "eigenvalues of a run's learned state transitions, printed and plotted", "DeltaNet [-1,1]")
     a.add_argument("--samples", type=int, default=64, help="input sequences (default: 64)")
     a.add_argument("--length", type=int, default=None, help="input length (default: the run's longest training length)")
     a.add_argument("--seed", type=int, default=0, help="seed of the inputs")
     a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/spectrum_RUNID.png)")
-    a.set_defaults(func=cmd_analyze)
-    a = with_store(asub.add_parser("rotations", help="a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted"))
-    a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
-    a.add_argument("--model", default=None, help='display name of the model when RUN is an experiment, e.g. "Bilinear rotation"')
-    a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+    a = of_a_run("rotations", "a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted",
+                 "Bilinear rotation")
     a.add_argument("--top", type=int, default=20, help="planes printed (default: 20; the plot shows every plane)")
     a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/rotations_RUNID.png)")
-    a.set_defaults(func=cmd_analyze)
-    a = with_store(asub.add_parser("heads", help="a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, ranked and plotted"))
-    a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
-    a.add_argument("--model", default=None, help='display name of the model when RUN is an experiment, e.g. "DeltaNet [-1,1]"')
-    a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+    a = of_a_run("heads", "a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, "
+                 "ranked and plotted", "DeltaNet [-1,1]")
     a.add_argument("--samples", type=int, default=64, help="input sequences (default: 64)")
     a.add_argument("--length", type=int, default=None, help="input length (default: the run's longest training length)")
     a.add_argument("--seed", type=int, default=0, help="seed of the inputs (the evaluation set of that seed at --length)")
     a.add_argument("--sweep", type=int, default=4, help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)")
     a.add_argument("--out", default=None, help="plot file prefix: PREFIX_beta.png, PREFIX_keys.png, PREFIX_intervention.png "
                                                "(default: RESULTS_DIR/EXPERIMENT/heads_RUNID)")
-    a.set_defaults(func=cmd_analyze)
     a = asub.add_parser("belief",
                         help="a PFSA-SR task's unnormalised belief recurrence: predicted vs observed float32/float64 underflow, printed and plotted")
     a.add_argument("task", metavar="TASK", help="a task with a belief recurrence: pfsa")

@@ -24,7 +24,7 @@ def model_label(model: str, dataset_size: int | None = None) -> str:
     return model if dataset_size is None else f"{model} N={dataset_size}"
 
 
-def _label(entry: dict) -> str:
+def entry_label(entry: dict) -> str:
     return model_label(entry["model"], entry.get("dataset_size"))
 
 
@@ -74,15 +74,15 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | No
     """Per task: each model's headline line, its mean ± std band and faint per-seed lines; the chance
     level and the training lengths (`training`: {run task: (shortest, longest)}) marked."""
     tasks = sorted({e["task"] for e in summary})
-    models = list(dict.fromkeys(_label(e) for e in summary))
+    models = list(dict.fromkeys(entry_label(e) for e in summary))
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 2) / 3), squeeze=False,
                              layout="constrained")
     for ax, task in zip(axes[0], tasks):
         entries = [e for e in summary if e["task"] == task]
         for e in entries:
             xs = e["lengths"]
-            style = curve_style(models.index(_label(e)))
-            ax.plot(xs, [e["headline"][n] for n in xs], label=_label(e), zorder=3, **style)
+            style = curve_style(models.index(entry_label(e)))
+            ax.plot(xs, [e["headline"][n] for n in xs], label=entry_label(e), zorder=3, **style)
             for r in e["per_seed"].values():
                 if len(e["per_seed"]) > 1:
                     ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=style["color"], lw=0.6, alpha=0.35)
@@ -139,7 +139,7 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
     return path
 
 
-def _run_label(run: dict) -> str:
+def run_label(run: dict) -> str:
     """A stored run's model label (N from its configuration)."""
     return model_label(run["model"], ((run.get("config") or {}).get("train") or {}).get("dataset_size", run.get("dataset_size")))
 
@@ -173,17 +173,17 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     """Training loss against step (log scale, plain tick labels), one line per run: the model's
     colour and style (`curve_style`), seeds of one model in the same colour; dotted lines where
     curriculum stages begin."""
-    models = list(dict.fromkeys(_run_label(r) for r in runs))
+    models = list(dict.fromkeys(run_label(r) for r in runs))
     fig, ax = plt.subplots(figsize=(7, 4.2 + 0.2 * (len(runs) + 2) / 3), layout="constrained")
     low, high = math.inf, 0.0
     for run in runs:
         curve = [c for c in store.curves(run["id"]) if c["loss"] > 0]
         if curve:
-            style = curve_style(models.index(_run_label(run)))
+            style = curve_style(models.index(run_label(run)))
             losses = [c["loss"] for c in curve]
             low, high = min(low, *losses), max(high, *losses)
             ax.plot([c["step"] for c in curve], losses, color=style["color"], ls=style["ls"], lw=1,
-                    label=f"{_run_label(run)} seed {run['seed']} lr {run['lr']:g}")
+                    label=f"{run_label(run)} seed {run['seed']} lr {run['lr']:g}")
     ax.set_yscale("log")
     if high > 0:
         log_axis(ax.yaxis, low, high)
@@ -252,7 +252,7 @@ def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path:
                 xs = sorted(values)
                 xs_all.update(xs)
                 ax.plot(xs, [values[x] for x in xs], ls=STAT_STYLES.get(stat, "-"), color=colors[i % len(colors)],
-                        marker="o" if log_x else None, lw=1.2, label=f"{_label(e)} lr={e['lr']:g} {stat}".rstrip())
+                        marker="o" if log_x else None, lw=1.2, label=f"{entry_label(e)} lr={e['lr']:g} {stat}".rstrip())
         if log_x:
             ax.set_xscale("log")
             ticks = sorted(xs_all)
@@ -333,14 +333,14 @@ def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path
     answer such as a REPL trace's k-th reveal); a dotted line marks the longest training length
     where positions are tokens."""
     tasks = sorted({x[0]["task"] for x in series})
-    models = list(dict.fromkeys(_label(x[0]) for x in series))
+    models = list(dict.fromkeys(entry_label(x[0]) for x in series))
     fig, axes = plt.subplots(len(tasks), 1, figsize=(9, 3.2 * len(tasks)), squeeze=False)
     for ax, task in zip(axes[:, 0], tasks):
         lengths, unit = set(), "input position"
         for e, length, values, unit in (x for x in series if x[0]["task"] == task):
             xs = [i for i, v in enumerate(values) if v is not None]
-            style = curve_style(models.index(_label(e)))
-            ax.plot(xs, [values[i] for i in xs], color=style["color"], ls=style["ls"], lw=1, label=_label(e))
+            style = curve_style(models.index(entry_label(e)))
+            ax.plot(xs, [values[i] for i in xs], color=style["color"], ls=style["ls"], lw=1, label=entry_label(e))
             lengths.add(length)
         if train_length and unit == "input position":
             ax.axvline(train_length, color="grey", ls=":", lw=1, label=f"longest training length {train_length}")
@@ -385,7 +385,7 @@ def plot_traces(store: Store, summary: list[dict], runs: list[dict], answers: di
             else:
                 ax.plot(xs, [p[t] if m else float("nan") for p, t, m in zip(probs, targets, mask)], color="C0", lw=1.2, label="p(target)")
             ax.set_ylim(-0.05, 1.05)
-            ax.set_ylabel(_label(e), fontsize=8)
+            ax.set_ylabel(entry_label(e), fontsize=8)
             ax.legend(fontsize=6, loc="upper right")
         axes[-1, 0].set_xlabel("time step")
         fig.suptitle(f"{task}: model output against the input (length {entries[0][1]['length']})")
@@ -397,7 +397,7 @@ def plot_traces(store: Store, summary: list[dict], runs: list[dict], answers: di
     return paths
 
 
-def _answers(runs: list[dict]) -> dict:
+def answer_labels(runs: list[dict]) -> dict:
     """Each run task's answer classes (for legends), where the task can be built here."""
     from statetrack.tasks import make_task
 

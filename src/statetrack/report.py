@@ -11,7 +11,7 @@ import re
 import time
 from pathlib import Path
 
-from statetrack.plots import (METRIC_NAMES, _answers, _label, _run_label, metrics_by_length, model_label,
+from statetrack.plots import (METRIC_NAMES, answer_labels, entry_label, run_label, metrics_by_length, model_label,
                               plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
                               plot_position_accuracy, plot_traces, position_series, train_ranges)
 from statetrack.scoring import (FAIL, MEASURE_TEXT, NOT_MEASURED, PASS, claim_verdicts, data_efficiency,
@@ -52,7 +52,7 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
             cells = [_spread(e["mean"].get(n), e["std"].get(n), _seeds_at(e, "scaled", n)) for n in lengths]
         else:
             cells = [_fmt(e["best"].get(n)) for n in lengths]
-        body.append([e["task"], _label(e), f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
+        body.append([e["task"], entry_label(e), f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
     return header, body
 
 
@@ -65,7 +65,7 @@ def seed_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     """One row per seed at the selected lr: the spread behind the headline."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model", "lr", "seed", _score_header(summary)] + [str(n) for n in lengths]
-    body = [[e["task"], _label(e), f"{e['lr']:g}", str(seed) + (" *" if seed == e["best_seed"] else ""), _fmt_score(e, r["score"])]
+    body = [[e["task"], entry_label(e), f"{e['lr']:g}", str(seed) + (" *" if seed == e["best_seed"] else ""), _fmt_score(e, r["score"])]
             + [_fmt(r["scaled"].get(n)) for n in lengths]
             for e in summary for seed, r in e["per_seed"].items()]
     return header, body
@@ -75,7 +75,7 @@ def lr_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Each learning rate's score under the lr rule; the selected one is marked."""
     lrs = sorted(set().union(*[set(e["lr_scores"]) for e in summary])) if summary else []
     header = ["task", "model"] + [f"lr {lr:g}" for lr in lrs]
-    body = [[e["task"], _label(e)] + ["-" if lr not in e["lr_scores"] else _fmt_score(e, e["lr_scores"][lr]) + (" *" if lr == e["lr"] else "")
+    body = [[e["task"], entry_label(e)] + ["-" if lr not in e["lr_scores"] else _fmt_score(e, e["lr_scores"][lr]) + (" *" if lr == e["lr"] else "")
                                        for lr in lrs] for e in summary]
     return header, body
 
@@ -85,7 +85,7 @@ def sequence_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]
     std over the seeds at the selected lr; the last item: the first two columns are text."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model", "lr"] + [str(n) for n in lengths]
-    body = [[e["task"], _label(e), f"{e['lr']:g}"]
+    body = [[e["task"], entry_label(e), f"{e['lr']:g}"]
             + [_spread(e["sequence_mean"].get(n), e["sequence_std"].get(n), _seeds_at(e, "sequence", n)) for n in lengths]
             for e in summary]
     return header, body, 2
@@ -106,7 +106,7 @@ def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]],
     threshold there and at every shorter length), ✗ elsewhere; the last item: two text columns."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model"] + [str(n) for n in lengths]
-    body = [[e["task"], _label(e)] + ["" if n not in e["extrapolates"] else CHECK if e["extrapolates"][n] else CROSS for n in lengths]
+    body = [[e["task"], entry_label(e)] + ["" if n not in e["extrapolates"] else CHECK if e["extrapolates"][n] else CROSS for n in lengths]
             for e in summary]
     return header, body, 2
 
@@ -170,7 +170,7 @@ def metric_rows(series: list[tuple[dict, dict]]) -> list[tuple[str, tuple[list[s
     for family in sorted({f for _, s in series for f in s}):
         for stat in sorted({st for _, s in series for st in s.get(family, {})}):
             lengths = sorted({n for _, s in series for n in s.get(family, {}).get(stat, {})})
-            body = [[e["task"], _label(e)] + [_fmt(s[family][stat].get(n)) for n in lengths]
+            body = [[e["task"], entry_label(e)] + [_fmt(s[family][stat].get(n)) for n in lengths]
                     for e, s in series if stat in s.get(family, {})]
             title = METRIC_NAMES.get(family, family) + (f" ({stat})" if stat else "")
             tables.append((title, (["task", "model"] + [str(n) for n in lengths], body)))
@@ -198,7 +198,7 @@ def missing_runs(store: Store, experiment: str) -> list[dict]:
 
 def _missing_line(r: dict) -> str:
     error = f" ({r['error'].splitlines()[0]})" if r.get("error") else ""
-    return f"{_run_label(r)} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}{error}"
+    return f"{run_label(r)} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}{error}"
 
 
 # ---- the paper beside the measured figures -------------------------------------------------------
@@ -347,7 +347,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     if positions:
         train_length = ((plan or {}).get("spec", {}).get("train") or {}).get("max_length")
         plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", train_length))
-    plots += plot_traces(store, summary, runs, _answers(runs), out)
+    plots += plot_traces(store, summary, runs, answer_labels(runs), out)
     rule = describe_selection(selection)
     tables = [
         ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline")),
@@ -370,7 +370,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
                           data_efficiency_rows(efficiency)))
     run_header = ["model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
     run_rows = [
-        [_run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]), r["status"], str(r["steps"] or "-"),
+        [run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]), r["status"], str(r["steps"] or "-"),
          f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
         for r in runs
     ]
