@@ -4,7 +4,9 @@ import pytest
 import torch
 from ops_helpers import TOL, assert_same, rel_error
 
-from statetrack.ops import dense_transition, dense_transition_reference
+from statetrack.ops import dense as dense_module
+from statetrack.ops import dense_transition, dense_transition_reference, native
+from statetrack.ops.dense import dense_scan
 
 
 def make(B, T, H, D, E=None, additive=True, dtype=torch.float64, seed=0):
@@ -50,3 +52,58 @@ def test_empty_sequence_returns_initial_state():
 def test_bad_shapes_name_the_expected_shape():
     with pytest.raises(ValueError, match=r"A must be \[B, T, H, D, D\]"):
         dense_transition(torch.rand(2, 3, 1, 4, 5))
+
+
+def scan_case(N, Z, D, additive, negative, dtype=torch.float64, seed=0):
+    """Inputs of `dense_scan` (time-major, vector state); `negative` makes every M_n = -I + small
+    noise, a transition whose eigenvalues are all near -1 (the sign flips parity needs)."""
+    gen = torch.Generator().manual_seed(seed)
+    M = torch.randn(N, Z, D, D, dtype=dtype, generator=gen) / D**0.5
+    if negative:
+        M = -torch.eye(D, dtype=dtype) + 0.1 * M
+    X = torch.randn(N, Z, D, 1, dtype=dtype, generator=gen) if additive else None
+    h0 = torch.randn(Z, D, 1, dtype=dtype, generator=gen)
+    return [t.requires_grad_() if t is not None else None for t in (M, X, h0)]
+
+
+def scan_and_grads(inputs, seed=1):
+    hs = dense_scan(*inputs)
+    weights = torch.randn(hs.shape, dtype=hs.dtype, generator=torch.Generator().manual_seed(seed))
+    grads = torch.autograd.grad((hs * weights).sum(), [t for t in inputs if t is not None and t.requires_grad])
+    return hs, grads
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler for the native scan")
+@pytest.mark.parametrize("negative", [False, True])
+@pytest.mark.parametrize("additive", [True, False])
+@pytest.mark.parametrize("D", [1, 2, 4, 5, 8, 16])
+def test_native_dense_scan_equals_the_batched_loop_float64(D, additive, negative, monkeypatch):
+    """The compiled loop (sizes 2, 4, 8, 16 specialised, others generic) against the batched
+    products, forward and the gradients of M, X and h0."""
+    inputs = scan_case(13, 7, D, additive, negative)
+    assert dense_module._native(*inputs), "the compiled loop should take this scan"
+    hs, grads = scan_and_grads(inputs)
+    monkeypatch.setattr(dense_module, "NATIVE_MAX_D", 0)  # the batched-product loop
+    assert not dense_module._native(*inputs)
+    hs_ref, grads_ref = scan_and_grads(inputs)
+    assert rel_error(hs, hs_ref) <= 1e-13
+    for grad, grad_ref in zip(grads, grads_ref):
+        assert rel_error(grad, grad_ref) <= 1e-13
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler for the native scan")
+def test_native_dense_scan_float32_and_frozen_transitions(monkeypatch):
+    """float32 within rounding; with M not requiring a gradient no dM is formed and the others agree."""
+    inputs = scan_case(64, 33, 8, True, False, dtype=torch.float32)
+    inputs[0].requires_grad_(False)
+    hs, grads = scan_and_grads(inputs)
+    monkeypatch.setattr(dense_module, "NATIVE_MAX_D", 0)
+    hs_ref, grads_ref = scan_and_grads(inputs)
+    assert rel_error(hs, hs_ref) <= TOL[torch.float32]
+    assert all(rel_error(g, r) <= TOL[torch.float32] for g, r in zip(grads, grads_ref))
+
+
+def test_large_or_matrix_states_keep_the_batched_loop():
+    M, X, h0 = scan_case(3, 2, dense_module.NATIVE_MAX_D + 1, True, False)
+    assert not dense_module._native(M, X, h0)
+    assert not dense_module._native(M, X.expand(-1, -1, -1, 3), h0.expand(-1, -1, 3))

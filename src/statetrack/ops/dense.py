@@ -25,17 +25,36 @@ from __future__ import annotations
 
 import torch
 
+from statetrack.ops import native
+
+NATIVE_MAX_D = 32  # the compiled loop takes vector states up to this size; larger blocks are matmul-bound
+
+
+def _native(M, X, h0) -> bool:
+    """Whether `dense_scan.c` runs this scan: a real vector state (E = 1) of at most NATIVE_MAX_D on
+    the CPU, with the library built."""
+    E, D = h0.shape[-1], h0.shape[-2]
+    tensors = (M, h0) if X is None else (M, X, h0)
+    return E == 1 and D <= NATIVE_MAX_D and not M.is_complex() and native.supports(*tensors)
+
 
 class _DenseScan(torch.autograd.Function):
     """All states of h_{n+1} = M_n h_n + X_n for M [N, Z, D, D], X [N, Z, D, E], h0 [Z, D, E].
 
     Returns hs [N + 1, Z, D, E] with hs[0] = h0. Backward is the reverse scan; memory is that of the
-    forward (the states are its output).
+    forward (the states are its output). A small real vector state on the CPU runs the compiled loop
+    of `dense_scan.c` (forward, and the reverse scan with dM written in the same pass); everything
+    else steps through batched products here.
     """
 
     @staticmethod
     def forward(ctx, M, X, h0):
         N = M.shape[0]
+        ctx.native = _native(M, X, h0)
+        if ctx.native:
+            hs = native.dense_scan_forward(M, None if X is None else X.squeeze(-1), h0.squeeze(-1)).unsqueeze(-1)
+            ctx.save_for_backward(M, hs)
+            return hs
         hs = h0.new_empty((N + 1,) + tuple(h0.shape))
         hs[0] = h0
         for n in range(N):
@@ -51,6 +70,11 @@ class _DenseScan(torch.autograd.Function):
     def backward(ctx, grad_hs):
         M, hs = ctx.saved_tensors
         N = M.shape[0]
+        if ctx.native:
+            lam, grad_M = native.dense_scan_backward(M, hs.squeeze(-1), grad_hs.squeeze(-1).contiguous(),
+                                                     ctx.needs_input_grad[0])
+            lam = lam.unsqueeze(-1)
+            return grad_M, (lam[1:] if ctx.needs_input_grad[1] else None), lam[0]
         lam = torch.empty_like(grad_hs)  # lam[n] = dL/dh_n, total
         lam[N] = grad_hs[N]
         Mt = M.transpose(-1, -2).conj()

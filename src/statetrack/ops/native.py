@@ -3,7 +3,10 @@
 The diagonal scan does two flops per element: every PyTorch form of it is one pass over memory per
 op, and the reference loop pays per-step dispatch and autograd overhead on small slices. The fused
 loop in `diagonal_scan.c` reads a and b and writes h once (forward), and reads a, h, dh and writes
-da, db once (backward), which is the memory traffic the recurrence needs and no more. The chunkwise
+da, db once (backward), which is the memory traffic the recurrence needs and no more. The dense
+vector scan of the small-block bilinear models (`dense_scan.c`) is the same idea for d x d
+transitions: hundreds of 8 x 8 blocks per step, where PyTorch dispatches one batched product per
+step for a few thousand multiply-adds. The chunkwise
 delta rule inverts one small unit lower-triangular matrix per chunk; `triangular.c` does it by
 forward substitution while the matrix is in L1, where PyTorch's batched forms (block doubling,
 `solve_triangular`) spend their time on small strided copies or per-matrix calls. The nonlinear
@@ -41,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("diagonal_scan.c", "triangular.c", "nonlinear.c")]
+SOURCES = [Path(__file__).with_name(name) for name in ("diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 LIBS = ["-lm"]  # after the sources: expf, tanhf, ... of nonlinear.c
 OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
@@ -104,6 +107,8 @@ def _declare(library):
         getattr(library, f"scan_{suffix}_forward").argtypes = [P, P, P, P, I, I, I, I]
         getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, I, I, I, I]
     for suffix in ("f32", "f64"):
+        getattr(library, f"dense_scan_{suffix}_forward").argtypes = [P, P, P, I, I, I, I]
+        getattr(library, f"dense_scan_{suffix}_backward").argtypes = [P, P, P, P, P, I, I, I, I]
         getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, I, I, I]
         getattr(library, f"slstm_{suffix}_forward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
         getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, I, I, I, I, I, I, ctypes.c_double, I]
@@ -173,6 +178,30 @@ def scan_backward(a, h, h0, dh, dh_final):
         kernel = getattr(load(), f"scan_{DTYPES[h.dtype]}_backward")
         kernel(_ptr(a), _ptr(h), _ptr(h0), _ptr(dh), _ptr(carry), _ptr(da), _ptr(db), B, T, F, threads(h.numel()))
     return da, db, carry
+
+
+def dense_scan_forward(M: torch.Tensor, X: torch.Tensor | None, h0: torch.Tensor) -> torch.Tensor:
+    """hs [N + 1, Z, D] of h_{n+1} = M_n h_n + X_n (`dense_scan.c`) for contiguous real M [N, Z, D, D],
+    X [N, Z, D] or None and h0 [Z, D] of one dtype (CPU)."""
+    N, Z, D, _ = M.shape
+    hs = h0.new_empty(N + 1, Z, D)
+    hs[0] = h0
+    if M.numel():
+        kernel = getattr(load(), f"dense_scan_{DTYPES[M.dtype]}_forward")
+        kernel(_ptr(M), None if X is None else _ptr(X), _ptr(hs), N, Z, D, row_threads(Z, M.numel()))
+    return hs
+
+
+def dense_scan_backward(M: torch.Tensor, hs: torch.Tensor, grad_hs: torch.Tensor, want_M: bool):
+    """(lam [N + 1, Z, D], dM [N, Z, D, D] or None) of the scan above: lam[n] = dL/dh_n in total
+    (lam[0] is dL/dh0, lam[1:] dL/dX), dM_n = lam[n + 1] h_n^T; contiguous, CPU."""
+    N, Z, D, _ = M.shape
+    lam = torch.empty_like(hs)
+    dM = torch.empty_like(M) if want_M else None
+    kernel = getattr(load(), f"dense_scan_{DTYPES[M.dtype]}_backward")
+    kernel(_ptr(M), _ptr(hs), _ptr(grad_hs), _ptr(lam), None if dM is None else _ptr(dM), N, Z, D,
+           row_threads(Z, M.numel()))
+    return lam, dM
 
 
 def unit_lower_inverse(A: torch.Tensor) -> torch.Tensor:
