@@ -267,6 +267,11 @@ def cmd_analyze(args) -> int:
 
         text, path = analyze_rotations(_store(args), args.run, args.results_dir, out=args.out, model=args.model,
                                        run_seed=args.run_seed, top=args.top)
+    elif args.analysis == "signs":
+        from statetrack.analysis.signs import analyze_signs
+
+        print(analyze_signs(_store(args), args.run, args.results_dir, model=args.model, run_seed=args.run_seed))
+        return 0
     elif args.analysis == "heads":
         from statetrack.analysis.heads import analyze_heads
 
@@ -414,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
     p.set_defaults(func=cmd_results)
 
-    p = command("analyze", help="analyses of trained runs (spectrum, rotations, heads) and of a task's belief recurrence (belief)")
+    p = command("analyze", help="analyses of trained runs (spectrum, rotations, signs, heads) and of a task's belief recurrence (belief)")
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     def of_a_run(name: str, help: str, example: str) -> argparse.ArgumentParser:
         """An analysis of one trained run: RUN, or an experiment with --model and --run-seed."""
@@ -434,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
                  "Bilinear rotation")
     a.add_argument("--top", type=int, default=20, help="planes printed (default: 20; the plot shows every plane)")
     a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/rotations_RUNID.png)")
+    of_a_run("signs", "a real-diagonal bilinear parity run's dominant coordinate and whether its sign tracks parity at long lengths "
+             "(every such run of an EXPERIMENT without --model)", "Bilinear diagonal frozen norm")
     a = of_a_run("heads", "a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, "
                  "ranked and plotted", "DeltaNet [-1,1]")
     a.add_argument("--samples", type=int, default=64, help="input sequences (default: 64)")
