@@ -24,7 +24,7 @@ step. Without it, an additive model whose A(x) grows the state overflows on long
 Fast path (`forward`; figures in docs/performance.md): full and block through
 `ops.dense.bilinear_transition`, which for one large head (full) never forms A(x_t) but contracts the
 state with W and then with x_t each step, and for small heads (block) forms every A(x_t) in one
-matrix product, time-major, before the dense scan; cp in its R coordinates z = V^T h, where the
+matrix product, time-major, before the dense scan (a compiled loop on the CPU); cp in its R coordinates z = V^T h, where the
 transition M diag(C^T x_t) (M = V^T U) is R x R; diagonal and rotation through the diagonal scan of
 `ops.diagonal` (rotation as a complex scan on the d_h/2 planes). At evaluation a pure model's
 renormalised states come from `_renormalised_states`: all steps at once in log-magnitude form for the

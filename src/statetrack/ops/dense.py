@@ -8,7 +8,9 @@ recurrence uses that form).
 
 Fastest correct CPU form found: a plain sequential scan with a custom reverse-scan backward (the
 adjoint lambda_t = dL/dh_t + A_{t+1}^T lambda_{t+1}), dA_t = lambda_t h_{t-1}^T computed afterwards
-as one batched product. Vector states step through the strided A[:, t] with a broadcast product
+as one batched product. For small real vector states (D <= NATIVE_MAX_D: the block and CP bilinear
+models) `dense_scan` runs both passes as one compiled loop each (`dense_scan.c`), dA_t written in
+the reverse pass. Vector states step through the strided A[:, t] with a broadcast product
 and a row sum (no copy of the large A, which costs more than the arithmetic); matrix states use
 one fused `baddbmm` per step in time-major layout. A chunked/parallel form needs products
 A_t ... A_s, i.e. O(D^3) per step instead of O(D^2); on CPU that loses for every D worth a dense model.
