@@ -18,18 +18,12 @@ from pathlib import Path
 
 import torch
 
-from statetrack.analysis.spectrum import find_run, load_run_model, save_figure
+from statetrack.analysis.spectrum import find_run, first_bilinear_mixer, load_run_model, save_figure
 from statetrack.errors import StatetrackError
 
 
 def _rotation_mixer(model):
-    mixer = model.blocks[0].mixer if len(model.blocks) else None
-    if getattr(mixer, "structure", None) != "rotation":
-        raise StatetrackError(
-            f"the rotation analysis needs a bilinear model with structure 'rotation' (its first layer), got {type(mixer).__name__}"
-            + (f" with structure {mixer.structure!r}" if hasattr(mixer, "structure") else "")
-        )
-    return mixer
+    return first_bilinear_mixer(model, "rotation", "rotation")
 
 
 def modulus(task) -> int:

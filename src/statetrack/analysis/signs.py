@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from statetrack.analysis.spectrum import find_run, load_run_model
+from statetrack.analysis.spectrum import find_run, first_bilinear_mixer, load_run_model
 from statetrack.errors import StatetrackError
 
 KINDS = {
@@ -29,16 +29,6 @@ KINDS = {
     "flips on 0": "tracks parity at even lengths (the complement at odd)",
     "no flip": "cannot track parity",
 }
-
-
-def _diagonal_mixer(model):
-    mixer = model.blocks[0].mixer if len(model.blocks) else None
-    if getattr(mixer, "structure", None) != "diagonal":
-        raise StatetrackError(
-            f"the sign analysis needs a bilinear model with structure 'diagonal' (its first layer), got {type(mixer).__name__}"
-            + (f" with structure {mixer.structure!r}" if hasattr(mixer, "structure") else "")
-        )
-    return mixer
 
 
 def kind(a0: float, a1: float) -> str:
@@ -53,7 +43,7 @@ def kind(a0: float, a1: float) -> str:
 @torch.no_grad()
 def bit_transitions(model, task) -> tuple[torch.Tensor, torch.Tensor]:
     """(a_0, a_1) [d_h]: the diagonal transition of the first layer for the tokens "0" and "1"."""
-    mixer = _diagonal_mixer(model)
+    mixer = first_bilinear_mixer(model, "diagonal", "sign")
     if "0" not in task.vocab or "1" not in task.vocab:
         raise StatetrackError(f"the sign analysis needs a task on bits (tokens '0' and '1'), got {task!r}")
     ids = [task.token_id("0"), task.token_id("1")]

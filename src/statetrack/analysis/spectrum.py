@@ -59,6 +59,17 @@ def load_run_model(row: dict, results_dir: str | Path):
     return model.eval(), task
 
 
+def first_bilinear_mixer(model, structure: str, analysis: str):
+    """The first layer's mixer when it is a bilinear model of `structure`, else a one-line error naming `analysis`."""
+    mixer = model.blocks[0].mixer if len(model.blocks) else None
+    if getattr(mixer, "structure", None) != structure:
+        raise StatetrackError(
+            f"the {analysis} analysis needs a bilinear model with structure {structure!r} (its first layer), got {type(mixer).__name__}"
+            + (f" with structure {mixer.structure!r}" if hasattr(mixer, "structure") else "")
+        )
+    return mixer
+
+
 @torch.no_grad()
 def layer_spectra(model, inputs: torch.Tensor) -> list[dict]:
     """Per block: {layer, mixer, eigenvalues [B, T, ...] or None when the mixer has no linear transition}."""
