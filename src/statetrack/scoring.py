@@ -32,7 +32,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from statetrack.errors import StatetrackError
+from statetrack.errors import StatetrackError, check_keys
 from statetrack.store import RESULT_KEYS
 
 # Valid values of each selection setting, the default first.
@@ -271,11 +271,7 @@ def paper_of(spec: dict) -> dict | None:
     if paper is None:
         return None
     where = f"experiment {spec.get('name')!r}: paper"
-    if not isinstance(paper, dict):
-        raise StatetrackError(f"{where} must be a mapping with keys: {', '.join(PAPER_KEYS)}")
-    bad = [k for k in paper if k not in PAPER_KEYS]
-    if bad:
-        raise StatetrackError(f"{where}: unknown key {bad[0]!r}; expected one of: {', '.join(PAPER_KEYS)}")
+    check_keys(paper, PAPER_KEYS, where)
     if not isinstance(paper.get("source"), str) or not paper["source"].strip():
         raise StatetrackError(f"{where}.source must say where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'")
     if not isinstance(paper.get("metric", ""), str):
@@ -299,11 +295,7 @@ def paper_of(spec: dict) -> dict | None:
     checked = []
     for i, claim in enumerate(claims):
         at = f"{where}.claims[{i}]"
-        if not isinstance(claim, dict):
-            raise StatetrackError(f"{at} must be a mapping with keys: {', '.join(CLAIM_KEYS)}; got {claim!r}")
-        bad = [k for k in claim if k not in CLAIM_KEYS]
-        if bad:
-            raise StatetrackError(f"{at}: unknown key {bad[0]!r}; expected one of: {', '.join(CLAIM_KEYS)}")
+        check_keys(claim, CLAIM_KEYS, at)
         if not isinstance(claim.get("text"), str) or not claim["text"].strip():
             raise StatetrackError(f"{at}.text must state the claim in words")
         if "model" not in claim:

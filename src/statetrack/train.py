@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from statetrack import diagnostics
-from statetrack.errors import StatetrackError
+from statetrack.errors import StatetrackError, check_keys
 from statetrack.tasks import Batch, Task
 
 
@@ -114,11 +114,8 @@ class TrainConfig:
         out, end = [], 0
         for number, stage in enumerate(self.curriculum, 1):
             where = f"train.curriculum stage {number}"
-            if not isinstance(stage, dict):
-                raise StatetrackError(f"{where} must be a mapping, {example}; got {stage!r}")
-            bad = [k for k in stage if k not in ("steps", "length", "min_length", "max_length", "task")]
-            if bad:
-                raise StatetrackError(f"{where}: unknown key {bad[0]!r}; expected steps, length or min_length/max_length, task")
+            check_keys(stage, ("steps", "length", "min_length", "max_length", "task"), where,
+                       expected=f"steps, length or min_length/max_length, task ({example})")
             steps = stage.get("steps")
             if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
                 raise StatetrackError(f"{where}: steps must be an integer >= 1, got {steps!r}")

@@ -66,8 +66,6 @@ def prediction(model, task) -> dict:
     top = dict(rows[0])
     top["lead"] = top["growth"] - rows[1]["growth"] if len(rows) > 1 else float("inf")
     top["predicts"] = KINDS[top["kind"]]
-    top["flipping"] = sum(r["kind"] != "no flip" for r in rows)
-    top["coordinates"] = len(rows)
     return top
 
 
