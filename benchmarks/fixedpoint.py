@@ -9,7 +9,9 @@
    l = 1, 4, 16, beside one `diagonal_scan` forward + backward on the layer's state [64, 64, 64].
    `ratio` = layer / scan, against the budget l + 2; `per_iteration` = the extra cost of one more
    iteration, in scans ((layer(16) - layer(4)) / 12 / scan). The l = 1 layer is the diagonal RNN
-   with the same projections: what is left beyond the iterations is its cost.
+   with the same projections: what is left beyond the iterations is its cost. `projections` times
+   the layer's two matrix products alone (input projection to b, Delta, u, alpha and the gate;
+   output projection), forward + backward: the floor any implementation of the layer pays.
 2. Against the dense RNN it equals: forward + backward at d_model 64, T 256 (batch 16) of the layer
    with its default stopping rule (tol 0.1, max_iter 16; the iterations it took are shown) and of
    `FixedPointRNN.dense_reference`, the same dense RNN computed step by step (Q_t materialised, one
@@ -72,12 +74,22 @@ def iteration_price(reflections: int, batch: int, width: int, T: int, repeat: in
     layers = {l: FixedPointRNN(width, reflections=reflections, max_iter=l).train() for l in (1, 4, 16)}
     for layer in layers.values():
         layer.tol = 0.0  # every iteration runs: the count is the cap
-    forms = {"scan": scan, **{l: fwd_bwd(layer, x) for l, layer in layers.items()}}
+    one = layers[1]
+
+    def projections():
+        p = one.in_proj(x)
+        y = one.out_proj(p[..., :width])
+        (y.square().mean() + p.sum() * 0).backward()  # every output of in_proj gets a gradient
+        one.zero_grad(set_to_none=True)
+        x.grad = None
+
+    forms = {"scan": scan, "projections": projections, **{l: fwd_bwd(layer, x) for l, layer in layers.items()}}
     ms = timed(forms, repeat)
     per_iteration = (ms[16] - ms[4]) / 12 / ms["scan"]
     return [{"measure": "iteration_price", "reflections": reflections, "iterations": l, "batch": batch, "width": width, "T": T,
              "layer_ms": ms[l], "scan_ms": ms["scan"], "ratio": ms[l] / ms["scan"], "budget": l + 2,
-             "vs_diagonal_layer": ms[l] / ms[1], "per_iteration_scans": per_iteration} for l in layers]
+             "vs_diagonal_layer": ms[l] / ms[1], "per_iteration_scans": per_iteration,
+             "projections_scans": ms["projections"] / ms["scan"]} for l in layers]
 
 
 def against_dense(reflections: int, batch: int, width: int, T: int, repeat: int) -> dict:
@@ -94,11 +106,11 @@ def against_dense(reflections: int, batch: int, width: int, T: int, repeat: int)
 
 def table(rows, args) -> str:
     lines = [f"forward + backward, float32, {args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
-             f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10}"]
+             f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10} {'proj':>6}"]
     for r in rows:
         if r["measure"] == "iteration_price":
             lines.append(f"{r['reflections']:>2} {r['iterations']:>5} {r['layer_ms']:>9.1f} {r['scan_ms']:>8.2f} {r['ratio']:>6.1f}x "
-                         f"{r['budget']:>6}x {r['vs_diagonal_layer']:>6.1f}x {r['per_iteration_scans']:>10.2f}")
+                         f"{r['budget']:>6}x {r['vs_diagonal_layer']:>6.1f}x {r['per_iteration_scans']:>10.2f} {r['projections_scans']:>5.1f}x")
     for r in rows:
         if r["measure"] == "against_dense":
             lines.append(f"r={r['reflections']} batch {r['batch']}, d {r['width']}, T {r['T']}: fixed point {r['fixed_point_ms']:.1f} ms "
@@ -111,12 +123,14 @@ def markdown(rows, args) -> str:
     lines = [f"Forward + backward of one FixedPointRNN layer with exactly l iterations (batch {first['batch']}, d_model = hidden = "
              f"{first['width']}, T = {first['T']}, float32, {args.threads} threads, torch {torch.__version__}; median of "
              f"{args.repeat} round-robin passes), against one diagonal scan forward + backward on its state.", "",
-             "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | layer / (l = 1 layer) | one more iteration, in scans |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | layer / (l = 1 layer) | one more iteration, in scans "
+             "| projections alone, in scans |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if r["measure"] == "iteration_price":
             lines.append(f"| {r['reflections']} | {r['iterations']} | {r['layer_ms']:.1f} | {r['scan_ms']:.2f} | {r['ratio']:.1f}x | "
-                         f"{r['budget']}x | {r['vs_diagonal_layer']:.2f}x | {r['per_iteration_scans']:.2f} |")
+                         f"{r['budget']}x | {r['vs_diagonal_layer']:.2f}x | {r['per_iteration_scans']:.2f} | "
+                         f"{r['projections_scans']:.1f} |")
     dense = [r for r in rows if r["measure"] == "against_dense"]
     if dense:
         lines += ["", f"Against the dense RNN it equals, computed step by step (batch {dense[0]['batch']}, d_model {dense[0]['width']}, "

@@ -60,34 +60,11 @@ from statetrack.diagnostics import Recorder
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input, inverse_softplus, log_uniform_dt
 from statetrack.layers.registry import register_model
-from statetrack.ops import diagonal_scan
+from statetrack.ops import diagonal_scan, fixed_point_iteration, fixed_point_iteration_reference
+from statetrack.ops.fixed_point import householder_apply, householder_matrix, relative_change
 
 LAMBDA_C = 8.0  # Griffin's c (De et al. 2024), the paper's choice
 INPUT_SCALES = ("lambda", "delta", "none")
-
-
-def householder_apply(v: torch.Tensor, u: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """Q v with Q = prod_{i=1..r} (I - 2 alpha_i u_i u_i^T) = H_1 H_2 ... H_r (so H_r acts first).
-
-    v [..., d], u [..., r, d] unit vectors, alpha [..., r]."""
-    for i in reversed(range(u.shape[-2])):
-        ui = u[..., i, :]
-        v = v - (2 * alpha[..., i] * (ui * v).sum(-1))[..., None] * ui
-    return v
-
-
-def householder_matrix(u: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """Q [..., d, d] materialised (the reference for `householder_apply`)."""
-    d = u.shape[-1]
-    Q = torch.eye(d, dtype=u.dtype, device=u.device).expand(*u.shape[:-2], d, d)
-    for i in range(u.shape[-2]):
-        ui = u[..., i, :]
-        Q = Q - 2 * alpha[..., i, None, None] * (Q @ ui[..., :, None]) * ui[..., None, :]  # Q H_i
-    return Q
-
-
-def _relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
-    return ((new - old).abs().max() / new.abs().max().clamp_min(1e-30)).item()
 
 
 def _check_settings(reflections, width: int, width_name: str, max_iter, eval_max_iter, tol) -> None:
@@ -113,11 +90,12 @@ class _FixedPoint(Recorder, nn.Module):
             return max(1, round(draw))
         return self.max_iter
 
-    def solve(self, step, y0: torch.Tensor):
+    def solve(self, step, y0: torch.Tensor, fast_step=None):
         """The fixed point of `step`, its last iteration differentiable; records the iteration count.
 
         `step(y_prev) -> (y, carry)`: one iteration from the previous iterate y_prev, and what the
-        layer needs besides y (e.g. the last state). Without autograd: y^l = step(y^{l-1}) from
+        layer needs besides y (e.g. the last state). `fast_step(y_prev) -> (y, carry, relative
+        change)`, if given, is the same iteration for the no-grad loop. Without autograd: y^l = step(y^{l-1}) from
         y^0 = y0 until the relative change max |y^l - y^{l-1}| / max |y^l| is below `tol` or the cap
         is reached, keeping one iteration for the end; then (y, carry) = step(y^l) with autograd when
         gradients are on (at evaluation every iteration is of the same kind). Returns (y, carry)."""
@@ -126,9 +104,13 @@ class _FixedPoint(Recorder, nn.Module):
         y, carry, done = y0, None, 0
         with torch.no_grad():
             while done < cap - (1 if graph else 0):
-                new, carry = step(y)
+                if fast_step is None:
+                    new, carry = step(y)
+                    change = relative_change(new, y)
+                else:
+                    new, carry, change = fast_step(y)
                 done += 1
-                converged = _relative_change(new, y) < self.tol
+                converged = change < self.tol
                 y = new
                 if converged:
                     break
@@ -202,10 +184,12 @@ class FixedPointRNN(_FixedPoint):
         b, lam, u, alpha, gate, scale = self._inputs(x)
 
         def step(h_prev):  # eq. 7: one diagonal scan over time
-            drive = householder_apply(b - h_prev, u, alpha) + h_prev  # Q b + (I - Q) h^{l-1}
-            return diagonal_scan(lam, scale * drive, state)
+            return fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, state)
 
-        h, h_last = self.solve(step, torch.zeros_like(b))
+        def fast_step(h_prev):  # the same without autograd, fused into one pass on CPU
+            return fixed_point_iteration(lam, scale, b, u, alpha, h_prev, state)
+
+        h, h_last = self.solve(step, torch.zeros_like(b), fast_step)
         return self.out_proj(h * F.silu(gate)), h_last
 
     def dense_reference(self, x: torch.Tensor, state=None):

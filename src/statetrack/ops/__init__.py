@@ -10,6 +10,7 @@ from statetrack.ops.delta_product import delta_product, delta_product_reference
 from statetrack.ops.delta_rule import delta_rule, delta_rule_reference
 from statetrack.ops.dense import dense_transition, dense_transition_reference
 from statetrack.ops.diagonal import diagonal_scan, diagonal_scan_reference
+from statetrack.ops.fixed_point import fixed_point_iteration, fixed_point_iteration_reference
 from statetrack.ops.nonlinear import nru_recurrence, nru_recurrence_reference, slstm_recurrence, slstm_recurrence_reference
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "dense_transition_reference",
     "diagonal_scan",
     "diagonal_scan_reference",
+    "fixed_point_iteration",
+    "fixed_point_iteration_reference",
     "nru_recurrence",
     "nru_recurrence_reference",
     "slstm_recurrence",

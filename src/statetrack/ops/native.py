@@ -11,7 +11,9 @@ delta rule inverts one small unit lower-triangular matrix per chunk; `triangular
 forward substitution while the matrix is in L1, where PyTorch's batched forms (block doubling,
 `solve_triangular`) spend their time on small strided copies or per-matrix calls. The nonlinear
 cells (sLSTM, NRU) must step token by token; `nonlinear.c` runs their inference loop, where PyTorch
-pays a dozen op dispatches per token for a few thousand multiply-adds.
+pays a dozen op dispatches per token for a few thousand multiply-adds. One no-grad iteration of the
+fixed-point RNN (`fixed_point.c`) is a Householder product per token and a diagonal scan, a dozen
+PyTorch passes over memory fused into one.
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
@@ -44,7 +46,8 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c")]
+SOURCES = [Path(__file__).with_name(name) for name in (
+    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 LIBS = ["-lm"]  # after the sources: expf, tanhf, ... of nonlinear.c
 OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
@@ -112,6 +115,7 @@ def _declare(library):
         getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, I, I, I]
         getattr(library, f"slstm_{suffix}_forward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
         getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, I, I, I, I, I, I, ctypes.c_double, I]
+        getattr(library, f"fixed_point_{suffix}_iterate").argtypes = [P] * 9 + [I] * 5
     return library
 
 
@@ -243,3 +247,17 @@ def nru_forward(pre: torch.Tensor, W: torch.Tensor, state: tuple, hidden: int, h
         kernel(_ptr(pre), _ptr(W), *map(_ptr, state), _ptr(out), B, T, hidden, heads, memory, int(normalize), eps,
                row_threads(B, pre.numel()))
     return out
+
+
+def fixed_point_iterate(lam, scale, b, u, alpha, prev, h0):
+    """(h [B, T, d], max |h - prev|, max |h|) of one fixed-point iteration (`fixed_point.c`) for
+    contiguous real lam, scale, b, prev [B, T, d], u [B, T, r, d], alpha [B, T, r], h0 [B, d], CPU."""
+    B, T, d = b.shape
+    h = torch.empty_like(b)
+    stats = b.new_zeros(2)
+    if h.numel():
+        kernel = getattr(load(), f"fixed_point_{DTYPES[b.dtype]}_iterate")
+        kernel(*map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, stats)), B, T, d, u.shape[2],
+               row_threads(B, u.numel()))
+    change, size = stats.tolist()
+    return h, change, size
