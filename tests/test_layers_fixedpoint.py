@@ -8,8 +8,9 @@ import torch
 from statetrack import diagnostics, zoo
 from statetrack.errors import StatetrackError
 from statetrack.evaluate import evaluate_lengths
-from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN, householder_apply, householder_matrix
+from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN
 from statetrack.ops import diagonal_scan
+from statetrack.ops.fixed_point import householder_apply, householder_matrix
 from statetrack.tasks import make_task
 from statetrack.train import Trainer, TrainConfig
 

@@ -11,8 +11,14 @@ import torch.nn.functional as F
 
 from ops_helpers import TOL, rel_error
 from statetrack import diagnostics
-from statetrack.layers.fixedpoint import FixedPointRNN
-from statetrack.ops import fixed_point_iteration, fixed_point_iteration_reference, native
+from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN
+from statetrack.ops import (
+    bedouin_iteration,
+    bedouin_iteration_reference,
+    fixed_point_iteration,
+    fixed_point_iteration_reference,
+    native,
+)
 from statetrack.ops.fixed_point import relative_change
 
 needs_compiler = pytest.mark.skipif(native.compiler() is None, reason="no C compiler for the native loop")
@@ -46,6 +52,36 @@ def test_fused_iteration_equals_the_definition(dtype, r, state):
     assert math.isclose(change, relative_change(h_ref, x["h_prev"]), rel_tol=10 * TOL[dtype])
 
 
+def bedouin_instance(B=3, T=9, E=6, N=4, r=2, dtype=torch.float64, seed=0, state=True):
+    g = torch.Generator().manual_seed(seed)
+    return dict(
+        lam=torch.rand(B, T, E, N, generator=g, dtype=dtype),
+        delta=torch.rand(B, T, E, generator=g, dtype=dtype),
+        x=torch.randn(B, T, E, generator=g, dtype=dtype),
+        y_prev=torch.randn(B, T, E, generator=g, dtype=dtype),
+        u=F.normalize(torch.randn(B, T, r, E, generator=g, dtype=dtype), dim=-1),
+        alpha=torch.rand(B, T, r, generator=g, dtype=dtype),
+        Bbar=F.normalize(torch.randn(B, T, N, generator=g, dtype=dtype), dim=-1),
+        Cbar=F.normalize(torch.randn(B, T, N, generator=g, dtype=dtype), dim=-1),
+        initial_state=torch.randn(B, E, N, generator=g, dtype=dtype) if state else None,
+    )
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("r", [1, 3])
+@pytest.mark.parametrize("state", [True, False])
+def test_fused_bedouin_iteration_equals_the_definition(dtype, r, state):
+    x = bedouin_instance(r=r, dtype=dtype, state=state)
+    before = None if x["initial_state"] is None else x["initial_state"].clone()
+    y, last, change = bedouin_iteration(**x)
+    y_ref, last_ref = bedouin_iteration_reference(**x)
+    assert rel_error(y, y_ref) < TOL[dtype] and rel_error(last, last_ref) < TOL[dtype]
+    assert math.isclose(change, relative_change(y_ref, x["y_prev"]), rel_tol=10 * TOL[dtype])
+    if before is not None:
+        assert torch.equal(x["initial_state"], before), "the initial state must not be written"
+
+
 @needs_compiler
 @pytest.mark.parametrize("batch", [1, 5])
 def test_fused_iteration_split_over_threads_equals_the_definition(batch):
@@ -68,6 +104,9 @@ def test_a_non_finite_iterate_never_reads_as_converged(bad):
     _, _, change = fixed_point_iteration(**x)
     assert math.isnan(change)
     assert math.isnan(relative_change(fixed_point_iteration_reference(**x)[0], x["h_prev"]))
+    x = bedouin_instance()
+    x["x"][2, 3, 1] = bad
+    assert math.isnan(bedouin_iteration(**x)[2])
 
 
 def test_fused_iteration_without_the_compiled_library_is_the_reference(monkeypatch):
@@ -77,15 +116,26 @@ def test_fused_iteration_without_the_compiled_library_is_the_reference(monkeypat
     h_ref, last_ref = fixed_point_iteration_reference(**x)
     assert torch.equal(h, h_ref) and torch.equal(last, last_ref)
     assert change == relative_change(h_ref, x["h_prev"])
+    x = bedouin_instance()
+    y, last, change = bedouin_iteration(**x)
+    y_ref, last_ref = bedouin_iteration_reference(**x)
+    assert torch.equal(y, y_ref) and torch.equal(last, last_ref)
+
+
+LAYERS = {
+    "fixedpoint": lambda: FixedPointRNN(8, reflections=2, max_iter=6, eval_max_iter=30, tol=1e-3),
+    "bedouin": lambda: Bedouin(8, d_state=4, reflections=2, max_iter=6, eval_max_iter=30, tol=1e-3),
+}
 
 
 @needs_compiler
+@pytest.mark.parametrize("name", sorted(LAYERS))
 @pytest.mark.parametrize("training", [False, True])
-def test_the_solver_takes_the_same_iterations_with_the_fused_pass(training, monkeypatch):
+def test_the_solver_takes_the_same_iterations_with_the_fused_pass(name, training, monkeypatch):
     """The layer with the compiled pass and with PyTorch only (STATETRACK_NATIVE=0): the same output,
     gradients and iteration counts (float64, reflections 2, a two-chunk state)."""
     torch.manual_seed(0)
-    layer = FixedPointRNN(8, reflections=2, max_iter=6, eval_max_iter=30, tol=1e-3).double().train(training)
+    layer = LAYERS[name]().double().train(training)
     x = torch.randn(2, 9, 8, dtype=torch.float64)
 
     def run():

@@ -60,8 +60,13 @@ from statetrack.diagnostics import Recorder
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input, inverse_softplus, log_uniform_dt
 from statetrack.layers.registry import register_model
-from statetrack.ops import diagonal_scan, fixed_point_iteration, fixed_point_iteration_reference
-from statetrack.ops.fixed_point import householder_apply, householder_matrix, relative_change
+from statetrack.ops import (
+    bedouin_iteration,
+    bedouin_iteration_reference,
+    fixed_point_iteration,
+    fixed_point_iteration_reference,
+)
+from statetrack.ops.fixed_point import householder_matrix, relative_change
 
 LAMBDA_C = 8.0  # Griffin's c (De et al. 2024), the paper's choice
 INPUT_SCALES = ("lambda", "delta", "none")
@@ -293,11 +298,13 @@ class Bedouin(_FixedPoint):
 
         def step(y_prev):  # eq. 12: mix channels with Q, then one diagonal scan over time
             Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)
-            x_mixed = householder_apply(u_in - y_prev, u, alpha) + y_prev  # x~ = Q (x - y) + y
-            h, _ = diagonal_scan(lam, (delta * x_mixed)[..., None] * Bbar[:, :, None, :], h0)  # [B, T, E, N]
-            return torch.einsum("bten,btn->bte", h, Cbar), h[:, -1]
+            return bedouin_iteration_reference(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
 
-        y, h_last = self.solve(step, torch.zeros_like(u_in))
+        def fast_step(y_prev):  # the same without autograd, fused into one pass on CPU
+            Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)
+            return bedouin_iteration(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
+
+        y, h_last = self.solve(step, torch.zeros_like(u_in), fast_step)
         # copies, not views: a view would keep the chunk's whole h [B, T, E, N] alive in the carried state
         return self._output(y, self._shift(y, y_before), u_in, gx), (h_last.clone(), y[:, -1].clone())
 

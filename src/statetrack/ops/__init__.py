@@ -10,10 +10,17 @@ from statetrack.ops.delta_product import delta_product, delta_product_reference
 from statetrack.ops.delta_rule import delta_rule, delta_rule_reference
 from statetrack.ops.dense import dense_transition, dense_transition_reference
 from statetrack.ops.diagonal import diagonal_scan, diagonal_scan_reference
-from statetrack.ops.fixed_point import fixed_point_iteration, fixed_point_iteration_reference
+from statetrack.ops.fixed_point import (
+    bedouin_iteration,
+    bedouin_iteration_reference,
+    fixed_point_iteration,
+    fixed_point_iteration_reference,
+)
 from statetrack.ops.nonlinear import nru_recurrence, nru_recurrence_reference, slstm_recurrence, slstm_recurrence_reference
 
 __all__ = [
+    "bedouin_iteration",
+    "bedouin_iteration_reference",
     "delta_product",
     "delta_product_reference",
     "delta_rule",

@@ -1,22 +1,48 @@
-/* One iteration of the fixed-point RNN (statetrack/ops/fixed_point.py; Movahedi et al. 2025, eq. 7),
-   fused: the Householder product and the diagonal scan over time in one pass, without autograd.
+/* One no-grad iteration of the fixed-point RNNs of statetrack/ops/fixed_point.py (Movahedi et al.
+   2025), fused: the Householder channel mixer and the diagonal scan over time in one pass.
 
-       v_t   = Q_t (b_t - p_t),  Q_t = H_1 ... H_r,  H_k = I - 2 alpha_k u_k u_k^T  (H_r acts first),
-       h_t   = lam_t * h_{t-1} + scale_t * (v_t + p_t),    h_{-1} = h0,
+   Vector state (eq. 7), p = h^{l-1} the previous iterate:
+       v_t = Q_t (b_t - p_t),   h_t = lam_t * h_{t-1} + scale_t * (v_t + p_t),   h_{-1} = h0,
+   Q_t = H_1 ... H_r, H_k = I - 2 alpha_k u_k u_k^T (H_r acts first).
+   Bedouin's matrix state (eqs. 11-12), p = y^{l-1}, state h_t [ne, ns]:
+       x~_t = Q_t (x_t - p_t) + p_t,   h_t = lam_t * h_{t-1} + (delta_t * x~_t) Bbar_t^T,   y_t = h_t Cbar_t.
 
-   p = h^{l-1} the previous iterate. In PyTorch these are a dozen passes over [B, T, d] per
-   iteration (the difference, r dot products and updates, the sum, the scaled input, the scan);
-   here each token's d-vector is read once and worked on in L1. The same pass returns what the
-   stopping rule needs: stats = (max |h - p|, max |h|) over the whole call, NaN for the first when
-   some h is not finite (as max |h - p| is in PyTorch, so the iteration does not stop early).
+   In PyTorch these are a dozen passes over [B, T, d] per iteration (the difference, r dot products
+   and updates, the sum, the scaled input, the scan; for Bedouin also the outer product and the
+   read-out over [B, T, E, N]); here each token's vectors are read once and worked on in L1, and
+   Bedouin's [E, N] state is never written per step (only its last value). The same pass returns
+   what the stopping rule needs: stats = (max |y - p|, max |y|) over the whole call, NaN for the
+   first when some y is not finite (as max |y - p| is in PyTorch, so the iteration does not stop).
 
-   Built with diagonal_scan.c into one library by statetrack/ops/native.py. Arrays are contiguous:
-   lam, scale, b, prev, h [nb, nt, nf], u [nb, nt, nr, nf], alpha [nb, nt, nr], h0 [nb, nf]. Batch
-   rows are independent and shared out over nthreads OpenMP threads (torch's pool; see native.py). */
+   Built with diagonal_scan.c into one library by statetrack/ops/native.py. Arrays are contiguous,
+   [nb, nt, ...] per token. Batch rows are independent and shared out over nthreads OpenMP threads
+   (torch's pool; see native.py). */
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+/* The vector state: lam, scale, b, prev, h [nb, nt, nf], u [nb, nt, nr, nf], alpha [nb, nt, nr],
+   h0 [nb, nf]. */
+/* The Householder product of one token, in place: v = Q v = H_1 ... H_r v (H_r first), u [nr, nf]. */
+#define HOUSEHOLDER(T, v, u, alpha, nr, nf)                                                        \
+    for (int64_t k = (nr) - 1; k >= 0; k--) {                                                      \
+        const T *restrict uk = (u) + k * (nf);                                                     \
+        T dot = 0;                                                                                 \
+        _Pragma("omp simd reduction(+: dot)") /* a vector sum: reassociation allowed */             \
+        for (int64_t f = 0; f < (nf); f++) dot += uk[f] * (v)[f];                                  \
+        dot *= 2 * (alpha)[k];                                                                     \
+        for (int64_t f = 0; f < (nf); f++) (v)[f] -= dot * uk[f];                                  \
+    }
+
+/* The stopping rule's running maxima for a new value x of an iterate whose previous value is p. */
+#define TRACK(FABS, x, p)                                                                          \
+    {                                                                                              \
+        const __typeof__(x) dx_ = FABS((x) - (p)), ax_ = FABS(x);                                  \
+        change = dx_ > change ? dx_ : change;                                                      \
+        size = ax_ > size ? ax_ : size;                                                            \
+        bad |= !(ax_ < HUGE_VAL); /* inf or NaN */                                                 \
+    }
 
 #define FIXED_POINT(NAME, T, FABS)                                                                 \
     void NAME(const T *lam, const T *scale, const T *b, const T *u, const T *alpha, const T *prev,  \
@@ -34,21 +60,11 @@
                 const T *restrict st = scale + o, *restrict hprev = hp;                            \
                 T *restrict ht = h + o, *restrict vt = v;                                          \
                 for (int64_t f = 0; f < nf; f++) vt[f] = bt[f] - pt[f];                            \
-                for (int64_t k = nr - 1; k >= 0; k--) {                                            \
-                    const T *restrict uk = u + (ot * nr + k) * nf;                                 \
-                    T dot = 0;                                                                     \
-                    _Pragma("omp simd reduction(+: dot)") /* a vector sum: reassociation allowed */ \
-                    for (int64_t f = 0; f < nf; f++) dot += uk[f] * vt[f];                         \
-                    dot *= 2 * alpha[ot * nr + k];                                                 \
-                    for (int64_t f = 0; f < nf; f++) vt[f] -= dot * uk[f];                         \
-                }                                                                                  \
+                HOUSEHOLDER(T, vt, u + ot * nr * nf, alpha + ot * nr, nr, nf)                          \
                 for (int64_t f = 0; f < nf; f++) {                                                 \
                     const T x = lt[f] * hprev[f] + st[f] * (vt[f] + pt[f]);                        \
-                    const T dx = FABS(x - pt[f]), ax = FABS(x);                                    \
                     ht[f] = x;                                                                     \
-                    change = dx > change ? dx : change;                                            \
-                    size = ax > size ? ax : size;                                                  \
-                    bad |= !(ax < HUGE_VAL);  /* inf or NaN: the stopping rule must not see convergence */ \
+                    TRACK(FABS, x, pt[f])                                                          \
                 }                                                                                  \
                 hp = ht;                                                                           \
             }                                                                                      \
@@ -58,5 +74,46 @@
         stats[1] = size;                                                                           \
     }
 
+/* Bedouin: lam [nb, nt, ne, ns], delta, x, prev, y [nb, nt, ne], u [nb, nt, nr, ne], alpha
+   [nb, nt, nr], bb, cb [nb, nt, ns] (Bbar, Cbar), state [nb, ne, ns]: h0 in, h_T out. */
+#define BEDOUIN(NAME, T, FABS)                                                                     \
+    void NAME(const T *lam, const T *delta, const T *x, const T *prev, const T *u, const T *alpha, \
+              const T *bb, const T *cb, T *state, T *y, T *stats, int64_t nb, int64_t nt,          \
+              int64_t ne, int64_t ns, int64_t nr, int64_t nthreads) {                              \
+        T change = 0, size = 0;                                                                    \
+        int bad = 0;                                                                               \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static) reduction(max: change, size) reduction(|: bad)") \
+        for (int64_t i = 0; i < nb; i++) {                                                         \
+            T *v = malloc((size_t)ne * sizeof(T));                                                 \
+            T *h = state + i * ne * ns;                                                            \
+            for (int64_t t = 0; t < nt; t++) {                                                     \
+                const int64_t ot = i * nt + t, o = ot * ne;                                        \
+                const T *restrict pt = prev + o, *restrict xt = x + o, *restrict dt = delta + o;   \
+                const T *restrict bt = bb + ot * ns, *restrict ct = cb + ot * ns;                  \
+                T *restrict vt = v, *restrict yt = y + o;                                          \
+                for (int64_t e = 0; e < ne; e++) vt[e] = xt[e] - pt[e];                            \
+                HOUSEHOLDER(T, vt, u + ot * nr * ne, alpha + ot * nr, nr, ne)                      \
+                for (int64_t e = 0; e < ne; e++) {                                                 \
+                    const T s = dt[e] * (vt[e] + pt[e]);                                           \
+                    const T *restrict le = lam + (o + e) * ns;                                     \
+                    T *restrict he = h + e * ns;                                                   \
+                    T out = 0;                                                                     \
+                    _Pragma("omp simd reduction(+: out)")                                          \
+                    for (int64_t n = 0; n < ns; n++) {                                             \
+                        he[n] = le[n] * he[n] + s * bt[n];                                         \
+                        out += he[n] * ct[n];                                                      \
+                    }                                                                              \
+                    yt[e] = out;                                                                   \
+                    TRACK(FABS, out, pt[e])                                                        \
+                }                                                                                  \
+            }                                                                                      \
+            free(v);                                                                               \
+        }                                                                                          \
+        stats[0] = bad ? (T)NAN : change;                                                          \
+        stats[1] = size;                                                                           \
+    }
+
 FIXED_POINT(fixed_point_f32_iterate, float, fabsf)
 FIXED_POINT(fixed_point_f64_iterate, double, fabs)
+BEDOUIN(bedouin_f32_iterate, float, fabsf)
+BEDOUIN(bedouin_f64_iterate, double, fabs)

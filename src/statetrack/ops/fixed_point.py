@@ -1,14 +1,23 @@
-"""One iteration of the fixed-point RNN (Movahedi et al. 2025, eq. 7): a Householder-product channel
-mixer per token, then a diagonal scan over time,
+"""One iteration of the fixed-point RNNs (Movahedi et al. 2025): a Householder-product channel mixer
+per token, then a diagonal scan over time. The vector-state FP-RNN (eq. 7):
 
     h^l_t = lam_t * h^l_{t-1} + scale_t * (Q_t (b_t - h^{l-1}_t) + h^{l-1}_t),
-    Q_t = H_1 ... H_r,   H_i = I - 2 alpha_i u_i u_i^T   (u_i unit, H_r acts first).
+    Q_t = H_1 ... H_r,   H_i = I - 2 alpha_i u_i u_i^T   (u_i unit, H_r acts first),
 
-`fixed_point_iteration_reference` is the definition (`householder_apply` then `diagonal_scan`) and
-is differentiable; `fixed_point_iteration` is the form the solver's no-grad iterations use: on CPU
-one fused compiled pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's
-relative change, elsewhere the reference. Layout: lam, scale, b, h_prev [B, T, d], u [B, T, r, d],
-alpha [B, T, r], initial state [B, d] or None (zeros).
+layout lam, scale, b, h_prev [B, T, d], u [B, T, r, d], alpha [B, T, r], initial state [B, d].
+Bedouin, the fixed-point Mamba (eqs. 11-12), with a matrix state h_t [E, N]:
+
+    x~_t = Q_t (x_t - y^{l-1}_t) + y^{l-1}_t,   h_t = lam_t * h_{t-1} + (Delta_t * x~_t) Bbar_t^T,
+    y^l_t = h_t Cbar_t,
+
+layout lam [B, T, E, N], delta, x, y_prev [B, T, E], u [B, T, r, E], alpha [B, T, r], Bbar, Cbar
+[B, T, N], initial state [B, E, N] (the mixing parameters, which depend on y^{l-1}, come computed).
+Initial states default to zeros.
+
+Each `<name>_reference` is the definition (`householder_apply`, then `diagonal_scan`) and is
+differentiable; `<name>` is the form the solver's no-grad iterations use: on CPU one fused compiled
+pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's relative change,
+elsewhere the reference.
 """
 
 from __future__ import annotations
@@ -61,3 +70,24 @@ def fixed_point_iteration(lam, scale, b, u, alpha, h_prev, initial_state=None):
             return h, (h[:, -1].clone() if h.shape[1] else h0), change / max(size, 1e-30)
         h, last = fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, initial_state)
         return h, last, relative_change(h, h_prev)
+
+
+def bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state=None):
+    """y^l [B, T, E] and the last state h^l_T [B, E, N] of Bedouin's iteration (eqs. 11-12); differentiable."""
+    x_mixed = householder_apply(x - y_prev, u, alpha) + y_prev  # x~ = Q (x - y) + y
+    h, _ = diagonal_scan(lam, (delta * x_mixed)[..., None] * Bbar[:, :, None, :], initial_state)  # [B, T, E, N]
+    return torch.einsum("bten,btn->bte", h, Cbar), h[:, -1]
+
+
+def bedouin_iteration(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state=None):
+    """(y^l, h^l_T, relative change max |y^l - y^{l-1}| / max |y^l|) without autograd: the fused
+    compiled pass on CPU (which never writes the [B, T, E, N] states), the reference elsewhere."""
+    with torch.no_grad():
+        args = [t.contiguous() for t in (lam, delta, x, y_prev, u, alpha, Bbar, Cbar)]
+        B, T, E, N = lam.shape
+        h0 = initial_state.contiguous() if initial_state is not None else x.new_zeros(B, E, N)
+        if x.dtype in (torch.float32, torch.float64) and native.supports(*args, h0):
+            y, last, change, size = native.bedouin_iterate(*args, h0)
+            return y, last, change / max(size, 1e-30)
+        y, last = bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state)
+        return y, last, relative_change(y, y_prev)

@@ -12,8 +12,8 @@ forward substitution while the matrix is in L1, where PyTorch's batched forms (b
 `solve_triangular`) spend their time on small strided copies or per-matrix calls. The nonlinear
 cells (sLSTM, NRU) must step token by token; `nonlinear.c` runs their inference loop, where PyTorch
 pays a dozen op dispatches per token for a few thousand multiply-adds. One no-grad iteration of the
-fixed-point RNN (`fixed_point.c`) is a Householder product per token and a diagonal scan, a dozen
-PyTorch passes over memory fused into one.
+fixed-point RNNs (`fixed_point.c`) is a Householder product per token and a diagonal scan (for
+Bedouin with a matrix state and its read-out), a dozen PyTorch passes over memory fused into one.
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
@@ -116,6 +116,7 @@ def _declare(library):
         getattr(library, f"slstm_{suffix}_forward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
         getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, I, I, I, I, I, I, ctypes.c_double, I]
         getattr(library, f"fixed_point_{suffix}_iterate").argtypes = [P] * 9 + [I] * 5
+        getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 11 + [I] * 6
     return library
 
 
@@ -261,3 +262,19 @@ def fixed_point_iterate(lam, scale, b, u, alpha, prev, h0):
                row_threads(B, u.numel()))
     change, size = stats.tolist()
     return h, change, size
+
+
+def bedouin_iterate(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0):
+    """(y [B, T, E], h_T [B, E, N], max |y - prev|, max |y|) of one Bedouin iteration
+    (`fixed_point.c`) for contiguous real lam [B, T, E, N], delta, x, prev [B, T, E], u [B, T, r, E],
+    alpha [B, T, r], Bbar, Cbar [B, T, N], h0 [B, E, N], CPU."""
+    B, T, E, N = lam.shape
+    y = torch.empty_like(x)
+    state = h0.clone()
+    stats = x.new_zeros(2)
+    if y.numel():
+        kernel = getattr(load(), f"bedouin_{DTYPES[x.dtype]}_iterate")
+        kernel(*map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, state, y, stats)), B, T, E, N, u.shape[2],
+               row_threads(B, lam.numel()))
+    change, size = stats.tolist()
+    return y, state, change, size
