@@ -27,6 +27,9 @@ Jacobian-free gradient of Fung et al. 2022; a descent direction when J_x = J_h, 
 graph is kept across iterations. In training `max_iter` is a number, or "gamma" to draw it per batch
 from Gamma(4, 1) (mean 4); at evaluation the cap is `eval_max_iter` (default 100). Each forward
 records its iteration count (statetrack.diagnostics), which the trainer and evaluation store.
+One iteration of either layer is an op of `statetrack.ops.fixed_point`: the differentiable one is
+its reference form, the no-grad ones its fused form (one compiled pass on CPU, which also returns
+the relative change).
 
 Parameterisation (ours, where the paper leaves the vector-state layer open): lambda_t =
 exp(-c softplus(omega) sigmoid(W_Delta x_t + b_Delta)) with c = 8 (Griffin's form, De et al. 2024,
