@@ -16,12 +16,18 @@
    with its default stopping rule (tol 0.1, max_iter 16; the iterations it took are shown) and of
    `FixedPointRNN.dense_reference`, the same dense RNN computed step by step (Q_t materialised, one
    solve per step).
+3. The fused no-grad iterations (`statetrack.ops.fixed_point`, one compiled pass on CPU) against the
+   same iterations in PyTorch (STATETRACK_NATIVE=0), for both layers at the quick experiments'
+   shapes (batch 64, d_model 64; Bedouin expand 2, d_state 16): a training step (forward + backward,
+   T 16, exactly 16 iterations) and an evaluation forward (T 50, exactly 100 iterations, the
+   evaluation cap).
 Every pair is timed round-robin in one run (median of --repeat passes after a warm-up), so ratios
 are side by side. Figures only, no assertions: timings are noisy on shared machines.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -35,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit, layer_parser  # noqa: E402
 
 from statetrack import diagnostics  # noqa: E402
-from statetrack.layers.fixedpoint import FixedPointRNN  # noqa: E402
+from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN  # noqa: E402
 from statetrack.ops import diagonal_scan  # noqa: E402
 
 
@@ -104,6 +110,50 @@ def against_dense(reflections: int, batch: int, width: int, T: int, repeat: int)
             "iterations_median": statistics.median(counts)}
 
 
+def native_switch(on: bool, form):
+    """`form` run with the compiled loops on or off (the PyTorch forms)."""
+    def run():
+        before = os.environ.get("STATETRACK_NATIVE")
+        os.environ["STATETRACK_NATIVE"] = "1" if on else "0"
+        try:
+            form()
+        finally:
+            if before is None:
+                del os.environ["STATETRACK_NATIVE"]
+            else:
+                os.environ["STATETRACK_NATIVE"] = before
+    return run
+
+
+def fused_against_torch(name: str, reflections: int, batch: int, width: int, T_train: int, T_eval: int,
+                        repeat: int) -> list[dict]:
+    torch.manual_seed(0)
+    layer = {"fixedpoint": FixedPointRNN, "bedouin": Bedouin}[name](width, reflections=reflections, max_iter=16,
+                                                                    eval_max_iter=100)
+    layer.tol = 0.0  # every iteration runs: the count is the cap
+    x_train = torch.randn(batch, T_train, width)
+    x_eval = torch.randn(batch, T_eval, width)
+
+    def train():
+        layer.train()
+        y, _ = layer(x_train)
+        y.square().mean().backward()
+        layer.zero_grad(set_to_none=True)
+
+    def evaluate():
+        layer.eval()
+        with torch.no_grad():
+            layer(x_eval)
+
+    rows = []
+    for mode, form, T, iterations in (("train", train, T_train, 16), ("eval", evaluate, T_eval, 100)):
+        ms = timed({"fused": native_switch(True, form), "torch": native_switch(False, form)}, repeat)
+        rows.append({"measure": "fused_against_torch", "layer": name, "reflections": reflections, "mode": mode,
+                     "batch": batch, "width": width, "T": T, "iterations": iterations, "fused_ms": ms["fused"],
+                     "torch_ms": ms["torch"], "speedup": ms["torch"] / ms["fused"]})
+    return rows
+
+
 def table(rows, args) -> str:
     lines = [f"forward + backward, float32, {args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
              f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10} {'proj':>6}"]
@@ -115,6 +165,10 @@ def table(rows, args) -> str:
         if r["measure"] == "against_dense":
             lines.append(f"r={r['reflections']} batch {r['batch']}, d {r['width']}, T {r['T']}: fixed point {r['fixed_point_ms']:.1f} ms "
                          f"({r['iterations_median']:g} iterations), dense step by step {r['dense_ms']:.1f} ms, {r['speedup']:.1f}x")
+    for r in rows:
+        if r["measure"] == "fused_against_torch":
+            lines.append(f"{r['layer']} r={r['reflections']} {r['mode']} (T {r['T']}, {r['iterations']} iterations): fused "
+                         f"{r['fused_ms']:.1f} ms, PyTorch {r['torch_ms']:.1f} ms, {r['speedup']:.2f}x")
     return "\n".join(lines)
 
 
@@ -139,6 +193,15 @@ def markdown(rows, args) -> str:
         for r in dense:
             lines.append(f"| {r['reflections']} | {r['fixed_point_ms']:.1f} ({r['iterations_median']:g}) | {r['dense_ms']:.1f} | "
                          f"{r['speedup']:.1f}x |")
+    fused = [r for r in rows if r["measure"] == "fused_against_torch"]
+    if fused:
+        lines += ["", f"The no-grad iterations fused (one compiled pass) against the same in PyTorch (batch {fused[0]['batch']}, "
+                      f"d_model {fused[0]['width']}; train = forward + backward, eval = forward without autograd):", "",
+                  "| layer | r | step | T | iterations | fused ms | PyTorch ms | speedup |",
+                  "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in fused:
+            lines.append(f"| {r['layer']} | {r['reflections']} | {r['mode']} | {r['T']} | {r['iterations']} | {r['fused_ms']:.1f} | "
+                         f"{r['torch_ms']:.1f} | {r['speedup']:.2f}x |")
     return "\n".join(lines)
 
 
@@ -147,12 +210,16 @@ def main(argv=None) -> int:
     parser.add_argument("--dense-batch", type=int, default=16)
     parser.add_argument("--dense-T", type=int, default=256)
     parser.add_argument("--reflections", type=int, nargs="*", default=[1, 4])
+    parser.add_argument("--fused-T", type=int, nargs=2, default=[16, 50], metavar=("TRAIN", "EVAL"),
+                        help="lengths of the fused-against-PyTorch training step and evaluation forward")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
     for r in args.reflections:
         rows += iteration_price(r, args.batch, args.width, args.T, args.repeat)
         rows.append(against_dense(r, args.dense_batch, args.width, args.dense_T, max(1, args.repeat // 2)))
+        for name in ("fixedpoint", "bedouin"):
+            rows += fused_against_torch(name, r, args.batch, args.width, *args.fused_T, max(1, args.repeat // 2))
         print(f"  done r={r}", file=sys.stderr, flush=True)
     emit(rows, args, table, markdown)
     return 0

@@ -46,7 +46,7 @@ def test_fixedpoint_benchmark_json_has_every_measurement():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "fixedpoint.py"
     out = subprocess.run(
         [sys.executable, str(script), "--json", "--batch", "2", "--width", "8", "--T", "4", "--repeat", "1",
-         "--threads", "1", "--dense-batch", "2", "--dense-T", "8", "--reflections", "1", "2"],
+         "--threads", "1", "--dense-batch", "2", "--dense-T", "8", "--reflections", "1", "2", "--fused-T", "3", "5"],
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
     rows = json.loads(out)
@@ -57,3 +57,7 @@ def test_fixedpoint_benchmark_json_has_every_measurement():
                for r in price)
     assert sorted(r["reflections"] for r in dense) == [1, 2]
     assert all(r["speedup"] > 0 and r["iterations_median"] >= 1 for r in dense)
+    fused = [r for r in rows if r["measure"] == "fused_against_torch"]
+    assert sorted((r["layer"], r["reflections"], r["mode"]) for r in fused) == sorted(
+        (layer, r, mode) for layer in ("fixedpoint", "bedouin") for r in (1, 2) for mode in ("train", "eval"))
+    assert all(r["fused_ms"] > 0 and r["torch_ms"] > 0 for r in fused)
