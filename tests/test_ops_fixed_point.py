@@ -9,13 +9,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ops_helpers import TOL, rel_error
+from ops_helpers import TOL, assert_same, rel_error
 from statetrack import diagnostics
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN
 from statetrack.ops import (
-    bedouin_iteration,
+    bedouin_iteration_nograd,
     bedouin_iteration_reference,
     fixed_point_iteration,
+    fixed_point_iteration_nograd,
     fixed_point_iteration_reference,
     native,
 )
@@ -46,7 +47,7 @@ def instance(B=3, T=11, d=6, r=2, dtype=torch.float64, seed=0, state=True):
 def test_fused_iteration_equals_the_definition(dtype, r, state):
     x = instance(r=r, dtype=dtype, state=state)
     assert native.supports(x["b"]), "a C compiler is present but the native library did not build"
-    h, last, change = fixed_point_iteration(**x)
+    h, last, change = fixed_point_iteration_nograd(**x)
     h_ref, last_ref = fixed_point_iteration_reference(**x)
     assert rel_error(h, h_ref) < TOL[dtype] and rel_error(last, last_ref) < TOL[dtype]
     assert math.isclose(change, relative_change(h_ref, x["h_prev"]), rel_tol=10 * TOL[dtype])
@@ -74,12 +75,22 @@ def bedouin_instance(B=3, T=9, E=6, N=4, r=2, dtype=torch.float64, seed=0, state
 def test_fused_bedouin_iteration_equals_the_definition(dtype, r, state):
     x = bedouin_instance(r=r, dtype=dtype, state=state)
     before = None if x["initial_state"] is None else x["initial_state"].clone()
-    y, last, change = bedouin_iteration(**x)
+    y, last, change = bedouin_iteration_nograd(**x)
     y_ref, last_ref = bedouin_iteration_reference(**x)
     assert rel_error(y, y_ref) < TOL[dtype] and rel_error(last, last_ref) < TOL[dtype]
     assert math.isclose(change, relative_change(y_ref, x["y_prev"]), rel_tol=10 * TOL[dtype])
     if before is not None:
         assert torch.equal(x["initial_state"], before), "the initial state must not be written"
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("r", [1, 2, 4])
+@pytest.mark.parametrize("state", [True, False])
+def test_compiled_iteration_and_its_backward_equal_the_definition(dtype, r, state):
+    """Forward, last state and the gradient of every input (lam with negative entries included)."""
+    x = {k: (v.requires_grad_() if v is not None else None) for k, v in instance(r=r, dtype=dtype, state=state).items()}
+    assert_same(fixed_point_iteration, fixed_point_iteration_reference, x, TOL[dtype])
 
 
 @needs_compiler
@@ -89,7 +100,7 @@ def test_fused_iteration_split_over_threads_equals_the_definition(batch):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        h, _, change = fixed_point_iteration(**x)
+        h, _, change = fixed_point_iteration_nograd(**x)
     finally:
         torch.set_num_threads(before)
     assert rel_error(h, fixed_point_iteration_reference(**x)[0]) < TOL[torch.float64]
@@ -101,23 +112,23 @@ def test_fused_iteration_split_over_threads_equals_the_definition(batch):
 def test_a_non_finite_iterate_never_reads_as_converged(bad):
     x = instance()
     x["b"][1, 4, 2] = bad
-    _, _, change = fixed_point_iteration(**x)
+    _, _, change = fixed_point_iteration_nograd(**x)
     assert math.isnan(change)
     assert math.isnan(relative_change(fixed_point_iteration_reference(**x)[0], x["h_prev"]))
     x = bedouin_instance()
     x["x"][2, 3, 1] = bad
-    assert math.isnan(bedouin_iteration(**x)[2])
+    assert math.isnan(bedouin_iteration_nograd(**x)[2])
 
 
 def test_fused_iteration_without_the_compiled_library_is_the_reference(monkeypatch):
     monkeypatch.setenv("STATETRACK_NATIVE", "0")
     x = instance()
-    h, last, change = fixed_point_iteration(**x)
+    h, last, change = fixed_point_iteration_nograd(**x)
     h_ref, last_ref = fixed_point_iteration_reference(**x)
     assert torch.equal(h, h_ref) and torch.equal(last, last_ref)
     assert change == relative_change(h_ref, x["h_prev"])
     x = bedouin_instance()
-    y, last, change = bedouin_iteration(**x)
+    y, last, change = bedouin_iteration_nograd(**x)
     y_ref, last_ref = bedouin_iteration_reference(**x)
     assert torch.equal(y, y_ref) and torch.equal(last, last_ref)
 

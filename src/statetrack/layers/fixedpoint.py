@@ -27,9 +27,9 @@ Jacobian-free gradient of Fung et al. 2022; a descent direction when J_x = J_h, 
 graph is kept across iterations. In training `max_iter` is a number, or "gamma" to draw it per batch
 from Gamma(4, 1) (mean 4); at evaluation the cap is `eval_max_iter` (default 100). Each forward
 records its iteration count (statetrack.diagnostics), which the trainer and evaluation store.
-One iteration of either layer is an op of `statetrack.ops.fixed_point`: the differentiable one is
-its reference form, the no-grad ones its fused form (one compiled pass on CPU, which also returns
-the relative change).
+One iteration of either layer is an op of `statetrack.ops.fixed_point`; the no-grad ones run its
+fused form (one compiled pass on CPU, which also returns the relative change), the differentiable
+one the compiled forward and backward (FixedPointRNN) or the reference (Bedouin).
 
 Parameterisation (ours, where the paper leaves the vector-state layer open): lambda_t =
 exp(-c softplus(omega) sigmoid(W_Delta x_t + b_Delta)) with c = 8 (Griffin's form, De et al. 2024,
@@ -64,10 +64,10 @@ from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input, inverse_softplus, log_uniform_dt
 from statetrack.layers.registry import register_model
 from statetrack.ops import (
-    bedouin_iteration,
+    bedouin_iteration_nograd,
     bedouin_iteration_reference,
     fixed_point_iteration,
-    fixed_point_iteration_reference,
+    fixed_point_iteration_nograd,
 )
 from statetrack.ops.fixed_point import householder_matrix, relative_change
 
@@ -192,10 +192,10 @@ class FixedPointRNN(_FixedPoint):
         b, lam, u, alpha, gate, scale = self._inputs(x)
 
         def step(h_prev):  # eq. 7: one diagonal scan over time
-            return fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, state)
-
-        def fast_step(h_prev):  # the same without autograd, fused into one pass on CPU
             return fixed_point_iteration(lam, scale, b, u, alpha, h_prev, state)
+
+        def fast_step(h_prev):  # the same without autograd, with the stopping rule's change
+            return fixed_point_iteration_nograd(lam, scale, b, u, alpha, h_prev, state)
 
         h, h_last = self.solve(step, torch.zeros_like(b), fast_step)
         return self.out_proj(h * F.silu(gate)), h_last
@@ -305,7 +305,7 @@ class Bedouin(_FixedPoint):
 
         def fast_step(y_prev):  # the same without autograd, fused into one pass on CPU
             Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)
-            return bedouin_iteration(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
+            return bedouin_iteration_nograd(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
 
         y, h_last = self.solve(step, torch.zeros_like(u_in), fast_step)
         # copies, not views: a view would keep the chunk's whole h [B, T, E, N] alive in the carried state

@@ -11,15 +11,16 @@ from statetrack.ops.delta_rule import delta_rule, delta_rule_reference
 from statetrack.ops.dense import dense_transition, dense_transition_reference
 from statetrack.ops.diagonal import diagonal_scan, diagonal_scan_reference
 from statetrack.ops.fixed_point import (
-    bedouin_iteration,
+    bedouin_iteration_nograd,
     bedouin_iteration_reference,
     fixed_point_iteration,
+    fixed_point_iteration_nograd,
     fixed_point_iteration_reference,
 )
 from statetrack.ops.nonlinear import nru_recurrence, nru_recurrence_reference, slstm_recurrence, slstm_recurrence_reference
 
 __all__ = [
-    "bedouin_iteration",
+    "bedouin_iteration_nograd",
     "bedouin_iteration_reference",
     "delta_product",
     "delta_product_reference",
@@ -30,6 +31,7 @@ __all__ = [
     "diagonal_scan",
     "diagonal_scan_reference",
     "fixed_point_iteration",
+    "fixed_point_iteration_nograd",
     "fixed_point_iteration_reference",
     "nru_recurrence",
     "nru_recurrence_reference",

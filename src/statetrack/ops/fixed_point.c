@@ -74,6 +74,75 @@
         stats[1] = size;                                                                           \
     }
 
+/* The vector state's backward, given dh [nb, nt, nf] (dL/dh_t from outside the scan) and carry
+   [nb, nf] (dL/dh_T; it leaves as dL/dh0). With g_t = dh_t + lam_{t+1} g_{t+1} (g_T-1 gets the
+   carry), drive_t = v_t + p_t and the reflections' chain w_r = b_t - p_t, w_k = H_k w_{k+1},
+   v_t = w_0, s_k = u_k . w_{k+1}:
+       dlam_t = g_t h_{t-1},  dscale_t = g_t drive_t,  dw_0 = g_t scale_t,
+       dw_{k+1} = H_k dw_k,  dalpha_k = -2 s_k (u_k . dw_k),  du_k = -2 alpha_k (s_k dw_k + (u_k . dw_k) w_{k+1}),
+       db_t = dw_r,  dp_t = dw_0 - dw_r,  dh0 = lam_0 g_0.
+   The chain w is recomputed per token (r + 1 vectors in a scratch buffer). */
+#define FIXED_POINT_BACKWARD(NAME, T)                                                              \
+    void NAME(const T *lam, const T *scale, const T *b, const T *u, const T *alpha, const T *prev,  \
+              const T *h0, const T *h, const T *dh, T *carry, T *dlam, T *dscale, T *db, T *du,    \
+              T *dalpha, T *dprev, int64_t nb, int64_t nt, int64_t nf, int64_t nr, int64_t nthreads) { \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static)")                         \
+        for (int64_t i = 0; i < nb; i++) {                                                         \
+            T *w = malloc((size_t)((nr + 2) * nf) * sizeof(T)); /* w_0..w_r, then dw */            \
+            T *restrict g = carry + i * nf, *restrict dw = w + (nr + 1) * nf;                      \
+            for (int64_t t = nt - 1; t >= 0; t--) {                                                \
+                const int64_t ot = i * nt + t, o = ot * nf;                                        \
+                const T *restrict pt = prev + o, *restrict bt = b + o, *restrict lt = lam + o;     \
+                const T *restrict st = scale + o, *restrict gt = dh + o;                           \
+                const T *restrict hp = t > 0 ? h + o - nf : h0 + i * nf;                           \
+                const T *restrict ut = u + ot * nr * nf, *restrict at = alpha + ot * nr;           \
+                T *restrict wr = w + nr * nf;                                                      \
+                for (int64_t f = 0; f < nf; f++) wr[f] = bt[f] - pt[f];                            \
+                for (int64_t k = nr - 1; k >= 0; k--) { /* w_k = H_k w_{k+1} */                     \
+                    const T *restrict uk = ut + k * nf, *restrict wn = w + (k + 1) * nf;           \
+                    T *restrict wk = w + k * nf;                                                   \
+                    T dot = 0;                                                                     \
+                    _Pragma("omp simd reduction(+: dot)")                                          \
+                    for (int64_t f = 0; f < nf; f++) dot += uk[f] * wn[f];                         \
+                    dot *= 2 * at[k];                                                              \
+                    for (int64_t f = 0; f < nf; f++) wk[f] = wn[f] - dot * uk[f];                  \
+                }                                                                                  \
+                T *restrict dlt = dlam + o, *restrict dst = dscale + o;                            \
+                for (int64_t f = 0; f < nf; f++) { /* g_t, and what it gives directly */            \
+                    const T gf = gt[f] + g[f];                                                     \
+                    dlt[f] = gf * hp[f];                                                           \
+                    dst[f] = gf * (w[f] + pt[f]);                                                  \
+                    dw[f] = gf * st[f];                                                            \
+                    g[f] = gf * lt[f]; /* lam_t g_t: the carry into step t - 1 */                  \
+                }                                                                                  \
+                T *restrict dpt = dprev + o;                                                       \
+                for (int64_t f = 0; f < nf; f++) dpt[f] = dw[f];                                   \
+                for (int64_t k = 0; k < nr; k++) {                                                 \
+                    const T *restrict uk = ut + k * nf, *restrict wn = w + (k + 1) * nf;           \
+                    T *restrict duk = du + (ot * nr + k) * nf;                                     \
+                    T s = 0, q = 0;                                                                \
+                    _Pragma("omp simd reduction(+: s, q)")                                         \
+                    for (int64_t f = 0; f < nf; f++) {                                             \
+                        s += uk[f] * wn[f];                                                        \
+                        q += uk[f] * dw[f];                                                        \
+                    }                                                                              \
+                    dalpha[ot * nr + k] = -2 * s * q;                                              \
+                    const T c = 2 * at[k];                                                         \
+                    for (int64_t f = 0; f < nf; f++) {                                             \
+                        duk[f] = -c * (s * dw[f] + q * wn[f]);                                     \
+                        dw[f] -= c * q * uk[f];                                                    \
+                    }                                                                              \
+                }                                                                                  \
+                T *restrict dbt = db + o;                                                          \
+                for (int64_t f = 0; f < nf; f++) {                                                 \
+                    dbt[f] = dw[f];                                                                \
+                    dpt[f] -= dw[f];                                                               \
+                }                                                                                  \
+            }                                                                                      \
+            free(w);                                                                               \
+        }                                                                                          \
+    }
+
 /* Bedouin: lam [nb, nt, ne, ns], delta, x, prev, y [nb, nt, ne], u [nb, nt, nr, ne], alpha
    [nb, nt, nr], bb, cb [nb, nt, ns] (Bbar, Cbar), state [nb, ne, ns]: h0 in, h_T out. */
 #define BEDOUIN(NAME, T, FABS)                                                                     \
@@ -115,5 +184,7 @@
 
 FIXED_POINT(fixed_point_f32_iterate, float, fabsf)
 FIXED_POINT(fixed_point_f64_iterate, double, fabs)
+FIXED_POINT_BACKWARD(fixed_point_f32_backward, float)
+FIXED_POINT_BACKWARD(fixed_point_f64_backward, double)
 BEDOUIN(bedouin_f32_iterate, float, fabsf)
 BEDOUIN(bedouin_f64_iterate, double, fabs)

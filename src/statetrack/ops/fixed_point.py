@@ -15,9 +15,11 @@ layout lam [B, T, E, N], delta, x, y_prev [B, T, E], u [B, T, r, E], alpha [B, T
 Initial states default to zeros.
 
 Each `<name>_reference` is the definition (`householder_apply`, then `diagonal_scan`) and is
-differentiable; `<name>` is the form the solver's no-grad iterations use: on CPU one fused compiled
-pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's relative change,
-elsewhere the reference.
+differentiable. `<name>_nograd` is the form the solver's no-grad iterations use: on CPU one fused
+compiled pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's relative change,
+elsewhere the reference. `fixed_point_iteration` is the vector state's differentiable fast form
+(the compiled pass forward, a compiled backward); Bedouin's last, differentiable iteration runs its
+reference.
 """
 
 from __future__ import annotations
@@ -59,15 +61,51 @@ def fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, initial_sta
     return diagonal_scan(lam, scale * drive, initial_state)
 
 
+def _native_args(tensors, initial_state, state_shape):
+    """The tensors made contiguous and the initial state (zeros for None) when the compiled loops
+    take them (CPU, float32/64, a C compiler), else None."""
+    args = [t.contiguous() for t in tensors]
+    h0 = initial_state.contiguous() if initial_state is not None else args[0].new_zeros(state_shape)
+    if args[0].dtype in (torch.float32, torch.float64) and native.supports(*args, h0):
+        return args, h0
+    return None
+
+
+class _FixedPointIteration(torch.autograd.Function):
+    """(h, h_T) of eq. 7 with the compiled forward and backward (`fixed_point.c`); contiguous CPU inputs."""
+
+    @staticmethod
+    def forward(ctx, lam, scale, b, u, alpha, h_prev, h0):
+        h, _, _ = native.fixed_point_iterate(lam, scale, b, u, alpha, h_prev, h0)
+        ctx.save_for_backward(lam, scale, b, u, alpha, h_prev, h0, h)
+        return h, (h[:, -1].clone() if h.shape[1] else h0.clone())
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_h, grad_last):
+        lam, scale, b, u, alpha, h_prev, h0, h = ctx.saved_tensors
+        grad_h = torch.zeros_like(h) if grad_h is None else grad_h.contiguous()
+        grad_last = torch.zeros_like(h0) if grad_last is None else grad_last
+        return native.fixed_point_backward(lam, scale, b, u, alpha, h_prev, h0, h, grad_h, grad_last)
+
+
 def fixed_point_iteration(lam, scale, b, u, alpha, h_prev, initial_state=None):
+    """(h^l, h^l_T) as `fixed_point_iteration_reference`, differentiable: on CPU one compiled pass
+    forward and one backward (the reflections recomputed per token), the reference elsewhere."""
+    ready = _native_args((lam, scale, b, u, alpha, h_prev), initial_state, (b.shape[0], b.shape[2]))
+    if ready is None:
+        return fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, initial_state)
+    return _FixedPointIteration.apply(*ready[0], ready[1])
+
+
+def fixed_point_iteration_nograd(lam, scale, b, u, alpha, h_prev, initial_state=None):
     """(h^l, h^l_T, relative change max |h^l - h^{l-1}| / max |h^l|) without autograd: the fused
     compiled pass on CPU, the reference elsewhere (CUDA, no C compiler, STATETRACK_NATIVE=0)."""
     with torch.no_grad():
-        args = [t.contiguous() for t in (lam, scale, b, u, alpha, h_prev)]
-        h0 = initial_state.contiguous() if initial_state is not None else b.new_zeros(b.shape[0], b.shape[2])
-        if b.dtype in (torch.float32, torch.float64) and native.supports(*args, h0):
-            h, change, size = native.fixed_point_iterate(*args, h0)
-            return h, (h[:, -1].clone() if h.shape[1] else h0), change / max(size, 1e-30)
+        ready = _native_args((lam, scale, b, u, alpha, h_prev), initial_state, (b.shape[0], b.shape[2]))
+        if ready is not None:
+            h, change, size = native.fixed_point_iterate(*ready[0], ready[1])
+            return h, (h[:, -1].clone() if h.shape[1] else ready[1]), change / max(size, 1e-30)
         h, last = fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, initial_state)
         return h, last, relative_change(h, h_prev)
 
@@ -79,15 +117,14 @@ def bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, ini
     return torch.einsum("bten,btn->bte", h, Cbar), h[:, -1]
 
 
-def bedouin_iteration(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state=None):
+def bedouin_iteration_nograd(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state=None):
     """(y^l, h^l_T, relative change max |y^l - y^{l-1}| / max |y^l|) without autograd: the fused
     compiled pass on CPU (which never writes the [B, T, E, N] states), the reference elsewhere."""
     with torch.no_grad():
-        args = [t.contiguous() for t in (lam, delta, x, y_prev, u, alpha, Bbar, Cbar)]
         B, T, E, N = lam.shape
-        h0 = initial_state.contiguous() if initial_state is not None else x.new_zeros(B, E, N)
-        if x.dtype in (torch.float32, torch.float64) and native.supports(*args, h0):
-            y, last, change, size = native.bedouin_iterate(*args, h0)
+        ready = _native_args((lam, delta, x, y_prev, u, alpha, Bbar, Cbar), initial_state, (B, E, N))
+        if ready is not None:
+            y, last, change, size = native.bedouin_iterate(*ready[0], ready[1])
             return y, last, change / max(size, 1e-30)
         y, last = bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state)
         return y, last, relative_change(y, y_prev)

@@ -116,6 +116,7 @@ def _declare(library):
         getattr(library, f"slstm_{suffix}_forward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
         getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, I, I, I, I, I, I, ctypes.c_double, I]
         getattr(library, f"fixed_point_{suffix}_iterate").argtypes = [P] * 9 + [I] * 5
+        getattr(library, f"fixed_point_{suffix}_backward").argtypes = [P] * 16 + [I] * 5
         getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 11 + [I] * 6
     return library
 
@@ -262,6 +263,22 @@ def fixed_point_iterate(lam, scale, b, u, alpha, prev, h0):
                row_threads(B, u.numel()))
     change, size = stats.tolist()
     return h, change, size
+
+
+def fixed_point_backward(lam, scale, b, u, alpha, prev, h0, h, dh, dh_final):
+    """(dlam, dscale, db, du, dalpha, dprev, dh0) of `fixed_point_iterate`'s h (`fixed_point.c`) given
+    dh [B, T, d] and dh_final [B, d]; every array contiguous, CPU."""
+    B, T, d = b.shape
+    grads = [torch.empty_like(t) for t in (lam, scale, b, u, alpha, prev)]
+    carry = dh_final.clone(memory_format=torch.contiguous_format)
+    if h.numel():
+        kernel = getattr(load(), f"fixed_point_{DTYPES[b.dtype]}_backward")
+        kernel(*map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, dh, carry, *grads)), B, T, d, u.shape[2],
+               row_threads(B, u.numel()))
+    else:
+        for g in grads:
+            g.zero_()
+    return (*grads, carry)
 
 
 def bedouin_iterate(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0):
