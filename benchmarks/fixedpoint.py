@@ -16,18 +16,18 @@
    with its default stopping rule (tol 0.1, max_iter 16; the iterations it took are shown) and of
    `FixedPointRNN.dense_reference`, the same dense RNN computed step by step (Q_t materialised, one
    solve per step).
-3. The fused no-grad iterations (`statetrack.ops.fixed_point`, one compiled pass on CPU) against the
-   same iterations in PyTorch (STATETRACK_NATIVE=0), for both layers at the quick experiments'
-   shapes (batch 64, d_model 64; Bedouin expand 2, d_state 16): a training step (forward + backward,
-   T 16, exactly 16 iterations) and an evaluation forward (T 50, exactly 100 iterations, the
-   evaluation cap).
+3. The fused iterations (`statetrack.ops.fixed_point`: one compiled pass per no-grad iteration,
+   and for FixedPointRNN a compiled forward and backward for the differentiable one) against the
+   same iterations as their definitions (PyTorch ops around the compiled diagonal scan), for both
+   layers at the quick experiments' shapes (batch 64, d_model 64; Bedouin expand 2, d_state 16): a
+   training step (forward + backward, T 16, exactly 16 iterations) and an evaluation forward (T 50,
+   exactly 100 iterations, the evaluation cap).
 Every pair is timed round-robin in one run (median of --repeat passes after a warm-up), so ratios
 are side by side. Figures only, no assertions: timings are noisy on shared machines.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -41,7 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit, layer_parser  # noqa: E402
 
 from statetrack import diagnostics  # noqa: E402
+from statetrack.layers import fixedpoint as fixed_point_layers  # noqa: E402
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN  # noqa: E402
+from statetrack.ops import fixed_point as fixed_point_ops  # noqa: E402
+from statetrack.ops.fixed_point import relative_change  # noqa: E402
 from statetrack.ops import diagonal_scan  # noqa: E402
 
 
@@ -110,18 +113,33 @@ def against_dense(reflections: int, batch: int, width: int, T: int, repeat: int)
             "iterations_median": statistics.median(counts)}
 
 
-def native_switch(on: bool, form):
-    """`form` run with the compiled loops on or off (the PyTorch forms)."""
+def _unfused_nograd(reference, prev_at: int):
+    def run(*args):
+        with torch.no_grad():
+            y, last = reference(*args)
+            return y, last, relative_change(y, args[prev_at])
+    return run
+
+
+UNFUSED = {  # the layer module's ops, replaced by their definitions (PyTorch ops around the compiled scan)
+    "fixed_point_iteration": fixed_point_ops.fixed_point_iteration_reference,
+    "fixed_point_iteration_nograd": _unfused_nograd(fixed_point_ops.fixed_point_iteration_reference, 5),
+    "bedouin_iteration_nograd": _unfused_nograd(fixed_point_ops.bedouin_iteration_reference, 3),
+}
+
+
+def fusion(on: bool, form):
+    """`form` run with the layers' fused iterations (on) or with their definitions (off)."""
     def run():
-        before = os.environ.get("STATETRACK_NATIVE")
-        os.environ["STATETRACK_NATIVE"] = "1" if on else "0"
+        saved = {name: getattr(fixed_point_layers, name) for name in UNFUSED}
+        if not on:
+            for name, op in UNFUSED.items():
+                setattr(fixed_point_layers, name, op)
         try:
             form()
         finally:
-            if before is None:
-                del os.environ["STATETRACK_NATIVE"]
-            else:
-                os.environ["STATETRACK_NATIVE"] = before
+            for name, op in saved.items():
+                setattr(fixed_point_layers, name, op)
     return run
 
 
@@ -147,7 +165,7 @@ def fused_against_torch(name: str, reflections: int, batch: int, width: int, T_t
 
     rows = []
     for mode, form, T, iterations in (("train", train, T_train, 16), ("eval", evaluate, T_eval, 100)):
-        ms = timed({"fused": native_switch(True, form), "torch": native_switch(False, form)}, repeat)
+        ms = timed({"fused": fusion(True, form), "torch": fusion(False, form)}, repeat)
         rows.append({"measure": "fused_against_torch", "layer": name, "reflections": reflections, "mode": mode,
                      "batch": batch, "width": width, "T": T, "iterations": iterations, "fused_ms": ms["fused"],
                      "torch_ms": ms["torch"], "speedup": ms["torch"] / ms["fused"]})
@@ -168,7 +186,7 @@ def table(rows, args) -> str:
     for r in rows:
         if r["measure"] == "fused_against_torch":
             lines.append(f"{r['layer']} r={r['reflections']} {r['mode']} (T {r['T']}, {r['iterations']} iterations): fused "
-                         f"{r['fused_ms']:.1f} ms, PyTorch {r['torch_ms']:.1f} ms, {r['speedup']:.2f}x")
+                         f"{r['fused_ms']:.1f} ms, definitions {r['torch_ms']:.1f} ms, {r['speedup']:.2f}x")
     return "\n".join(lines)
 
 
@@ -195,9 +213,9 @@ def markdown(rows, args) -> str:
                          f"{r['speedup']:.1f}x |")
     fused = [r for r in rows if r["measure"] == "fused_against_torch"]
     if fused:
-        lines += ["", f"The no-grad iterations fused (one compiled pass) against the same in PyTorch (batch {fused[0]['batch']}, "
+        lines += ["", f"The fused iterations against their definitions (PyTorch ops around the compiled scan; batch {fused[0]['batch']}, "
                       f"d_model {fused[0]['width']}; train = forward + backward, eval = forward without autograd):", "",
-                  "| layer | r | step | T | iterations | fused ms | PyTorch ms | speedup |",
+                  "| layer | r | step | T | iterations | fused ms | definitions ms | speedup |",
                   "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
         for r in fused:
             lines.append(f"| {r['layer']} | {r['reflections']} | {r['mode']} | {r['T']} | {r['iterations']} | {r['fused_ms']:.1f} | "
@@ -211,7 +229,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dense-T", type=int, default=256)
     parser.add_argument("--reflections", type=int, nargs="*", default=[1, 4])
     parser.add_argument("--fused-T", type=int, nargs=2, default=[16, 50], metavar=("TRAIN", "EVAL"),
-                        help="lengths of the fused-against-PyTorch training step and evaluation forward")
+                        help="lengths of the fused-against-definitions training step and evaluation forward")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
