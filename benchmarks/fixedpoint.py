@@ -12,6 +12,8 @@
    with the same projections: what is left beyond the iterations is its cost. `projections` times
    the layer's two matrix products alone (input projection to b, Delta, u, alpha and the gate;
    output projection), forward + backward: the floor any implementation of the layer pays.
+   `recurrence` times the fixed-point recurrence alone: the layer's solver with l iterations of
+   the op on the layer's lam, scale, b, u, alpha given as inputs, forward + backward to them.
 2. Against the dense RNN it equals: forward + backward at d_model 64, T 256 (batch 16) of the layer
    with its default stopping rule (tol 0.1, max_iter 16; the iterations it took are shown) and of
    `FixedPointRNN.dense_reference`, the same dense RNN computed step by step (Q_t materialised, one
@@ -45,7 +47,7 @@ from statetrack.layers import fixedpoint as fixed_point_layers  # noqa: E402
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN  # noqa: E402
 from statetrack.ops import fixed_point as fixed_point_ops  # noqa: E402
 from statetrack.ops.fixed_point import relative_change  # noqa: E402
-from statetrack.ops import diagonal_scan  # noqa: E402
+from statetrack.ops import diagonal_scan, fixed_point_iteration, fixed_point_iteration_nograd  # noqa: E402
 
 
 def timed(forms: dict, repeat: int) -> dict:
@@ -92,13 +94,29 @@ def iteration_price(reflections: int, batch: int, width: int, T: int, repeat: in
         one.zero_grad(set_to_none=True)
         x.grad = None
 
-    forms = {"scan": scan, "projections": projections, **{l: fwd_bwd(layer, x) for l, layer in layers.items()}}
+    with torch.no_grad():  # the recurrence's inputs as the layer computes them, as leaves
+        inputs = [t.contiguous().requires_grad_() for t in one._inputs(x)]
+    lam, u, alpha, scale = inputs[1], inputs[2], inputs[3], inputs[5]
+    b = inputs[0]
+
+    def recurrence(layer):  # the layer's own solver on the op, without projections and elementwise work
+        def run():
+            h, _ = layer.solve(lambda p: fixed_point_iteration(lam, scale, b, u, alpha, p),
+                               torch.zeros_like(b), lambda p: fixed_point_iteration_nograd(lam, scale, b, u, alpha, p))
+            h.square().mean().backward()
+            for t in inputs:
+                t.grad = None
+        return run
+
+    forms = {"scan": scan, "projections": projections, **{l: fwd_bwd(layer, x) for l, layer in layers.items()},
+             **{("recurrence", l): recurrence(layer) for l, layer in layers.items()}}
     ms = timed(forms, repeat)
     per_iteration = (ms[16] - ms[4]) / 12 / ms["scan"]
     return [{"measure": "iteration_price", "reflections": reflections, "iterations": l, "batch": batch, "width": width, "T": T,
              "layer_ms": ms[l], "scan_ms": ms["scan"], "ratio": ms[l] / ms["scan"], "budget": l + 2,
              "vs_diagonal_layer": ms[l] / ms[1], "per_iteration_scans": per_iteration,
-             "projections_scans": ms["projections"] / ms["scan"]} for l in layers]
+             "projections_scans": ms["projections"] / ms["scan"], "recurrence_ms": ms["recurrence", l],
+             "recurrence_ratio": ms["recurrence", l] / ms["scan"]} for l in layers]
 
 
 def against_dense(reflections: int, batch: int, width: int, T: int, repeat: int) -> dict:
@@ -174,11 +192,12 @@ def fused_against_torch(name: str, reflections: int, batch: int, width: int, T_t
 
 def table(rows, args) -> str:
     lines = [f"forward + backward, float32, {args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
-             f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10} {'proj':>6}"]
+             f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10} {'proj':>6} {'recurrence':>10}"]
     for r in rows:
         if r["measure"] == "iteration_price":
             lines.append(f"{r['reflections']:>2} {r['iterations']:>5} {r['layer_ms']:>9.1f} {r['scan_ms']:>8.2f} {r['ratio']:>6.1f}x "
-                         f"{r['budget']:>6}x {r['vs_diagonal_layer']:>6.1f}x {r['per_iteration_scans']:>10.2f} {r['projections_scans']:>5.1f}x")
+                         f"{r['budget']:>6}x {r['vs_diagonal_layer']:>6.1f}x {r['per_iteration_scans']:>10.2f} "
+                         f"{r['projections_scans']:>5.1f}x {r['recurrence_ratio']:>9.1f}x")
     for r in rows:
         if r["measure"] == "against_dense":
             lines.append(f"r={r['reflections']} batch {r['batch']}, d {r['width']}, T {r['T']}: fixed point {r['fixed_point_ms']:.1f} ms "
@@ -195,13 +214,13 @@ def markdown(rows, args) -> str:
     lines = [f"Forward + backward of one FixedPointRNN layer with exactly l iterations (batch {first['batch']}, d_model = hidden = "
              f"{first['width']}, T = {first['T']}, float32, {args.threads} threads, torch {torch.__version__}; median of "
              f"{args.repeat} round-robin passes), against one diagonal scan forward + backward on its state.", "",
-             "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | layer / (l = 1 layer) | one more iteration, in scans "
-             "| projections alone, in scans |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | recurrence alone / scan | layer / (l = 1 layer) "
+             "| one more iteration, in scans | projections alone, in scans |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if r["measure"] == "iteration_price":
             lines.append(f"| {r['reflections']} | {r['iterations']} | {r['layer_ms']:.1f} | {r['scan_ms']:.2f} | {r['ratio']:.1f}x | "
-                         f"{r['budget']}x | {r['vs_diagonal_layer']:.2f}x | {r['per_iteration_scans']:.2f} | "
+                         f"{r['budget']}x | {r['recurrence_ratio']:.1f}x | {r['vs_diagonal_layer']:.2f}x | {r['per_iteration_scans']:.2f} | "
                          f"{r['projections_scans']:.1f} |")
     dense = [r for r in rows if r["measure"] == "against_dense"]
     if dense:

@@ -54,6 +54,7 @@ def test_fixedpoint_benchmark_json_has_every_measurement():
     dense = [r for r in rows if r["measure"] == "against_dense"]
     assert sorted((r["reflections"], r["iterations"]) for r in price) == [(1, 1), (1, 4), (1, 16), (2, 1), (2, 4), (2, 16)]
     assert all(r["budget"] == r["iterations"] + 2 and r["layer_ms"] > 0 and r["scan_ms"] > 0 and r["projections_scans"] > 0
+               and r["recurrence_ratio"] > 0
                for r in price)
     assert sorted(r["reflections"] for r in dense) == [1, 2]
     assert all(r["speedup"] > 0 and r["iterations_median"] >= 1 for r in dense)

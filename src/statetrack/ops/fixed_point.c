@@ -80,7 +80,7 @@
    v_t = w_0, s_k = u_k . w_{k+1}:
        dlam_t = g_t h_{t-1},  dscale_t = g_t drive_t,  dw_0 = g_t scale_t,
        dw_{k+1} = H_k dw_k,  dalpha_k = -2 s_k (u_k . dw_k),  du_k = -2 alpha_k (s_k dw_k + (u_k . dw_k) w_{k+1}),
-       db_t = dw_r,  dp_t = dw_0 - dw_r,  dh0 = lam_0 g_0.
+       db_t = dw_r,  dp_t = dw_0 - dw_r (skipped when dprev is NULL),  dh0 = lam_0 g_0.
    The chain w is recomputed per token (r + 1 vectors in a scratch buffer). */
 #define FIXED_POINT_BACKWARD(NAME, T)                                                              \
     void NAME(const T *lam, const T *scale, const T *b, const T *u, const T *alpha, const T *prev,  \
@@ -115,8 +115,9 @@
                     dw[f] = gf * st[f];                                                            \
                     g[f] = gf * lt[f]; /* lam_t g_t: the carry into step t - 1 */                  \
                 }                                                                                  \
-                T *restrict dpt = dprev + o;                                                       \
-                for (int64_t f = 0; f < nf; f++) dpt[f] = dw[f];                                   \
+                T *restrict dpt = dprev ? dprev + o : NULL; /* NULL: no gradient for p wanted */  \
+                if (dpt)                                                                           \
+                    for (int64_t f = 0; f < nf; f++) dpt[f] = dw[f];                               \
                 for (int64_t k = 0; k < nr; k++) {                                                 \
                     const T *restrict uk = ut + k * nf, *restrict wn = w + (k + 1) * nf;           \
                     T *restrict duk = du + (ot * nr + k) * nf;                                     \
@@ -134,10 +135,9 @@
                     }                                                                              \
                 }                                                                                  \
                 T *restrict dbt = db + o;                                                          \
-                for (int64_t f = 0; f < nf; f++) {                                                 \
-                    dbt[f] = dw[f];                                                                \
-                    dpt[f] -= dw[f];                                                               \
-                }                                                                                  \
+                for (int64_t f = 0; f < nf; f++) dbt[f] = dw[f];                                   \
+                if (dpt)                                                                           \
+                    for (int64_t f = 0; f < nf; f++) dpt[f] -= dw[f];                              \
             }                                                                                      \
             free(w);                                                                               \
         }                                                                                          \

@@ -86,7 +86,8 @@ class _FixedPointIteration(torch.autograd.Function):
         lam, scale, b, u, alpha, h_prev, h0, h = ctx.saved_tensors
         grad_h = torch.zeros_like(h) if grad_h is None else grad_h.contiguous()
         grad_last = torch.zeros_like(h0) if grad_last is None else grad_last
-        return native.fixed_point_backward(lam, scale, b, u, alpha, h_prev, h0, h, grad_h, grad_last)
+        return native.fixed_point_backward(lam, scale, b, u, alpha, h_prev, h0, h, grad_h, grad_last,
+                                           want_prev=ctx.needs_input_grad[5])
 
 
 def fixed_point_iteration(lam, scale, b, u, alpha, h_prev, initial_state=None):

@@ -265,20 +265,19 @@ def fixed_point_iterate(lam, scale, b, u, alpha, prev, h0):
     return h, change, size
 
 
-def fixed_point_backward(lam, scale, b, u, alpha, prev, h0, h, dh, dh_final):
-    """(dlam, dscale, db, du, dalpha, dprev, dh0) of `fixed_point_iterate`'s h (`fixed_point.c`) given
-    dh [B, T, d] and dh_final [B, d]; every array contiguous, CPU."""
+def fixed_point_backward(lam, scale, b, u, alpha, prev, h0, h, dh, dh_final, want_prev=True):
+    """(dlam, dscale, db, du, dalpha, dprev or None, dh0) of `fixed_point_iterate`'s h (`fixed_point.c`)
+    given dh [B, T, d] and dh_final [B, d]; every array contiguous, CPU."""
     B, T, d = b.shape
-    grads = [torch.empty_like(t) for t in (lam, scale, b, u, alpha, prev)]
+    new = torch.empty_like if h.numel() else torch.zeros_like  # the kernel writes every element
+    grads = [new(t) for t in (lam, scale, b, u, alpha)]
+    dprev = new(prev) if want_prev else None
     carry = dh_final.clone(memory_format=torch.contiguous_format)
     if h.numel():
         kernel = getattr(load(), f"fixed_point_{DTYPES[b.dtype]}_backward")
-        kernel(*map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, dh, carry, *grads)), B, T, d, u.shape[2],
-               row_threads(B, u.numel()))
-    else:
-        for g in grads:
-            g.zero_()
-    return (*grads, carry)
+        kernel(*map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, dh, carry, *grads)), None if dprev is None else _ptr(dprev),
+               B, T, d, u.shape[2], row_threads(B, u.numel()))
+    return (*grads, dprev, carry)
 
 
 def bedouin_iterate(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0):
