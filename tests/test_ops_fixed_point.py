@@ -13,6 +13,7 @@ from ops_helpers import TOL, assert_same, rel_error
 from statetrack import diagnostics
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN
 from statetrack.ops import (
+    bedouin_iteration,
     bedouin_iteration_nograd,
     bedouin_iteration_reference,
     fixed_point_iteration,
@@ -91,6 +92,18 @@ def test_compiled_iteration_and_its_backward_equal_the_definition(dtype, r, stat
     """Forward, last state and the gradient of every input (lam with negative entries included)."""
     x = {k: (v.requires_grad_() if v is not None else None) for k, v in instance(r=r, dtype=dtype, state=state).items()}
     assert_same(fixed_point_iteration, fixed_point_iteration_reference, x, TOL[dtype])
+
+
+@needs_compiler
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("r", [1, 3])
+@pytest.mark.parametrize("state", [True, False])
+def test_compiled_bedouin_iteration_and_its_backward_equal_the_definition(dtype, r, state):
+    """Forward, last state and the gradient of every input, lam with negative entries included."""
+    x = bedouin_instance(r=r, dtype=dtype, state=state)
+    x["lam"][1, :, 2] *= -1
+    x = {k: (v.requires_grad_() if v is not None else None) for k, v in x.items()}
+    assert_same(bedouin_iteration, bedouin_iteration_reference, x, TOL[dtype])
 
 
 @needs_compiler

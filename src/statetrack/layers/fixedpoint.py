@@ -29,7 +29,7 @@ from Gamma(4, 1) (mean 4); at evaluation the cap is `eval_max_iter` (default 100
 records its iteration count (statetrack.diagnostics), which the trainer and evaluation store.
 One iteration of either layer is an op of `statetrack.ops.fixed_point`; the no-grad ones run its
 fused form (one compiled pass on CPU, which also returns the relative change), the differentiable
-one the compiled forward and backward (FixedPointRNN) or the reference (Bedouin).
+one a compiled forward and backward.
 
 Parameterisation (ours, where the paper leaves the vector-state layer open): lambda_t =
 exp(-c softplus(omega) sigmoid(W_Delta x_t + b_Delta)) with c = 8 (Griffin's form, De et al. 2024,
@@ -64,8 +64,8 @@ from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input, inverse_softplus, log_uniform_dt
 from statetrack.layers.registry import register_model
 from statetrack.ops import (
+    bedouin_iteration,
     bedouin_iteration_nograd,
-    bedouin_iteration_reference,
     fixed_point_iteration,
     fixed_point_iteration_nograd,
 )
@@ -301,7 +301,7 @@ class Bedouin(_FixedPoint):
 
         def step(y_prev):  # eq. 12: mix channels with Q, then one diagonal scan over time
             Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)
-            return bedouin_iteration_reference(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
+            return bedouin_iteration(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
 
         def fast_step(y_prev):  # the same without autograd, fused into one pass on CPU
             Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)

@@ -11,6 +11,7 @@ from statetrack.ops.delta_rule import delta_rule, delta_rule_reference
 from statetrack.ops.dense import dense_transition, dense_transition_reference
 from statetrack.ops.diagonal import diagonal_scan, diagonal_scan_reference
 from statetrack.ops.fixed_point import (
+    bedouin_iteration,
     bedouin_iteration_nograd,
     bedouin_iteration_reference,
     fixed_point_iteration,
@@ -20,6 +21,7 @@ from statetrack.ops.fixed_point import (
 from statetrack.ops.nonlinear import nru_recurrence, nru_recurrence_reference, slstm_recurrence, slstm_recurrence_reference
 
 __all__ = [
+    "bedouin_iteration",
     "bedouin_iteration_nograd",
     "bedouin_iteration_reference",
     "delta_product",

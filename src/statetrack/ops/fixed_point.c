@@ -35,6 +35,45 @@
         for (int64_t f = 0; f < (nf); f++) (v)[f] -= dot * uk[f];                                  \
     }
 
+/* The reflections' chain of one token for a backward: w [(nr + 1) nf] gets w_r = a - p (a, p
+   [nf]), w_k = H_k w_{k+1}, so that w_0 = Q (a - p). */
+#define HOUSEHOLDER_CHAIN(T, w, a, p, u, alpha, nr, nf)                                            \
+    {                                                                                              \
+        T *restrict wr_ = (w) + (nr) * (nf);                                                       \
+        for (int64_t f = 0; f < (nf); f++) wr_[f] = (a)[f] - (p)[f];                               \
+        for (int64_t k = (nr) - 1; k >= 0; k--) {                                                  \
+            const T *restrict uk = (u) + k * (nf), *restrict wn = (w) + (k + 1) * (nf);            \
+            T *restrict wk = (w) + k * (nf);                                                       \
+            T dot = 0;                                                                             \
+            _Pragma("omp simd reduction(+: dot)")                                                  \
+            for (int64_t f = 0; f < (nf); f++) dot += uk[f] * wn[f];                               \
+            dot *= 2 * (alpha)[k];                                                                 \
+            for (int64_t f = 0; f < (nf); f++) wk[f] = wn[f] - dot * uk[f];                        \
+        }                                                                                          \
+    }
+
+/* Its backward: given dw = dL/dw_0 [nf] (overwritten) and the chain w, writes du [nr, nf] and
+   dalpha [nr] and leaves dL/dw_r in dw:
+       dw_{k+1} = H_k dw_k,  dalpha_k = -2 s_k (u_k . dw_k),  du_k = -2 alpha_k (s_k dw_k + (u_k . dw_k) w_{k+1}),
+   s_k = u_k . w_{k+1}. */
+#define HOUSEHOLDER_BACK(T, w, dw, u, alpha, du, dalpha, nr, nf)                                   \
+    for (int64_t k = 0; k < (nr); k++) {                                                           \
+        const T *restrict uk = (u) + k * (nf), *restrict wn = (w) + (k + 1) * (nf);                \
+        T *restrict duk = (du) + k * (nf);                                                         \
+        T s = 0, q = 0;                                                                            \
+        _Pragma("omp simd reduction(+: s, q)")                                                     \
+        for (int64_t f = 0; f < (nf); f++) {                                                       \
+            s += uk[f] * wn[f];                                                                    \
+            q += uk[f] * (dw)[f];                                                                  \
+        }                                                                                          \
+        (dalpha)[k] = -2 * s * q;                                                                  \
+        const T c = 2 * (alpha)[k];                                                                \
+        for (int64_t f = 0; f < (nf); f++) {                                                       \
+            duk[f] = -c * (s * (dw)[f] + q * wn[f]);                                               \
+            (dw)[f] -= c * q * uk[f];                                                              \
+        }                                                                                          \
+    }
+
 /* The stopping rule's running maxima for a new value x of an iterate whose previous value is p. */
 #define TRACK(FABS, x, p)                                                                          \
     {                                                                                              \
@@ -96,17 +135,7 @@
                 const T *restrict st = scale + o, *restrict gt = dh + o;                           \
                 const T *restrict hp = t > 0 ? h + o - nf : h0 + i * nf;                           \
                 const T *restrict ut = u + ot * nr * nf, *restrict at = alpha + ot * nr;           \
-                T *restrict wr = w + nr * nf;                                                      \
-                for (int64_t f = 0; f < nf; f++) wr[f] = bt[f] - pt[f];                            \
-                for (int64_t k = nr - 1; k >= 0; k--) { /* w_k = H_k w_{k+1} */                     \
-                    const T *restrict uk = ut + k * nf, *restrict wn = w + (k + 1) * nf;           \
-                    T *restrict wk = w + k * nf;                                                   \
-                    T dot = 0;                                                                     \
-                    _Pragma("omp simd reduction(+: dot)")                                          \
-                    for (int64_t f = 0; f < nf; f++) dot += uk[f] * wn[f];                         \
-                    dot *= 2 * at[k];                                                              \
-                    for (int64_t f = 0; f < nf; f++) wk[f] = wn[f] - dot * uk[f];                  \
-                }                                                                                  \
+                HOUSEHOLDER_CHAIN(T, w, bt, pt, ut, at, nr, nf)                                   \
                 T *restrict dlt = dlam + o, *restrict dst = dscale + o;                            \
                 for (int64_t f = 0; f < nf; f++) { /* g_t, and what it gives directly */            \
                     const T gf = gt[f] + g[f];                                                     \
@@ -118,22 +147,7 @@
                 T *restrict dpt = dprev ? dprev + o : NULL; /* NULL: no gradient for p wanted */  \
                 if (dpt)                                                                           \
                     for (int64_t f = 0; f < nf; f++) dpt[f] = dw[f];                               \
-                for (int64_t k = 0; k < nr; k++) {                                                 \
-                    const T *restrict uk = ut + k * nf, *restrict wn = w + (k + 1) * nf;           \
-                    T *restrict duk = du + (ot * nr + k) * nf;                                     \
-                    T s = 0, q = 0;                                                                \
-                    _Pragma("omp simd reduction(+: s, q)")                                         \
-                    for (int64_t f = 0; f < nf; f++) {                                             \
-                        s += uk[f] * wn[f];                                                        \
-                        q += uk[f] * dw[f];                                                        \
-                    }                                                                              \
-                    dalpha[ot * nr + k] = -2 * s * q;                                              \
-                    const T c = 2 * at[k];                                                         \
-                    for (int64_t f = 0; f < nf; f++) {                                             \
-                        duk[f] = -c * (s * dw[f] + q * wn[f]);                                     \
-                        dw[f] -= c * q * uk[f];                                                    \
-                    }                                                                              \
-                }                                                                                  \
+                HOUSEHOLDER_BACK(T, w, dw, ut, at, du + ot * nr * nf, dalpha + ot * nr, nr, nf)    \
                 T *restrict dbt = db + o;                                                          \
                 for (int64_t f = 0; f < nf; f++) dbt[f] = dw[f];                                   \
                 if (dpt)                                                                           \
@@ -144,10 +158,11 @@
     }
 
 /* Bedouin: lam [nb, nt, ne, ns], delta, x, prev, y [nb, nt, ne], u [nb, nt, nr, ne], alpha
-   [nb, nt, nr], bb, cb [nb, nt, ns] (Bbar, Cbar), state [nb, ne, ns]: h0 in, h_T out. */
+   [nb, nt, nr], bb, cb [nb, nt, ns] (Bbar, Cbar), state [nb, ne, ns]: h0 in, h_T out; hs
+   [nb, nt, ne, ns] gets every h_t when not NULL (for the backward). */
 #define BEDOUIN(NAME, T, FABS)                                                                     \
     void NAME(const T *lam, const T *delta, const T *x, const T *prev, const T *u, const T *alpha, \
-              const T *bb, const T *cb, T *state, T *y, T *stats, int64_t nb, int64_t nt,          \
+              const T *bb, const T *cb, T *state, T *y, T *hs, T *stats, int64_t nb, int64_t nt,  \
               int64_t ne, int64_t ns, int64_t nr, int64_t nthreads) {                              \
         T change = 0, size = 0;                                                                    \
         int bad = 0;                                                                               \
@@ -175,11 +190,68 @@
                     yt[e] = out;                                                                   \
                     TRACK(FABS, out, pt[e])                                                        \
                 }                                                                                  \
+                if (hs)                                                                            \
+                    for (int64_t f = 0; f < ne * ns; f++) hs[ot * ne * ns + f] = h[f];             \
             }                                                                                      \
             free(v);                                                                               \
         }                                                                                          \
         stats[0] = bad ? (T)NAN : change;                                                          \
         stats[1] = size;                                                                           \
+    }
+
+/* Bedouin's backward, given dy [nb, nt, ne] and carry [nb, ne, ns] (dL/dh_T; it leaves as dL/dh0),
+   with hs the forward's states. G_t = dy_t Cbar_t^T + lam_{t+1} * G_{t+1} (the state's adjoint),
+   x~_t = w_0 + p_t from the chain w_r = x_t - p_t, s_t = delta_t * x~_t:
+       dCbar_t = h_t^T dy_t,  dlam_t = G_t * h_{t-1},  ds_t = G_t Bbar_t,  dBbar_t = G_t^T s_t,
+       ddelta_t = ds_t * x~_t,  dw_0 = ds_t * delta_t,  (HOUSEHOLDER_BACK)  dx_t = dw_r,
+       dp_t = dw_0 - dw_r (skipped when dprev is NULL),  dh0 = lam_0 * G_0. */
+#define BEDOUIN_BACKWARD(NAME, T)                                                                  \
+    void NAME(const T *lam, const T *delta, const T *x, const T *prev, const T *u, const T *alpha, \
+              const T *bb, const T *cb, const T *h0, const T *hs, const T *dy, T *carry, T *dlam,  \
+              T *ddelta, T *dx, T *dprev, T *du, T *dalpha, T *dbb, T *dcb, int64_t nb, int64_t nt, \
+              int64_t ne, int64_t ns, int64_t nr, int64_t nthreads) {                              \
+        const int64_t es = ne * ns;                                                                \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static)")                         \
+        for (int64_t i = 0; i < nb; i++) {                                                         \
+            T *w = malloc((size_t)((nr + 2) * ne) * sizeof(T)); /* w_0..w_r, then dw */            \
+            T *restrict G = carry + i * es, *restrict dw = w + (nr + 1) * ne;                      \
+            for (int64_t t = nt - 1; t >= 0; t--) {                                                \
+                const int64_t ot = i * nt + t, o = ot * ne;                                        \
+                const T *restrict pt = prev + o, *restrict dt = delta + o, *restrict gy = dy + o;  \
+                const T *restrict bt = bb + ot * ns, *restrict ct = cb + ot * ns;                  \
+                const T *restrict ht = hs + ot * es, *restrict hp = t > 0 ? ht - es : h0 + i * es; \
+                const T *restrict ut = u + ot * nr * ne, *restrict at = alpha + ot * nr;           \
+                T *restrict dbt = dbb + ot * ns, *restrict dct = dcb + ot * ns;                    \
+                HOUSEHOLDER_CHAIN(T, w, x + o, pt, ut, at, nr, ne)                                 \
+                for (int64_t n = 0; n < ns; n++) dbt[n] = dct[n] = 0;                              \
+                for (int64_t e = 0; e < ne; e++) {                                                 \
+                    const T xm = w[e] + pt[e], s = dt[e] * xm, ge = gy[e];                         \
+                    const T *restrict le = lam + (o + e) * ns, *restrict he = ht + e * ns;         \
+                    const T *restrict hpe = hp + e * ns;                                           \
+                    T *restrict Ge = G + e * ns, *restrict dle = dlam + (o + e) * ns;              \
+                    T ds = 0;                                                                      \
+                    for (int64_t n = 0; n < ns; n++) {                                             \
+                        const T g = Ge[n] + ge * ct[n];                                            \
+                        dct[n] += he[n] * ge;                                                      \
+                        dle[n] = g * hpe[n];                                                       \
+                        ds += g * bt[n];                                                           \
+                        dbt[n] += g * s;                                                           \
+                        Ge[n] = g * le[n]; /* lam_t G_t: the carry into step t - 1 */              \
+                    }                                                                              \
+                    ddelta[o + e] = ds * xm;                                                       \
+                    dw[e] = ds * dt[e];                                                            \
+                }                                                                                  \
+                T *restrict dpt = dprev ? dprev + o : NULL;                                        \
+                if (dpt)                                                                           \
+                    for (int64_t e = 0; e < ne; e++) dpt[e] = dw[e];                               \
+                HOUSEHOLDER_BACK(T, w, dw, ut, at, du + ot * nr * ne, dalpha + ot * nr, nr, ne)    \
+                T *restrict dxt = dx + o;                                                          \
+                for (int64_t e = 0; e < ne; e++) dxt[e] = dw[e];                                   \
+                if (dpt)                                                                           \
+                    for (int64_t e = 0; e < ne; e++) dpt[e] -= dw[e];                              \
+            }                                                                                      \
+            free(w);                                                                               \
+        }                                                                                          \
     }
 
 FIXED_POINT(fixed_point_f32_iterate, float, fabsf)
@@ -188,3 +260,5 @@ FIXED_POINT_BACKWARD(fixed_point_f32_backward, float)
 FIXED_POINT_BACKWARD(fixed_point_f64_backward, double)
 BEDOUIN(bedouin_f32_iterate, float, fabsf)
 BEDOUIN(bedouin_f64_iterate, double, fabs)
+BEDOUIN_BACKWARD(bedouin_f32_backward, float)
+BEDOUIN_BACKWARD(bedouin_f64_backward, double)

@@ -17,9 +17,9 @@ Initial states default to zeros.
 Each `<name>_reference` is the definition (`householder_apply`, then `diagonal_scan`) and is
 differentiable. `<name>_nograd` is the form the solver's no-grad iterations use: on CPU one fused
 compiled pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's relative change,
-elsewhere the reference. `fixed_point_iteration` is the vector state's differentiable fast form
-(the compiled pass forward, a compiled backward); Bedouin's last, differentiable iteration runs its
-reference.
+elsewhere the reference. `<name>` without a suffix is the differentiable fast form the solver's last
+iteration uses: the compiled pass forward and a compiled backward (the reflections recomputed per
+token) on CPU, the reference elsewhere.
 """
 
 from __future__ import annotations
@@ -118,6 +118,35 @@ def bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, ini
     return torch.einsum("bten,btn->bte", h, Cbar), h[:, -1]
 
 
+class _BedouinIteration(torch.autograd.Function):
+    """(y, h_T) of Bedouin's iteration with the compiled forward and backward (`fixed_point.c`);
+    contiguous CPU inputs. The forward keeps every state [B, T, E, N] for the backward."""
+
+    @staticmethod
+    def forward(ctx, lam, delta, x, y_prev, u, alpha, Bbar, Cbar, h0):
+        y, last, hs, _, _ = native.bedouin_iterate(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, h0, keep_states=True)
+        ctx.save_for_backward(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, h0, hs)
+        return y, last
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_y, grad_last):
+        saved = ctx.saved_tensors
+        grad_y = torch.zeros_like(saved[2]) if grad_y is None else grad_y.contiguous()
+        grad_last = torch.zeros_like(saved[8]) if grad_last is None else grad_last
+        return native.bedouin_backward(*saved, grad_y, grad_last, want_prev=ctx.needs_input_grad[3])
+
+
+def bedouin_iteration(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state=None):
+    """(y^l, h^l_T) as `bedouin_iteration_reference`, differentiable: on CPU one compiled pass forward
+    (keeping the states) and one backward, the reference elsewhere."""
+    B, T, E, N = lam.shape
+    ready = _native_args((lam, delta, x, y_prev, u, alpha, Bbar, Cbar), initial_state, (B, E, N))
+    if ready is None:
+        return bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state)
+    return _BedouinIteration.apply(*ready[0], ready[1])
+
+
 def bedouin_iteration_nograd(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state=None):
     """(y^l, h^l_T, relative change max |y^l - y^{l-1}| / max |y^l|) without autograd: the fused
     compiled pass on CPU (which never writes the [B, T, E, N] states), the reference elsewhere."""
@@ -125,7 +154,7 @@ def bedouin_iteration_nograd(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initia
         B, T, E, N = lam.shape
         ready = _native_args((lam, delta, x, y_prev, u, alpha, Bbar, Cbar), initial_state, (B, E, N))
         if ready is not None:
-            y, last, change, size = native.bedouin_iterate(*ready[0], ready[1])
+            y, last, _, change, size = native.bedouin_iterate(*ready[0], ready[1])
             return y, last, change / max(size, 1e-30)
         y, last = bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state)
         return y, last, relative_change(y, y_prev)

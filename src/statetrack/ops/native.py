@@ -117,7 +117,8 @@ def _declare(library):
         getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, I, I, I, I, I, I, ctypes.c_double, I]
         getattr(library, f"fixed_point_{suffix}_iterate").argtypes = [P] * 9 + [I] * 5
         getattr(library, f"fixed_point_{suffix}_backward").argtypes = [P] * 16 + [I] * 5
-        getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 11 + [I] * 6
+        getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 12 + [I] * 6
+        getattr(library, f"bedouin_{suffix}_backward").argtypes = [P] * 20 + [I] * 6
     return library
 
 
@@ -280,17 +281,36 @@ def fixed_point_backward(lam, scale, b, u, alpha, prev, h0, h, dh, dh_final, wan
     return (*grads, dprev, carry)
 
 
-def bedouin_iterate(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0):
-    """(y [B, T, E], h_T [B, E, N], max |y - prev|, max |y|) of one Bedouin iteration
-    (`fixed_point.c`) for contiguous real lam [B, T, E, N], delta, x, prev [B, T, E], u [B, T, r, E],
-    alpha [B, T, r], Bbar, Cbar [B, T, N], h0 [B, E, N], CPU."""
+def bedouin_iterate(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, keep_states=False):
+    """(y [B, T, E], h_T [B, E, N], every h_t [B, T, E, N] or None, max |y - prev|, max |y|) of one
+    Bedouin iteration (`fixed_point.c`) for contiguous real lam [B, T, E, N], delta, x, prev
+    [B, T, E], u [B, T, r, E], alpha [B, T, r], Bbar, Cbar [B, T, N], h0 [B, E, N], CPU.
+    keep_states: also return every state (what the backward needs)."""
     B, T, E, N = lam.shape
     y = torch.empty_like(x)
     state = h0.clone()
+    hs = torch.empty_like(lam) if keep_states else None
     stats = x.new_zeros(2)
     if y.numel():
         kernel = getattr(load(), f"bedouin_{DTYPES[x.dtype]}_iterate")
-        kernel(*map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, state, y, stats)), B, T, E, N, u.shape[2],
-               row_threads(B, lam.numel()))
+        kernel(*map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, state, y)), None if hs is None else _ptr(hs),
+               _ptr(stats), B, T, E, N, u.shape[2], row_threads(B, lam.numel()))
     change, size = stats.tolist()
-    return y, state, change, size
+    return y, state, hs, change, size
+
+
+def bedouin_backward(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, hs, dy, dh_final, want_prev=True):
+    """(dlam, ddelta, dx, dprev or None, du, dalpha, dBbar, dCbar, dh0) of `bedouin_iterate`'s y and
+    h_T (`fixed_point.c`) given dy [B, T, E], dh_final [B, E, N] and the states hs; contiguous, CPU."""
+    B, T, E, N = lam.shape
+    new = torch.empty_like if dy.numel() else torch.zeros_like  # the kernel writes every element
+    dlam, ddelta, dx = new(lam), new(delta), new(x)
+    dprev = new(prev) if want_prev else None
+    du, dalpha, dB, dC = new(u), new(alpha), new(Bbar), new(Cbar)
+    carry = dh_final.clone(memory_format=torch.contiguous_format)
+    if dy.numel():
+        kernel = getattr(load(), f"bedouin_{DTYPES[x.dtype]}_backward")
+        kernel(*map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, hs, dy, carry, dlam, ddelta, dx)),
+               None if dprev is None else _ptr(dprev), *map(_ptr, (du, dalpha, dB, dC)), B, T, E, N, u.shape[2],
+               row_threads(B, lam.numel()))
+    return dlam, ddelta, dx, dprev, du, dalpha, dB, dC, carry
