@@ -19,7 +19,7 @@
    `FixedPointRNN.dense_reference`, the same dense RNN computed step by step (Q_t materialised, one
    solve per step).
 3. The fused iterations (`statetrack.ops.fixed_point`: one compiled pass per no-grad iteration,
-   and for FixedPointRNN a compiled forward and backward for the differentiable one) against the
+   and a compiled forward and backward for the last, differentiable one) against the
    same iterations as their definitions (PyTorch ops around the compiled diagonal scan), for both
    layers at the quick experiments' shapes (batch 64, d_model 64; Bedouin expand 2, d_state 16): a
    training step (forward + backward, T 16, exactly 16 iterations) and an evaluation forward (T 50,
@@ -142,6 +142,7 @@ def _unfused_nograd(reference, prev_at: int):
 UNFUSED = {  # the layer module's ops, replaced by their definitions (PyTorch ops around the compiled scan)
     "fixed_point_iteration": fixed_point_ops.fixed_point_iteration_reference,
     "fixed_point_iteration_nograd": _unfused_nograd(fixed_point_ops.fixed_point_iteration_reference, 5),
+    "bedouin_iteration": fixed_point_ops.bedouin_iteration_reference,
     "bedouin_iteration_nograd": _unfused_nograd(fixed_point_ops.bedouin_iteration_reference, 3),
 }
 
