@@ -1,5 +1,6 @@
-/* One no-grad iteration of the fixed-point RNNs of statetrack/ops/fixed_point.py (Movahedi et al.
-   2025), fused: the Householder channel mixer and the diagonal scan over time in one pass.
+/* One iteration of the fixed-point RNNs of statetrack/ops/fixed_point.py (Movahedi et al. 2025),
+   fused: the Householder channel mixer and the diagonal scan over time in one pass; and its
+   backward, for the solver's last, differentiable iteration.
 
    Vector state (eq. 7), p = h^{l-1} the previous iterate:
        v_t = Q_t (b_t - p_t),   h_t = lam_t * h_{t-1} + scale_t * (v_t + p_t),   h_{-1} = h0,
@@ -9,8 +10,9 @@
 
    In PyTorch these are a dozen passes over [B, T, d] per iteration (the difference, r dot products
    and updates, the sum, the scaled input, the scan; for Bedouin also the outer product and the
-   read-out over [B, T, E, N]); here each token's vectors are read once and worked on in L1, and
-   Bedouin's [E, N] state is never written per step (only its last value). The same pass returns
+   read-out over [B, T, E, N]); here each token's vectors are read once and worked on in L1, and in
+   the no-grad iterations Bedouin's [E, N] state is never written per step (only its last value;
+   the differentiable one keeps every state for its backward). The same pass returns
    what the stopping rule needs: stats = (max |y - p|, max |y|) over the whole call, NaN for the
    first when some y is not finite (as max |y - p| is in PyTorch, so the iteration does not stop).
 
@@ -22,8 +24,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* The vector state: lam, scale, b, prev, h [nb, nt, nf], u [nb, nt, nr, nf], alpha [nb, nt, nr],
-   h0 [nb, nf]. */
 /* The Householder product of one token, in place: v = Q v = H_1 ... H_r v (H_r first), u [nr, nf]. */
 #define HOUSEHOLDER(T, v, u, alpha, nr, nf)                                                        \
     for (int64_t k = (nr) - 1; k >= 0; k--) {                                                      \
@@ -83,6 +83,8 @@
         bad |= !(ax_ < HUGE_VAL); /* inf or NaN */                                                 \
     }
 
+/* The vector state: lam, scale, b, prev, h [nb, nt, nf], u [nb, nt, nr, nf], alpha [nb, nt, nr],
+   h0 [nb, nf]. */
 #define FIXED_POINT(NAME, T, FABS)                                                                 \
     void NAME(const T *lam, const T *scale, const T *b, const T *u, const T *alpha, const T *prev,  \
               const T *h0, T *h, T *stats, int64_t nb, int64_t nt, int64_t nf, int64_t nr,         \

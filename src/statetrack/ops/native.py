@@ -11,9 +11,10 @@ delta rule inverts one small unit lower-triangular matrix per chunk; `triangular
 forward substitution while the matrix is in L1, where PyTorch's batched forms (block doubling,
 `solve_triangular`) spend their time on small strided copies or per-matrix calls. The nonlinear
 cells (sLSTM, NRU) must step token by token; `nonlinear.c` runs their inference loop, where PyTorch
-pays a dozen op dispatches per token for a few thousand multiply-adds. One no-grad iteration of the
-fixed-point RNNs (`fixed_point.c`) is a Householder product per token and a diagonal scan (for
-Bedouin with a matrix state and its read-out), a dozen PyTorch passes over memory fused into one.
+pays a dozen op dispatches per token for a few thousand multiply-adds. One iteration of the fixed-point
+RNNs (`fixed_point.c`) is a Householder product per token and a diagonal scan (for Bedouin with a
+matrix state and its read-out), a dozen PyTorch passes over memory fused into one, and so is its
+backward.
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
