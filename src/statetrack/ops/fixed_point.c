@@ -74,6 +74,19 @@
         }                                                                                          \
     }
 
+/* The mixer's input a - p of one token, backwards: given dw = dL/dw_0 where the mixer's output
+   is w_0 + p (dw overwritten), writes da = dw_r and, when dp is not NULL, dp = dw_0 - dw_r, with
+   du and dalpha (HOUSEHOLDER_BACK). */
+#define MIXER_BACK(T, w, dw, u, alpha, du, dalpha, da, dp, nr, nf)                                 \
+    {                                                                                              \
+        if (dp)                                                                                    \
+            for (int64_t f = 0; f < (nf); f++) (dp)[f] = (dw)[f];                                  \
+        HOUSEHOLDER_BACK(T, w, dw, u, alpha, du, dalpha, nr, nf)                                   \
+        for (int64_t f = 0; f < (nf); f++) (da)[f] = (dw)[f];                                      \
+        if (dp)                                                                                    \
+            for (int64_t f = 0; f < (nf); f++) (dp)[f] -= (dw)[f];                                 \
+    }
+
 /* The stopping rule's running maxima for a new value x of an iterate whose previous value is p. */
 #define TRACK(FABS, x, p)                                                                          \
     {                                                                                              \
@@ -146,14 +159,8 @@
                     dw[f] = gf * st[f];                                                            \
                     g[f] = gf * lt[f]; /* lam_t g_t: the carry into step t - 1 */                  \
                 }                                                                                  \
-                T *restrict dpt = dprev ? dprev + o : NULL; /* NULL: no gradient for p wanted */  \
-                if (dpt)                                                                           \
-                    for (int64_t f = 0; f < nf; f++) dpt[f] = dw[f];                               \
-                HOUSEHOLDER_BACK(T, w, dw, ut, at, du + ot * nr * nf, dalpha + ot * nr, nr, nf)    \
-                T *restrict dbt = db + o;                                                          \
-                for (int64_t f = 0; f < nf; f++) dbt[f] = dw[f];                                   \
-                if (dpt)                                                                           \
-                    for (int64_t f = 0; f < nf; f++) dpt[f] -= dw[f];                              \
+                T *dpt = dprev ? dprev + o : NULL; /* NULL: no gradient for p wanted */            \
+                MIXER_BACK(T, w, dw, ut, at, du + ot * nr * nf, dalpha + ot * nr, db + o, dpt, nr, nf) \
             }                                                                                      \
             free(w);                                                                               \
         }                                                                                          \
@@ -243,14 +250,8 @@
                     ddelta[o + e] = ds * xm;                                                       \
                     dw[e] = ds * dt[e];                                                            \
                 }                                                                                  \
-                T *restrict dpt = dprev ? dprev + o : NULL;                                        \
-                if (dpt)                                                                           \
-                    for (int64_t e = 0; e < ne; e++) dpt[e] = dw[e];                               \
-                HOUSEHOLDER_BACK(T, w, dw, ut, at, du + ot * nr * ne, dalpha + ot * nr, nr, ne)    \
-                T *restrict dxt = dx + o;                                                          \
-                for (int64_t e = 0; e < ne; e++) dxt[e] = dw[e];                                   \
-                if (dpt)                                                                           \
-                    for (int64_t e = 0; e < ne; e++) dpt[e] -= dw[e];                              \
+                T *dpt = dprev ? dprev + o : NULL;                                                 \
+                MIXER_BACK(T, w, dw, ut, at, du + ot * nr * ne, dalpha + ot * nr, dx + o, dpt, nr, ne) \
             }                                                                                      \
             free(w);                                                                               \
         }                                                                                          \
