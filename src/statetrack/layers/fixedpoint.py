@@ -190,6 +190,7 @@ class FixedPointRNN(_FixedPoint):
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
         b, lam, u, alpha, gate, scale = self._inputs(x)
+        b = b.contiguous()  # a view into the projection: copied once here, not in every iteration
 
         def step(h_prev):  # eq. 7: one diagonal scan over time
             return fixed_point_iteration(lam, scale, b, u, alpha, h_prev, state)
