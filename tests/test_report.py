@@ -12,7 +12,7 @@ from statetrack.experiments import expand, load_spec
 from statetrack.experiments.spec import shipped_specs
 from statetrack.plots import curve_style, log_axis
 from statetrack.report import markdown_table, table_rows, write_index, write_report
-from statetrack.scoring import FAIL, NOT_MEASURED, PASS, claim_verdicts, paper_of, summarize
+from statetrack.scoring import FAIL, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, seeds_verdict, summarize
 from statetrack.store import Store
 
 PAPER = {
@@ -63,18 +63,23 @@ def test_report_sets_the_papers_figures_beside_ours_with_verdicts(tmp_path):
     out = write_report("parity", _store(tmp_path), tmp_path)
     md = (out / "report.md").read_text()
     assert md.index("## Paper vs measured") < md.index("## Claims: did it reproduce?") < md.index("## Headline")
-    assert "Did it reproduce? 3/6 claims ✓, 1 ✗, 2 not measured" in md
+    assert "Did it reproduce? 2/6 claims ✓, 1 ✗, 2 not measured, 1 not run at this scale" in md
     figures = md.split("## Paper vs measured")[1].split("\n## ")[0]
     # measured: mean over seeds (the selection) of the mean over lengths 40..256
-    assert "| DeltaNet [-1,1] | 1.000 | 0.965 |" in figures and "| DeltaNet [0,1] | 0.017 | 0.025 |" in figures
-    assert "Transformer" not in figures  # not in this run: its figure would only be noise
+    assert "| parity | DeltaNet [-1,1] | 1.000 | 0.965 |" in figures and "| parity | DeltaNet [0,1] | 0.017 | 0.025 |" in figures
+    assert "| - | Transformer | fails | not run |" in figures  # named by the paper, not planned: listed, never dropped
     claims = md.split("## Claims: did it reproduce?")[1].split("\n## ")[0]
-    assert "| DeltaNet [-1,1] extrapolates | scaled acc. over 40..256 >= 0.9 | 0.965 | ✓ |" in claims
-    assert "| DeltaNet [0,1] does not | scaled acc. over 40..256 < 0.2 | 0.025 | ✓ |" in claims
-    assert "| DeltaNet [-1,1] holds at 1000 | scaled acc. at 1000 >= 0.9 | 0.400 | ✗ |" in claims
-    assert "| the negative range helps | scaled acc. over 40..256 > DeltaNet [0,1]'s | 0.965 vs 0.025 | ✓ |" in claims
-    assert "| the LSTM extrapolates too | scaled acc. over 40..256 >= 0.9 | not run yet: LSTM | not measured |" in claims
-    assert "| the Transformer fails | scaled acc. over 40..256 < 0.5 | not in this run: Transformer | not measured |" in claims
+    # per seed, the worst length of the range: seed 0 0.96, seed 1 0.90
+    assert "| DeltaNet [-1,1] extrapolates | scaled acc. at each length in 40..256 >= 0.9, in most seeds | 2 of 2 seeds, 0.930 | ✓ |" in claims
+    # seed 1 of DeltaNet [0,1] has not finished: 1 of 2 is no majority yet
+    assert ("| DeltaNet [0,1] does not | scaled acc. at each length in 40..256 < 0.2, in most seeds | "
+            "1 of 2 seeds, 0.050 (1 of 2 seeds not measured) | not measured |") in claims
+    assert "| DeltaNet [-1,1] holds at 1000 | scaled acc. at 1000 >= 0.9, in most seeds | 0 of 2 seeds, 0.400 | ✗ |" in claims
+    assert ("| the negative range helps | scaled acc. mean over 40..256 > DeltaNet [0,1]'s, in most seeds | "
+            "2 of 2 seeds, 0.965 vs 0.025 | ✓ |") in claims
+    assert "| the LSTM extrapolates too | scaled acc. at each length in 40..256 >= 0.9, in most seeds | not run yet: LSTM | not measured |" in claims
+    assert ("| the Transformer fails | scaled acc. at each length in 40..256 < 0.5, in most seeds | not in this run: Transformer "
+            "| not run at this scale |") in claims
     page = (out / "report.html").read_text()
     assert '<td class="pass">✓</td>' in page and '<td class="fail">✗</td>' in page and "<h2>Paper vs measured</h2>" in page
 
@@ -93,6 +98,75 @@ def test_claim_verdicts_cover_twins_beats_and_missing_runs():
     fails = verdicts["the Transformer fails"]
     assert fails["verdict"] == FAIL and [r["holds"] for r in fails["results"]] == [True, False]
     assert verdicts["the LSTM extrapolates too"]["verdict"] == NOT_MEASURED and verdicts["the LSTM extrapolates too"]["missing"] == ["LSTM"]
+
+
+PLANNED = {"models": {"DeltaNet [-1,1]"}, "tasks": {"parity"}, "scale": "quick", "lengths": {"parity": [40, 64, 128, 256]},
+           "train_length": {"parity": 40}, "seeds": {("DeltaNet [-1,1]", "parity", None, 0.01): {0, 1, 2}}}
+
+
+def _rows(by_seed: dict, model="DeltaNet [-1,1]") -> list[dict]:
+    return [{"model": model, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": (1 + v) / 2}
+            for s, by_length in by_seed.items() for n, v in by_length.items()]
+
+
+def _verdict(claim: dict, rows: list[dict], planned=PLANNED, selection=None) -> dict:
+    paper = paper_of({"name": "x", "paper": {"source": "s", "lengths": [40, 256], "claims": [{"text": "t", **claim}]}})
+    return claim_verdicts(paper, summarize(rows, selection), planned)[0]
+
+
+def test_a_range_claim_is_not_measured_without_every_planned_length():
+    """Evaluated at 40 and 1000 only: the range 40..256 lacks 64, 128 and 256 of the plan, and the
+    longest training length 40 alone must never pass an extrapolation claim."""
+    rows = _rows({s: {40: 1.0, 1000: 1.0} for s in (0, 1, 2)})
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
+    assert verdict["verdict"] == NOT_MEASURED and "3 of 3 seeds not measured" in verdict["reason"]
+    # a plan that evaluates only 40 and 1000: the range holds no length beyond training
+    only = {**PLANNED, "lengths": {"parity": [40, 1000]}}
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, only)
+    assert verdict["verdict"] == NOT_MEASURED
+    assert verdict["results"][0]["reason"] == "no evaluation length in 40..256 beyond the longest training length 40"
+    # a claim within the training lengths needs none beyond them
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, rows, only)["verdict"] == PASS
+
+
+def test_a_range_claim_holds_only_at_every_length_of_its_range():
+    rows = _rows({s: {40: 1.0, 64: 1.0, 128: 1.0, 256: 0.6} for s in (0, 1, 2)})  # mean 0.9, but 0.6 at 256
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
+    assert verdict["verdict"] == FAIL and verdict["results"][0]["seeds"] == {0: 0.6, 1: 0.6, 2: 0.6}
+
+
+def test_claims_are_scored_per_seed_under_their_seed_rule():
+    rows = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: dict.fromkeys([40, 64, 128, 256], 0.1),
+                  2: dict.fromkeys([40, 64, 128, 256], 0.2)})
+    majority = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
+    assert majority["verdict"] == FAIL and (majority["results"][0]["passed"], majority["results"][0]["of"]) == (1, 3)
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "best"}, rows)["verdict"] == PASS
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "all"}, rows)["verdict"] == FAIL
+    two = _rows({s: dict.fromkeys([40, 64, 128, 256], 1.0) for s in (0, 1)})  # seed 2 not finished
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, two)["verdict"] == PASS  # 2 of 3 already decide
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "all"}, two)["verdict"] == NOT_MEASURED
+    assert seeds_verdict([True, False, None]) is None and seeds_verdict([True, False, False]) is False
+
+
+def test_a_claim_naming_an_unplanned_model_or_scale_is_listed_as_not_run():
+    rows = _rows({s: dict.fromkeys([40, 64, 128, 256], 1.0) for s in (0, 1, 2)})
+    verdict = _verdict({"model": ["DeltaNet [-1,1]", "Mamba [-1,1]"], "at_least": 0.9}, rows)
+    assert verdict["verdict"] == NOT_RUN and verdict["unplanned"] == ["Mamba [-1,1]"]
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "scale": "paper"}, rows)
+    assert verdict["verdict"] == NOT_RUN and verdict["reason"] == "a claim of the paper scale"
+    with pytest.raises(StatetrackError, match="claims\\[0\\].seeds: unknown rule 'most'; expected one of: majority, all, best"):
+        _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "most"}, rows)
+
+
+@pytest.mark.parametrize("seeds", ["max", "mean"])
+def test_the_headline_and_the_check_marks_read_one_aggregate(seeds):
+    """selection.criterion=extrapolation: the headline's "extrapolates to" is the last ✓ of the
+    check-mark table, whether the headline is the best seed or the mean over seeds."""
+    rows = _rows({0: {40: 1.0, 64: 1.0, 256: 1.0, 1000: 1.0}, 1: {40: 1.0, 64: 0.0, 256: 0.0, 1000: 0.0},
+                  2: {40: 1.0, 64: 0.2, 256: 0.0, 1000: 0.0}})
+    entry = summarize(rows, {"criterion": "extrapolation", "seeds": seeds})[0]
+    assert entry["score"] == max((n for n, ok in entry["extrapolates"].items() if ok), default=0)
+    assert entry["score"] == (1000 if seeds == "max" else 40)
 
 
 def test_a_claim_may_test_a_metric_of_the_runs():
@@ -115,7 +189,7 @@ def test_index_shows_each_experiments_verdicts(tmp_path):
     write_report("parity", store, tmp_path)
     md = (write_index(store, tmp_path).parent / "index.md").read_text()
     assert "| experiment | scale | done | expected | failed | missing | claims |" in md
-    assert "| 3/6 claims ✓, 1 ✗, 2 not measured |" in md
+    assert "| 2/6 claims ✓, 1 ✗, 2 not measured, 1 not run at this scale |" in md
     assert "| [nopaper](nopaper/report.html) | quick | 0 | 0 | 0 | 0 | - |" in md
     # a paper given by the caller (the spec as it is now) wins over the plan's
     only = {**PAPER, "claims": PAPER["claims"][:1]}

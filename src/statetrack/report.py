@@ -14,7 +14,7 @@ from pathlib import Path
 from statetrack.plots import (METRIC_NAMES, answer_labels, entry_label, run_label, metrics_by_length, model_label,
                               plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
                               plot_position_accuracy, plot_traces, position_series, train_ranges)
-from statetrack.scoring import (FAIL, MEASURE_TEXT, NOT_MEASURED, PASS, claim_verdicts, data_efficiency,
+from statetrack.scoring import (FAIL, MEASURE_TEXT, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, data_efficiency,
                                 describe_selection, experiment_summary, paper_figures, paper_of, planned_ids, planned_names,
                                 selection_of, verdict_counts)
 from statetrack.store import Store
@@ -96,8 +96,9 @@ CHECK, CROSS = "✓", "✗"
 
 def extrapolation_caption(selection: dict) -> str:
     """What a ✓ means under `selection` (the check-mark table's note, in the report and `statetrack results`)."""
+    seeds = "mean over seeds" if selection["seeds"] == "mean" else "the best seed"
     return (f"{CHECK}: {selection['metric'].replace('_', ' ')} >= {selection['threshold']:g} at that length and at every "
-            f"shorter one (mean over seeds at the selected lr; Anonymous 2025), {CROSS}: not")
+            f"shorter one ({seeds} at the selected lr, as in the headline; Anonymous 2025), {CROSS}: not")
 
 
 def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]:
@@ -242,17 +243,27 @@ def _over(lengths) -> str:
     return f" at {lengths}" if isinstance(lengths, int) else f" over {lengths[0]}..{lengths[1]}"
 
 
+SEED_RULE_TEXT = {"majority": "in most seeds", "all": "in every seed", "best": "in the best seed (the paper reports a best-of)"}
+
+
 def claim_test(claim: dict) -> str:
-    """A claim's test in words: "scaled acc. over 40..256 >= 0.9", "extrapolates to > LSTM's"."""
-    over = "" if claim["measure"] == "extrapolation" else _over(claim["lengths"])
-    bound = " and ".join(f"{name}'s" for name in claim["bound"]) if claim["test"] == "beats" else f"{claim['bound']:g}"
+    """A claim's test in words: "scaled acc. at each length in 40..256 >= 0.9, in most seeds"."""
     name = MEASURE_SHORT.get(claim["measure"], claim["measure"].removeprefix("metric:").replace("_", " "))
-    return f"{name}{over} {OPERATORS[claim['test']]} {bound}"
+    lengths = claim["lengths"]
+    if claim["measure"] == "extrapolation":
+        where = ""
+    elif claim["test"] == "beats":
+        where = " (mean over test lengths)" if lengths is None else _over(lengths).replace(" over", " mean over")
+    else:
+        where = " at each test length" if lengths is None else f" at {lengths}" if isinstance(lengths, int) else f" at each length in {lengths[0]}..{lengths[1]}"
+    bound = " and ".join(f"{name}'s" for name in claim["bound"]) if claim["test"] == "beats" else f"{claim['bound']:g}"
+    return f"{name}{where} {OPERATORS[claim['test']]} {bound}, {SEED_RULE_TEXT[claim['seeds']]}"
 
 
 def claim_measured(verdict: dict) -> str:
-    """What was measured for a claim: one figure, or "who: figure" per model / task it covers, a ✗
-    after each that fails when it covers several, and what was not run."""
+    """What was measured for a claim: per model / task it covers, how many seeds pass and the mean
+    figure ("2 of 3 seeds, 0.951"; with the rival's under `beats`), why it is not measured, and what
+    the plan does not run."""
     claim, results = verdict["claim"], verdict["results"]
     name_models = len({(r["model"], r["dataset_size"]) for r in results}) > 1
     name_tasks = len({r["task"] for r in results}) > 1
@@ -260,9 +271,14 @@ def claim_measured(verdict: dict) -> str:
     for r in results:
         who = " ".join(x for x in (model_label(r["model"], r["dataset_size"]) if name_models else "",
                                    f"on {r['task']}" if name_tasks else "") if x)
-        value = _figure(r["value"], claim["measure"])
-        if claim["test"] == "beats":
-            value += f" vs {_figure(r['rival'], claim['measure'])}"
+        if r["value"] is None and r["reason"]:
+            value = r["reason"]
+        else:
+            value = f"{r['passed']} of {r['of']} seeds, {_figure(r['value'], claim['measure'])}"
+            if claim["test"] == "beats":
+                value += f" vs {_figure(r['rival'], claim['measure'])}"
+            if r["holds"] is None and r["reason"]:
+                value += f" ({r['reason']})"
         if r["holds"] is False and len(results) > 1:
             value += f" {FAIL}"
         parts.append(f"{who}: {value}" if who else value)
@@ -270,6 +286,8 @@ def claim_measured(verdict: dict) -> str:
         parts.append("not run yet: " + ", ".join(verdict["missing"]))
     if verdict["unplanned"]:
         parts.append("not in this run: " + ", ".join(verdict["unplanned"]))
+    if not parts and verdict["reason"]:
+        parts.append(verdict["reason"])
     return "; ".join(parts) or "-"
 
 
@@ -279,7 +297,7 @@ def verdict_line(verdicts: list[dict]) -> str:
     if not verdicts:
         return ""
     return (f"{counts[PASS]}/{len(verdicts)} claims {PASS}" + (f", {counts[FAIL]} {FAIL}" if counts[FAIL] else "")
-            + (f", {counts[NOT_MEASURED]} {NOT_MEASURED}" if counts[NOT_MEASURED] else ""))
+            + "".join(f", {counts[v]} {v}" for v in (NOT_MEASURED, NOT_RUN) if counts[v]))
 
 
 def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> tuple[list[tuple], list[dict]]:
@@ -302,8 +320,9 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
         sections.append(("Paper vs measured", note, (header, body)))
     if verdicts:
         body = [[v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]] for v in verdicts]
-        note = (f"{verdict_line(verdicts)}. {PASS}: the measured figures pass the claim's test; {FAIL}: they do not; "
-                f"{NOT_MEASURED}: nothing it names has finished runs here (runs missing, or its models are not in this scale)."
+        note = (f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, at every planned length of its "
+                f"range, and its seed rule decides; {PASS}: it holds; {FAIL}: it does not; {NOT_MEASURED}: a run or a planned "
+                f"length it needs is missing; {NOT_RUN}: it names a model, task or scale this plan does not run."
                 + (f" {QUICK_NOTE}" if scale == "quick" else ""))
         sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
     return sections, verdicts
@@ -322,6 +341,8 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     iterations against evaluation length and training step) when runs report them, the check-mark
     table when the selection criterion is `extrapolation`, accuracy per input position
     (`plot_position_accuracy`) and the model's output against the input where runs kept traces.
+    A run whose training loss became non-finite is done, scored as chance, and its status in the
+    runs table reads "diverged at step N".
     """
     out = Path(results_dir) / experiment
     out.mkdir(parents=True, exist_ok=True)
@@ -370,7 +391,8 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
                           data_efficiency_rows(efficiency)))
     run_header = ["model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
     run_rows = [
-        [run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]), r["status"], str(r["steps"] or "-"),
+        [run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]),
+         r["status"] if r.get("diverged_at") is None else f"diverged at step {r['diverged_at']}", str(r["steps"] or "-"),
          f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
         for r in runs
     ]

@@ -10,8 +10,9 @@
     scaled accuracy. `metric` is what that threshold applies to: `accuracy` (over supervised
     tokens) or `sequence_accuracy` (examples right at every supervised position).
   - The paper's check-mark table (Anonymous 2025, Tables 2-5): a model extrapolates to length L
-    when the mean over seeds of `metric` at the selected lr is >= threshold at L and at every
-    shorter test length (`summarize`'s `extrapolates`).
+    when `metric` at the selected lr (mean over seeds, or the best seed's under `seeds: max`) is >=
+    threshold at L and at every shorter test length (`summarize`'s `extrapolates`). The headline's
+    score under `extrapolation` is that same length, so headline and check marks never disagree.
   - lr: `best_mean` keeps the learning rate whose mean score over seeds is highest
     (Ebrahimi & Memisevic 2025; Anonymous 2025); `best_max` the one whose best seed scores highest
     (best over seeds x lrs, Deletang et al. 2023).
@@ -156,11 +157,13 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
         per_length_sequence = {n: [v["sequence"][n] for v in seeds.values() if n in v["sequence"]] for n in lengths}
         per_length_sequence = {n: v for n, v in per_length_sequence.items() if v}
         measured_mean = {n: statistics.mean(v["measured"][n] for v in seeds.values() if n in v["measured"]) for n in lengths}
-        reached = extrapolation_length(measured_mean, selection["threshold"])
         by_mean = selection["seeds"] == "mean"
+        # the headline, its score and the check marks read one aggregate: the mean over seeds or the best seed
+        reached = extrapolation_length(measured_mean if by_mean else seeds[best_seed]["measured"], selection["threshold"])
+        score = (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0]
         summary.append({
             "task": task, "run_task": variants[task][0], "variant": variants[task][1], "model": model, "dataset_size": size, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
-            "score": (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0],
+            "score": reached if selection["criterion"] == "extrapolation" else score,
             "headline": mean if by_mean else best,
             "best_seed": best_seed, "best": best, "mean": mean,
             "std": {n: statistics.pstdev(v) for n, v in per_length.items()},
@@ -223,11 +226,17 @@ PAPER_KEYS = {
     "measure": "what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME (see `measured`)",
     "lengths": "the test lengths the measured figure averages over: one length or [shortest, longest] (default: all)",
     "figures": "the paper's figure (a number or a short text) per model: {model: figure}, or per task: {task: {model: figure}}",
-    "claims": "the claims tested: a list of {text, model, [task], [dataset_size], [measure], [lengths], at_least|below|beats}",
+    "claims": "the claims tested: a list of {text, model, [task], [dataset_size], [measure], [lengths], [seeds], [scale], [note], at_least|below|beats}",
+    "notes": "what the measured results do and do not show, in a few sentences (printed in the book under the experiment)",
 }
-CLAIM_KEYS = ("text", "model", "task", "dataset_size", "measure", "lengths", "at_least", "below", "beats")
+CLAIM_KEYS = ("text", "model", "task", "dataset_size", "measure", "lengths", "seeds", "scale", "note", "at_least", "below", "beats")
+# How a claim's per-seed outcomes become its verdict: every seed, more than half, or the best seed
+# (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
+SEED_RULES = ("majority", "all", "best")
+SCALES = ("quick", "paper")  # the scales every shipped spec has: `quick` (CPU minutes) and `paper` (the papers' sizes)
 CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
-PASS, FAIL, NOT_MEASURED = "✓", "✗", "not measured"
+PASS, FAIL, NOT_MEASURED, NOT_RUN = "✓", "✗", "not measured", "not run at this scale"
+VERDICTS = (PASS, FAIL, NOT_MEASURED, NOT_RUN)
 MEASURE_TEXT = {
     "scaled": "headline scaled accuracy",
     "sequence": "sequence accuracy (mean over seeds)",
@@ -313,14 +322,31 @@ def paper_of(spec: dict) -> dict | None:
         size = claim.get("dataset_size")
         if size is not None and not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
             raise StatetrackError(f"{at}.dataset_size must be a positive integer, got {size!r}")
+        rule = claim.get("seeds", SEED_RULES[0])
+        if rule not in SEED_RULES:
+            raise StatetrackError(f"{at}.seeds: unknown rule {rule!r}; expected one of: {', '.join(SEED_RULES)}")
+        scales = _names(claim["scale"], f"{at}.scale") if "scale" in claim else None
+        for scale in scales or []:
+            if scale not in SCALES:
+                raise StatetrackError(f"{at}.scale: unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
         checked.append({
             "text": " ".join(claim["text"].split()), "models": _names(claim["model"], f"{at}.model"),
             "tasks": _names(claim["task"], f"{at}.task") if "task" in claim else None, "dataset_size": size,
             "measure": _check_measure(claim.get("measure", measure), f"{at}.measure"),
             "lengths": _check_lengths(claim.get("lengths", lengths), f"{at}.lengths"), "test": test, "bound": bound,
+            "seeds": rule, "scales": scales, "note": _text(claim.get("note"), f"{at}.note"),
         })
     return {"source": paper["source"].strip(), "metric": " ".join(paper.get("metric", "").split()), "measure": measure,
-            "lengths": lengths, "figures": grouped, "claims": checked}
+            "lengths": lengths, "figures": grouped, "claims": checked, "notes": _text(paper.get("notes"), f"{where}.notes")}
+
+
+def _text(value, where: str) -> str:
+    """An optional text of the spec (a note), whitespace folded; '' when absent."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise StatetrackError(f"{where} must be a text, got {value!r}")
+    return " ".join(value.split())
 
 
 def check_paper_names(spec: dict, models, tasks) -> None:
@@ -359,27 +385,80 @@ def _within(length: int, lengths) -> bool:
     return length == lengths if isinstance(lengths, int) else lengths[0] <= length <= lengths[1]
 
 
-def measured(entry: dict, measure: str = "scaled", lengths=None) -> float | None:
-    """An entry of `summarize` as one figure: `scaled` (its headline scaled accuracy) or `sequence`
-    (sequence accuracy, mean over seeds) or `metric:NAME` (a metric of the runs, e.g. the
-    total-variation distance `metric:tv_distance`, mean over seeds), each averaged over its test lengths within `lengths`
-    (a length or [shortest, longest]; None: all), or `extrapolation` (the longest test length it
-    extrapolates to, 0 when none). None when nothing was measured there."""
+def _range_text(lengths) -> str:
+    if lengths is None:
+        return "at the test lengths"
+    return f"at {lengths}" if isinstance(lengths, int) else f"in {lengths[0]}..{lengths[1]}"
+
+
+def claim_lengths(entry: dict, measure: str, lengths, planned: dict | None = None) -> tuple[list[int] | None, str | None]:
+    """The evaluation lengths a figure over `lengths` (a length, [shortest, longest] or None: all)
+    reads for `entry`, or (None, why not): the lengths the plan evaluates its task at (`planned`,
+    see `planned_names`; the entry's own lengths for a plan that does not record them) within the
+    range, every one of which must have been measured. A range reaching beyond the longest training
+    length (and the measure `extrapolation`) is about extrapolation: it must hold an evaluated length
+    beyond that training length, so that training-length figures alone never pass it."""
+    task = entry.get("run_task", entry["task"])
+    known = (planned or {}).get("lengths", {}).get(task)
+    pool = sorted(known) if known else entry["lengths"]
+    picked = pool if measure == "extrapolation" else [n for n in pool if _within(n, lengths)]
+    if not picked:
+        return None, f"no evaluation length {_range_text(lengths)} in the plan"
+    train = (planned or {}).get("train_length", {}).get(task)
+    upper = None if lengths is None else lengths if isinstance(lengths, int) else lengths[1]
+    about_extrapolation = measure == "extrapolation" or (upper is not None and train is not None and upper > train)
+    if about_extrapolation and train is not None and max(picked) <= train:
+        return None, f"no evaluation length {_range_text(lengths)} beyond the longest training length {train}"
+    return picked, None
+
+
+def _seed_values(record: dict, measure: str) -> dict:
+    """{length: value} of one seed's run for `measure` (`extrapolation` reads the selection's metric)."""
+    if measure.startswith("metric:"):
+        return record["metrics"].get(measure[len("metric:"):], {})
+    return {"scaled": record["scaled"], "sequence": record["sequence"], "extrapolation": record["measured"]}[measure]
+
+
+def seed_figure(record: dict, measure: str, lengths: list[int], test: str, threshold: float = 0.9) -> float | None:
+    """One seed's figure for a claim over `lengths` (each must be measured, else None): the length it
+    extrapolates to for `extrapolation`; otherwise the worst length for `at_least` (the minimum) and
+    `below` (the maximum), so that the claim holds at every length of its range, and the mean over
+    the lengths for `beats`."""
+    values = _seed_values(record, measure)
+    if any(values.get(n) is None for n in lengths):
+        return None
+    picked = [values[n] for n in lengths]
     if measure == "extrapolation":
-        return max((n for n, ok in entry["extrapolates"].items() if ok), default=0)
+        return extrapolation_length(dict(zip(lengths, picked)), threshold)
+    return min(picked) if test == "at_least" else max(picked) if test == "below" else statistics.mean(picked)
+
+
+def measured(entry: dict, measure: str = "scaled", lengths=None, planned: dict | None = None) -> float | None:
+    """An entry of `summarize` as one figure, the paper's figure's counterpart: `scaled` (its
+    headline scaled accuracy), `sequence` (sequence accuracy, mean over seeds) or `metric:NAME` (a
+    metric of the runs, e.g. the total-variation distance `metric:tv_distance`, mean over seeds),
+    each averaged over the planned test lengths within `lengths` (see `claim_lengths`), or
+    `extrapolation` (the longest test length it extrapolates to, 0 when none). None when a length it
+    needs was not measured."""
+    picked, _ = claim_lengths(entry, measure, lengths, planned)
+    if picked is None:
+        return None
+    if measure == "extrapolation":
+        return max((n for n in picked if entry["extrapolates"].get(n)), default=0) if all(n in entry["extrapolates"] for n in picked) else None
     if measure.startswith("metric:"):
         values = entry.get("metrics_mean", {}).get(measure[len("metric:"):], {})
     else:
         values = entry["headline"] if measure == "scaled" else entry["sequence_mean"]
-    picked = [v for n, v in values.items() if v is not None and _within(n, lengths)]
-    return statistics.mean(picked) if picked else None
+    if any(values.get(n) is None for n in picked):
+        return None
+    return statistics.mean(values[n] for n in picked)
 
 
 def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
     """One row per (task, model) entry of the summary, with the paper's figure where it gives one and
     the measured figure (`paper.measure` over `paper.lengths`); then the paper's figures for models
-    and tasks the plan runs (`planned`, see `claim_verdicts`) that have no finished entry yet
-    (measured None, run False). Row: task, model, dataset_size, paper, measured, run."""
+    and tasks the plan does not run or has not finished (measured None; run False when the plan does
+    not run them). Row: task, model, dataset_size, paper, measured, run."""
     rows, used = [], set()
     for e in summary:
         figure = None
@@ -390,19 +469,30 @@ def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None)
                 figure = paper["figures"][key][names[0]]
                 break
         rows.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "paper": figure,
-                     "measured": measured(e, paper["measure"], paper["lengths"]), "run": True})
+                     "measured": measured(e, paper["measure"], paper["lengths"], planned), "run": True})
     for task, by_model in paper["figures"].items():
         for model, figure in by_model.items():
-            if (task, model) not in used and _planned("model", model, planned) and (task is None or _planned("task", task, planned)):
-                rows.append({"task": task or "", "model": model, "dataset_size": None, "paper": figure, "measured": None, "run": False})
+            if (task, model) not in used:
+                run = _planned("model", model, planned) and (task is None or _planned("task", task, planned))
+                rows.append({"task": task or "", "model": model, "dataset_size": None, "paper": figure, "measured": None, "run": run})
     return rows
 
 
 def planned_names(plan: dict | None) -> dict | None:
-    """{models, tasks} the experiment's latest plan runs (model labels, training tasks); None without a plan."""
+    """What the experiment's latest plan runs, for the claims: {models (labels), tasks (training
+    tasks), scale, lengths ({task: evaluation lengths}), train_length ({task: longest training
+    length}), seeds ({(model, task, dataset_size, lr): seeds})}; None without a plan. A plan written
+    before it recorded lengths has none (the claims then read the lengths that were measured)."""
     if plan is None:
         return None
-    return {"models": {r["model"] for r in plan["runs"]}, "tasks": {r["task"] for r in plan["runs"]}}
+    lengths, train, seeds = defaultdict(set), {}, defaultdict(set)
+    for r in plan["runs"]:
+        lengths[r["task"]].update(r.get("lengths") or [])
+        if r.get("train_length") is not None:
+            train[r["task"]] = max(train.get(r["task"], 0), r["train_length"])
+        seeds[(r["model"], r["task"], r.get("dataset_size"), r["lr"])].add(r["seed"])
+    return {"models": {r["model"] for r in plan["runs"]}, "tasks": {r["task"] for r in plan["runs"]}, "scale": plan.get("scale"),
+            "lengths": {t: sorted(v) for t, v in lengths.items() if v}, "train_length": train, "seeds": dict(seeds)}
 
 
 def _planned(kind: str, name: str, planned: dict | None) -> bool:
@@ -414,20 +504,58 @@ def _planned(kind: str, name: str, planned: dict | None) -> bool:
     return name in planned["tasks"] or (name.endswith("]") and name[: name.rfind(" [")] in planned["tasks"])
 
 
-def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
-    """Each claim of `paper` checked against the summary: {claim, verdict, results, missing, unplanned}.
+def seeds_verdict(outcomes: list, rule: str = "majority") -> bool | None:
+    """Per-seed outcomes (True, False, None: not measured) -> whether the claim holds under `rule`:
+    `majority` more than half of the seeds pass, `all` every one, `best` at least one; None while
+    the seeds not measured could still decide it."""
+    n, k, failed = len(outcomes), sum(o is True for o in outcomes), sum(o is False for o in outcomes)
+    unknown = n - k - failed
+    if rule == "all":
+        return False if failed else True if not unknown and n else None
+    if rule == "best":
+        return True if k else False if not unknown and n else None
+    return True if 2 * k > n else False if n and 2 * (k + unknown) <= n else None
 
-    A claim covers the models and tasks it names that the experiment's plan runs (`planned`, from
-    `planned_names`; None: all it names), so one claim serves every scale of a spec and a run whose
-    `models=[...]` override leaves some out (unplanned: the names left aside). results: one {task,
-    model, dataset_size, value, rival, holds} per (task, model) entry covered (`covers`; rival: the
-    best figure of the `beats` models on the same task and training-set size, which the model must
-    exceed); missing: planned models (or model on task) without a finished entry. Verdict: ✗ when
-    some entry fails the claim, else "not measured" when something is missing or nothing is covered
-    (another scale, runs not finished), else ✓."""
+
+def _passes(test: str, value: float, bound) -> bool:
+    if test == "at_least":
+        return value >= bound - 1e-9
+    return value < bound if test == "below" else value > bound
+
+
+def _entry_figure(entry: dict, claim: dict, lengths: list[int], planned: dict | None) -> tuple[dict, float | None]:
+    """({seed: its figure or None} over the seeds the plan runs at the entry's lr, mean of those measured)."""
+    key = (entry["model"], entry.get("run_task", entry["task"]), entry["dataset_size"], entry["lr"])
+    seeds = sorted((planned or {}).get("seeds", {}).get(key) or entry["seeds"])
+    threshold = entry["selection"]["threshold"]
+    figures = {s: seed_figure(entry["per_seed"][s], claim["measure"], lengths, claim["test"], threshold) if s in entry["per_seed"] else None
+               for s in seeds}
+    values = [v for v in figures.values() if v is not None]
+    return figures, statistics.mean(values) if values else None
+
+
+def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
+    """Each claim of `paper` checked against the summary, seed by seed:
+    {claim, verdict, results, missing, unplanned, reason}.
+
+    A claim covers the models and tasks it names (`covers`) at the scales it names. Each (task,
+    model) entry it covers is scored per seed at the selected lr (`seed_figure` over `claim_lengths`:
+    every planned length of its range measured, extrapolation claims beyond the training lengths) and
+    the seeds decide under the claim's rule (`seeds_verdict`). Result per entry: {task, model,
+    dataset_size, value (mean over the seeds' figures), rival (`beats`: the best mean figure of the
+    rival models on the same task and training-set size), seeds ({seed: figure}), passed, of (seeds
+    planned), holds, reason (why it is not measured)}. missing: planned models (or model on task)
+    without a finished entry; unplanned: what it names that this plan does not run (`planned`, from
+    `planned_names`; None: all it names). Verdict: ✗ when some entry fails under the seed rule, else
+    "not run at this scale" when it names a scale, model or task the plan does not run, else "not
+    measured" when something is missing or unmeasured, else ✓."""
     out = []
     for claim in paper["claims"]:
-        results, missing = [], []
+        results, missing, reason = [], [], ""
+        if claim["scales"] and planned is not None and planned.get("scale") not in claim["scales"]:
+            out.append({"claim": claim, "verdict": NOT_RUN, "results": [], "missing": [], "unplanned": [],
+                        "reason": f"a claim of the {' and '.join(claim['scales'])} scale"})
+            continue
         models = [m for m in claim["models"] if _planned("model", m, planned)]
         tasks = None if claim["tasks"] is None else [t for t in claim["tasks"] if _planned("task", t, planned)]
         rivals = [m for m in claim["bound"] if _planned("model", m, planned)] if claim["test"] == "beats" else []
@@ -438,31 +566,40 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                        and claim["dataset_size"] in (None, e["dataset_size"])]
             missing += [model] if not entries else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
             for e in entries:
-                value = measured(e, claim["measure"], claim["lengths"])
-                rival = None
-                if claim["test"] == "beats":
-                    against = {name: [measured(r, claim["measure"], claim["lengths"]) for r in summary if covers(name, r["model"])
+                lengths, why = claim_lengths(e, claim["measure"], claim["lengths"], planned)
+                figures, value, rival = {}, None, None
+                if lengths is not None:
+                    figures, value = _entry_figure(e, claim, lengths, planned)
+                if claim["test"] == "beats" and lengths is not None:
+                    against = {name: [_entry_figure(r, claim, lengths, planned)[1] for r in summary if covers(name, r["model"])
                                       and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])] for name in rivals}
                     missing += [f"{name} on {e['task']}" for name, values in against.items() if not values]
                     values = [v for vs in against.values() for v in vs]
                     rival = None if not values or None in values else max(values)
-                if value is None or (claim["test"] == "beats" and rival is None):
-                    holds = None
-                elif claim["test"] == "at_least":
-                    holds = value >= claim["bound"] - 1e-9
-                elif claim["test"] == "below":
-                    holds = value < claim["bound"]
-                else:
-                    holds = value > rival
+                    why = why or (None if rival is not None else "a rival not measured")
+                bound = rival if claim["test"] == "beats" else claim["bound"]
+                outcomes = [None if v is None or bound is None else _passes(claim["test"], v, bound) for v in figures.values()]
+                holds = seeds_verdict(outcomes, claim["seeds"]) if lengths is not None else None
+                unmeasured = sum(o is None for o in outcomes)
+                if holds is None and why is None and unmeasured:
+                    why = f"{unmeasured} of {len(outcomes)} seeds not measured"
                 results.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "value": value,
-                                "rival": rival, "holds": holds})
+                                "rival": rival, "seeds": figures, "passed": sum(o is True for o in outcomes),
+                                "of": len(outcomes), "holds": holds, "reason": why})
         missing = list(dict.fromkeys(missing))
-        verdict = (FAIL if any(r["holds"] is False for r in results)
-                   else NOT_MEASURED if missing or not results or any(r["holds"] is None for r in results) else PASS)
-        out.append({"claim": claim, "verdict": verdict, "results": results, "missing": missing, "unplanned": unplanned})
+        if any(r["holds"] is False for r in results):
+            verdict = FAIL
+        elif unplanned:
+            verdict, reason = NOT_RUN, "not run at this scale: " + ", ".join(unplanned)
+        elif missing or not results or any(r["holds"] is None for r in results):
+            verdict = NOT_MEASURED
+            reason = "; ".join(dict.fromkeys([r["reason"] for r in results if r["reason"]] + (["not run yet: " + ", ".join(missing)] if missing else [])))
+        else:
+            verdict = PASS
+        out.append({"claim": claim, "verdict": verdict, "results": results, "missing": missing, "unplanned": unplanned, "reason": reason})
     return out
 
 
 def verdict_counts(verdicts: list[dict]) -> dict:
-    """{PASS: n, FAIL: n, NOT_MEASURED: n} over the claims' verdicts."""
-    return {v: sum(1 for x in verdicts if x["verdict"] == v) for v in (PASS, FAIL, NOT_MEASURED)}
+    """{verdict: how many claims have it} over the four verdicts."""
+    return {v: sum(1 for x in verdicts if x["verdict"] == v) for v in VERDICTS}

@@ -7,8 +7,10 @@ one by one, a local process pool, or Ray tasks) in one scheduling loop. Workers
 
 Resume: a re-run of the same command skips `done` runs and runs the rest. Runs that `failed` are
 retried by default (the failure may have been transient: a lost node, memory, a bug fixed since);
-`retry_failed=False` (`--skip-failed`) leaves them as they are. A run killed mid-training restarts
-from its last checkpoint.
+`retry_failed=False` (`--skip-failed`) leaves them as they are. A run whose training loss became
+non-finite is no failure but the outcome of its setting (a learning rate too high, say): it is
+stored `done`, with the step it diverged at and its evaluations at chance, and never retried. A run
+killed mid-training restarts from its last checkpoint.
 
 Several drivers (on one machine or many, sharing the store) divide an experiment between them: a
 driver claims each run in the store before training it, with a lease it keeps renewing, and the
@@ -33,6 +35,7 @@ from statetrack.experiments.backends import check_backend, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS, Store
+from statetrack.train import TrainConfig
 
 
 def git_revision() -> str:
@@ -151,15 +154,25 @@ def terminate_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def plan_entry(run: RunSpec) -> dict:
+    """A run as the plan records it: what the report and the claims need before the run finishes
+    (its evaluation lengths, and its longest training length, the last curriculum stage's included)."""
+    train_length = max(stage["max_length"] for stage in TrainConfig.from_dict(run.train).stages())
+    return {"id": run.id, "model": run.model_name, "task": run.task_name, "lr": run.lr, "seed": run.seed,
+            "dataset_size": run.dataset_size, "lengths": list(run.eval["lengths"]), "train_length": train_length}
+
+
 def describe(run: RunSpec) -> str:
     return f"{run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}"
 
 
 def record(store: Store, run: RunSpec, outcome: dict) -> str:
-    """Write a worker's outcome to the store (the run must have been started); returns its status."""
-    if outcome["status"] == "done":
+    """Write a worker's outcome to the store (the run must have been started); returns its status:
+    'done', 'diverged' (stored done, with `diverged_at` and its evaluations at chance) or 'failed'."""
+    if outcome["status"] in ("done", "diverged"):
         store.finish_run(run.id, outcome["evals"], outcome["curve"], outcome["steps"], outcome["num_parameters"],
-                         outcome["train_seconds"], outcome["eval_seconds"], host=outcome.get("host"))
+                         outcome["train_seconds"], outcome["eval_seconds"], host=outcome.get("host"),
+                         diverged_at=outcome.get("diverged_at"))
     else:
         store.fail_run(run.id, outcome["error"], host=outcome.get("host"))
     return outcome["status"]
@@ -204,7 +217,7 @@ def run_experiment(
     imports = list(dict.fromkeys(imports + spec.get("imports", [])))
     results_dir = Path(results_dir)
     store = Store(store_path or results_dir / "statetrack.db")
-    store.set_plan(spec["name"], spec, [{"id": r.id, "model": r.model_name, "task": r.task_name, "lr": r.lr, "seed": r.seed} for r in runs])
+    store.set_plan(spec["name"], spec, [plan_entry(r) for r in runs])
     git_rev = git_revision()
     status = {r.id: store.status(r.id) for r in runs}
     finished = {"done"} if retry_failed else {"done", "failed"}
@@ -248,13 +261,16 @@ def run_experiment(
                     time.sleep(POLL_SECONDS)  # only other drivers' runs are left
                 for handle in pool.wait(list(in_flight), timeout=POLL_SECONDS if elsewhere else None) if in_flight else []:
                     run = in_flight.pop(handle)
-                    outcome_status = record(store, run, pool.outcome(handle))
+                    outcome = pool.outcome(handle)
+                    outcome_status = record(store, run, outcome)
                     heartbeat.release(run.id)
-                    if outcome_status != "done":
+                    if outcome_status == "failed":
                         say(f"  failed: {describe(run)} (the error is in the store and the report)")
+                    elif outcome_status == "diverged":
+                        say(f"  diverged: {describe(run)} at step {outcome['diverged_at']} (scored as chance)")
                     elif not pool.in_process:
                         say(f"done    {describe(run)}")
-                    if outcome_status == "done" and tensorboard:
+                    if outcome_status != "failed" and tensorboard:
                         log_tensorboard(tensorboard, run, store)
                     bar.update(1)
                 still = []

@@ -25,11 +25,10 @@ import yaml
 from statetrack import sizing, zoo
 from statetrack.errors import StatetrackError, unknown
 from statetrack.plugins import load_imports, resolve_imports
-from statetrack.scoring import check_paper_names, paper_of, selection_of
+from statetrack.scoring import SCALES, check_paper_names, paper_of, selection_of
 from statetrack.tasks import make_task
 from statetrack.train import TrainConfig, curriculum_tasks
 
-SCALES = ("quick", "paper")
 TOP_LEVEL_KEYS = {
     "name": "experiment name",
     "description": "one paragraph shown in the report",
