@@ -70,7 +70,7 @@ def test_an_old_store_gains_the_columns_and_its_rows_read_back(tmp_path):
     assert store.curves("old") == [{"step": 5, "loss": 1.5, "accuracy": 0.25, "metrics": {}}]
     [row] = store.results("fp")
     assert row == {"model": "LSTM", "task": "word_problem(group=A5)", "task_params": {"group": "A5"}, "seed": 0, "lr": 0.01,
-                   "length": 8, "accuracy": 0.75, "scaled_accuracy": 0.7}
+                   "length": 8, "accuracy": 0.75, "scaled_accuracy": 0.7, "diverged": False}
     # opening it again changes nothing; the migrated store takes the new data
     store = Store(db)
     _add_run(store, "new", "FP-RNN", "A5", 0.01, 0, [_eval(8, 0.9, 0.5, iterations_median=5.0)],
@@ -88,18 +88,21 @@ def test_results_rows_carry_task_params_sequence_accuracy_and_metrics(tmp_path):
     rows = store.results("fp")
     assert rows == [
         {"model": "FP-RNN", "task": "word_problem(group=A5)", "task_params": {"group": "A5"}, "seed": 0, "lr": 0.01, "length": 8,
-         "accuracy": 0.9, "scaled_accuracy": 0.9, "sequence_accuracy": 0.6, "iterations_max": 9.0, "iterations_median": 5.0},
+         "accuracy": 0.9, "scaled_accuracy": 0.9, "sequence_accuracy": 0.6, "diverged": False, "iterations_max": 9.0,
+         "iterations_median": 5.0},
         {"model": "FP-RNN", "task": "word_problem(group=A5)", "task_params": {"group": "A5"}, "seed": 0, "lr": 0.01, "length": 64,
-         "accuracy": 0.5, "scaled_accuracy": 0.5, "sequence_accuracy": 0.0, "iterations_max": 12.0, "iterations_median": 7.0},
+         "accuracy": 0.5, "scaled_accuracy": 0.5, "sequence_accuracy": 0.0, "diverged": False, "iterations_max": 12.0,
+         "iterations_median": 7.0},
     ]
     assert list(rows[0])[:3] == ["model", "task", "task_params"]  # the fixed keys first, in their old order
     assert store.evals("r1")[1] == {"length": 64, "accuracy": 0.5, "scaled_accuracy": 0.5, "samples": 16, "sequence_accuracy": 0.0,
                                     "metrics": {"iterations_max": 12.0, "iterations_median": 7.0}}
     assert [c["metrics"] for c in store.curves("r1")] == [{"iterations_median": 3.0}, {}]
     # a metric named like a row key cannot overwrite it
-    _add_run(store, "r2", "Odd", "A5", 0.01, 0, [{**_eval(8, 0.9), "metrics": {"accuracy": 0.1}}])
+    _add_run(store, "r2", "Odd", "A5", 0.01, 0, [{**_eval(8, 0.9), "metrics": {"accuracy": 0.1, "diverged": 1.0}}])
     [odd] = [r for r in store.results("fp") if r["model"] == "Odd"]
     assert odd["accuracy"] == 0.9 and odd["metric_accuracy"] == 0.1 and "sequence_accuracy" not in odd
+    assert odd["diverged"] is False and odd["metric_diverged"] == 1.0
 
 
 def test_runs_on_different_groups_are_told_apart(tmp_path, capsys):

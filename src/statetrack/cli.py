@@ -65,6 +65,7 @@ def cmd_run(args) -> int:
         print(f"\ndid it reproduce? {verdicts} (the claims of {spec['paper']['source']}, in the report)")
     print(f"\nreport: {out / 'report.html'}  (and report.md)")
     ids = {r.id for r in runs}
+    # status 1 for errors only: a run that diverged is done (the outcome of its setting, scored as chance)
     failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed" and r["id"] in ids]
     return 1 if failed else 0
 

@@ -9,6 +9,8 @@ per-position outputs, where the spec asks for `eval.traces`), `curves` (training
 so a report knows which runs it expects and which are missing).
 A run becomes `done` in the same transaction that writes its evaluations, so a run killed at any
 point is either complete or not `done`, never half-written; re-running skips only `done` runs.
+A run whose training loss became non-finite is `done` too, with `diverged_at` (the step) and its
+evaluations at chance: that is the outcome of its setting, so it is never retried.
 Only one process writes at a time (SQLite's lock, WAL mode); the runner's driver is that process
 for both backends: workers return their results instead of writing (see experiments/backends.py).
 Several drivers may share one store: a driver claims a run before training it (`start_run`: a lease
@@ -64,7 +66,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started_at REAL,
     finished_at REAL,
     pid INTEGER,
-    heartbeat REAL
+    heartbeat REAL,
+    diverged_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment);
 {evals}
@@ -94,11 +97,12 @@ CREATE TABLE IF NOT EXISTS plans (
 """.format(evals=EVALS_TABLE.strip())
 
 # The fixed keys of a `results` row; a model metric of the same name is renamed metric_<name>.
-RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy", "sequence_accuracy")
+RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy",
+               "sequence_accuracy", "diverged")
 
 # Columns added since the first schema: a store written before them gains them when opened (NULL in old rows).
 ADDED_COLUMNS = {
-    "runs": {"pid": "INTEGER", "heartbeat": "REAL"},
+    "runs": {"pid": "INTEGER", "heartbeat": "REAL", "diverged_at": "INTEGER"},
     "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT", "position_accuracy": "TEXT"},
     "curves": {"metrics": "TEXT", "stage": "INTEGER"},
 }
@@ -302,8 +306,10 @@ class Store:
             )
 
     def finish_run(self, run_id: str, evals: list[dict], curve: list[dict], steps: int, num_parameters: int, train_seconds: float,
-                   eval_seconds: float, host: str | None = None) -> None:
-        """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here.
+                   eval_seconds: float, host: str | None = None, diverged_at: int | None = None) -> None:
+        """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here;
+        `diverged_at`: the step at which its training loss became non-finite (its evaluations are then
+        at chance, experiments/worker.py `chance_evals`), None for a run that trained to the end.
 
         Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally variant (the
         `eval.variants` entry it scores; '' or absent for the training task), sequence_accuracy (the
@@ -331,8 +337,8 @@ class Store:
             )
             db.execute(
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
-                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host) WHERE id = ?",
-                (steps, num_parameters, train_seconds, eval_seconds, time.time(), host, run_id),
+                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ? WHERE id = ?",
+                (steps, num_parameters, train_seconds, eval_seconds, time.time(), host, diverged_at, run_id),
             )
 
     def fail_run(self, run_id: str, error: str, host: str | None = None) -> None:
@@ -362,6 +368,8 @@ class Store:
         return f"{row['host']}:{row['pid']}" if row and row["status"] == "running" and lease_is_live(row, lease) else None
 
     def runs(self, experiment: str) -> list[dict]:
+        """Every run of the experiment: its row of `runs` (status, error, steps, diverged_at, timings, ...)
+        with `config` decoded."""
         with self._connect() as db:
             rows = db.execute("SELECT * FROM runs WHERE experiment = ? ORDER BY model, task, lr, seed", (experiment,)).fetchall()
         return [{**dict(r), "config": json.loads(r["config"])} for r in rows]
@@ -382,7 +390,8 @@ class Store:
 
         Keys: model, task, task_params (the task's parameters, e.g. {"group": "A5"}; {} when none),
         [variant], dataset_size (N of a run on a fixed training set; only in the rows of runs that set it), seed,
-        lr, length, accuracy, scaled_accuracy, sequence_accuracy (only where it was measured), then
+        lr, length, accuracy, scaled_accuracy, sequence_accuracy (only where it was measured), diverged
+        (whether the run's training loss became non-finite: its scores are then chance), then
         each of the model's metrics at that length as a key of its own (e.g. iterations_median; a
         metric named like one of the keys above is written as metric_<name>).
         A row that scores an evaluation variant (`eval.variants` of the spec: the trained model on
@@ -395,7 +404,7 @@ class Store:
                 "SELECT r.id, r.model, r.task, json_extract(r.config, '$.task') AS task_config,"
                 " json_extract(r.config, '$.eval.variants') AS variants,"
                 " json_extract(r.config, '$.train.dataset_size') AS dataset_size,"
-                " r.seed, r.lr, e.variant, e.length, e.accuracy, e.scaled_accuracy, e.sequence_accuracy, e.metrics"
+                " r.seed, r.lr, r.diverged_at, e.variant, e.length, e.accuracy, e.scaled_accuracy, e.sequence_accuracy, e.metrics"
                 " FROM runs r JOIN evals e ON e.run_id = r.id"
                 " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, e.variant, dataset_size, r.lr, r.seed, e.length",
                 (experiment,),
@@ -413,6 +422,7 @@ class Store:
             row.update({k: r[k] for k in ("seed", "lr", "length", "accuracy", "scaled_accuracy")})
             if r["sequence_accuracy"] is not None:
                 row["sequence_accuracy"] = r["sequence_accuracy"]
+            row["diverged"] = r["diverged_at"] is not None
             for name, value in _decode_metrics(r["metrics"]).items():
                 row[f"metric_{name}" if name in RESULT_KEYS else name] = value
             out.append(row)

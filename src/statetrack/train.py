@@ -243,6 +243,15 @@ def resolve_device(device: str) -> torch.device:
         raise StatetrackError(f"unknown device {device!r}; expected one of: auto, cpu, cuda, cuda:N") from None
 
 
+class Diverged(FloatingPointError):
+    """The training loss became non-finite (nan or inf) at `step` (the optimizer steps taken before
+    it); `loss` is that value. A sweep scores such a run as chance (experiments/worker.py)."""
+
+    def __init__(self, step: int, loss: float):
+        super().__init__(f"training loss became {loss} at step {step}")
+        self.step, self.loss = step, loss
+
+
 class Trainer:
     """Trains `model` on `task`. Saves a checkpoint every `checkpoint_every` steps and at the end;
     a run restarted with the same checkpoint path continues where it stopped."""
@@ -352,6 +361,8 @@ class Trainer:
         return loss.item()
 
     def fit(self) -> Trainer:
+        """Train to `steps` (or until early stopping), resuming from the checkpoint when there is one.
+        Raises `Diverged` when a batch's loss is non-finite, before that batch updates the model."""
         c = self.config
         if self.checkpoint_path and self.checkpoint_path.exists():
             self.load(self.checkpoint_path)
@@ -366,7 +377,9 @@ class Trainer:
             loss, accuracy = self.tasks[stage].loss(self.model(batch.inputs)[0], batch)
             diagnostics.merge(window_records, diagnostics.drain(self.model))
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {loss.item()} at step {self.step}")
+                self.seconds = time.perf_counter() - start
+                bar.close()
+                raise Diverged(self.step, loss.item())
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)

@@ -20,7 +20,7 @@ from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.spec import RunSpec
 from statetrack.plugins import load_imports
 from statetrack.tasks import make_task
-from statetrack.train import Trainer, TrainConfig
+from statetrack.train import Diverged, Trainer, TrainConfig
 
 
 def checkpoint_path(results_dir: str | Path, experiment: str, run_id: str) -> Path:
@@ -29,6 +29,19 @@ def checkpoint_path(results_dir: str | Path, experiment: str, run_id: str) -> Pa
 
 def failed_outcome(error: str, host: str | None = None) -> dict:
     return {"status": "failed", "error": error, "host": host}
+
+
+def chance_evals(run: RunSpec, task) -> list[dict]:
+    """The evaluation rows of a run whose training diverged: at every evaluation length and variant,
+    accuracy at that (variant) task's chance, scaled and sequence accuracy 0, no samples. The model
+    (its parameters nan or inf) is not evaluated: an argmax over nan logits can land above chance."""
+    variants = {"": {}, **(run.eval.get("variants") or {})}
+    rows = []
+    for variant, overrides in variants.items():
+        chance = (task if not overrides else make_task(**{**run.task, **overrides})).chance
+        rows += [{"length": length, "accuracy": chance, "scaled_accuracy": 0.0, "sequence_accuracy": 0.0, "samples": 0,
+                  "variant": variant} for length in run.eval["lengths"]]
+    return rows
 
 
 def prepare_worker(threads: int | None, imports: list[str] = ()) -> None:
@@ -43,8 +56,11 @@ def prepare_worker(threads: int | None, imports: list[str] = ()) -> None:
 def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
     """Train and evaluate one run; returns its outcome.
 
-    Outcome: {status: 'done', evals, curve, steps, num_parameters, train_seconds, eval_seconds, host}
-    or {status: 'failed', error, host} for an exception or a non-finite loss (the grid goes on).
+    Outcome: {status: 'done', evals, curve, steps, num_parameters, train_seconds, eval_seconds, host};
+    {status: 'diverged', diverged_at, message, evals, curve, steps, num_parameters, train_seconds,
+    eval_seconds, host} when the training loss became non-finite at step diverged_at (an outcome
+    of the setting: evals at chance, `chance_evals`; curve up to there); or {status: 'failed',
+    error, host} for an exception (the grid goes on).
     """
     try:
         torch.manual_seed(run.seed)  # parameter initialisation
@@ -52,7 +68,13 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
         model = zoo.build_model(run.model, task.vocab_size, task.num_classes)
         config = TrainConfig.from_dict({**run.train, "device": device})
         path = checkpoint_path(results_dir, run.experiment, run.id)
-        trainer = Trainer(model, task, config, path, progress=progress).fit()
+        trainer = Trainer(model, task, config, path, progress=progress)
+        try:
+            trainer.fit()
+        except Diverged as diverged:
+            return {"status": "diverged", "diverged_at": diverged.step, "message": str(diverged), "evals": chance_evals(run, task),
+                    "curve": trainer.curve, "steps": trainer.step, "num_parameters": model.num_parameters(),
+                    "train_seconds": trainer.seconds, "eval_seconds": 0.0, "host": socket.gethostname()}
         start = time.perf_counter()
         e = run.eval
         variants = {"": {}, **(e.get("variants") or {})}  # '' = the training task itself
