@@ -1,4 +1,4 @@
-"""Command-line interface: `statetrack run | tasks | models | experiments | report | results | analyze | construct`.
+"""Command-line interface: `statetrack run | reproduce | book | tasks | models | experiments | report | results | analyze | construct`.
 
 Bad input (unknown names, bad values, malformed specs) prints one line naming what is valid and
 exits with status 2.
@@ -68,6 +68,64 @@ def cmd_run(args) -> int:
     # status 1 for errors only: a run that diverged is done (the outcome of its setting, scored as chance)
     failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed" and r["id"] in ids]
     return 1 if failed else 0
+
+
+def cmd_reproduce(args) -> int:
+    """Run the shipped experiments (or those named) into one store, then write each one's report and
+    snapshot and the book (statetrack.book). Resumable like `run`: finished runs are skipped."""
+    import time
+
+    from statetrack.book import write_book, write_snapshot
+    from statetrack.experiments.backends import default_workers
+    from statetrack.experiments.runner import run_experiment
+    from statetrack.experiments.spec import shipped_specs
+    from statetrack.report import write_report
+
+    known = shipped_specs()
+    unknown_names = [n for n in args.experiments if n not in known]
+    if unknown_names:
+        raise StatetrackError(f"reproduce: unknown experiment {unknown_names[0]!r}; expected shipped experiments: {', '.join(known)}")
+    names = list(dict.fromkeys(args.experiments)) or list(known)
+    workers = args.workers or (default_workers(args.device) if args.backend == "local" else None)
+    failed = 0
+    for number, name in enumerate(names, 1):
+        print(f"== [{number}/{len(names)}] {name} ({args.scale} scale)")
+        start, trained = time.time(), 0
+        try:
+            spec, runs = run_experiment(
+                name, args.scale, [], args.store, args.results_dir, args.device, progress=not args.no_progress,
+                workers=args.workers, backend=args.backend, address=args.address, gpus_per_run=args.gpus_per_run,
+                imports=_imports(args))
+        finally:  # an interrupted part's time still counts: its finished runs are in the store
+            store = _store(args) if Path(args.store or Path(args.results_dir) / "statetrack.db").exists() else None
+            if store is not None and store.plan(name) is not None:
+                ids = {r["id"] for r in store.plan(name)["runs"]}
+                trained = sum(1 for r in store.runs(name) if r["id"] in ids and (r["finished_at"] or 0) >= start)
+                write_snapshot(store, name, args.book_dir, {"seconds": round(time.time() - start, 1), "runs": trained,
+                                                             "workers": workers})
+        write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
+        ids = {r.id for r in runs}
+        failed += sum(1 for r in store.runs(name) if r["status"] == "failed" and r["id"] in ids)
+    changed = write_book(args.book_dir, args.readme)
+    for path in changed:
+        print(f"wrote {path}")
+    print(f"book: {Path(args.book_dir) / 'reproductions.md'} (every claim: {Path(args.book_dir) / 'claims.md'})")
+    if failed:
+        print(f"{failed} runs failed with an error (in the store and the reports); re-run the same command to retry them")
+    return 1 if failed else 0
+
+
+def cmd_book(args) -> int:
+    """Write the book from the committed snapshots; --check: exit 1 when a page differs from its generation."""
+    from statetrack.book import write_book
+
+    differ = write_book(args.book_dir, args.readme, check=args.check)
+    for path in differ:
+        print(f"{'differs from its generation' if args.check else 'wrote'}: {path}")
+    if args.check and differ:
+        print("run `statetrack book` to regenerate", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_tasks(args) -> int:
@@ -342,6 +400,13 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
 
 
+def add_book_options(p) -> None:
+    p.add_argument("--book-dir", default="docs", metavar="DIR",
+                   help="where the book is (DIR/reproductions.md, DIR/claims.md) and its snapshots (DIR/results/) (default: docs)")
+    p.add_argument("--readme", default="README.md", metavar="FILE",
+                   help="the README whose generated blocks are rewritten, where it exists (default: README.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="statetrack", description="State tracking and length generalization in sequence models.")
     parser.add_argument("--import", dest="top_imports", action="append", metavar="MODULE", help=IMPORT_HELP)
@@ -376,6 +441,23 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)")
     p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
     p.set_defaults(func=cmd_run)
+
+    p = with_store(command("reproduce", help="run every shipped experiment (or those named) into one store, then write the book"))
+    p.add_argument("experiments", nargs="*", default=[], metavar="EXPERIMENT", help="shipped experiments (default: all of them)")
+    p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--workers", type=int, default=None, help="as for `run`")
+    p.add_argument("--backend", default="local", choices=["local", "ray"], help="as for `run`")
+    p.add_argument("--address", default=None, help="ray: join the cluster at this address")
+    p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run")
+    add_book_options(p)
+    p.set_defaults(func=cmd_reproduce)
+
+    p = command("book", help="write docs/reproductions.md, docs/claims.md and the README's result blocks from the snapshots")
+    add_book_options(p)
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page differs from its generation")
+    p.set_defaults(func=cmd_book)
 
     p = command("tasks", help="list tasks, show examples, export datasets")
     tsub = p.add_subparsers(dest="action", metavar="ACTION")

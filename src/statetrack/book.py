@@ -1,0 +1,362 @@
+"""The reproduction book: every shipped experiment's claims with their verdicts, generated from
+committed snapshots of measured results, so that the book can never drift from the figures.
+
+`statetrack reproduce` runs experiments into one store (`run_experiment`, resumable), then
+`write_snapshot` exports each experiment's planned rows to `<book dir>/results/<experiment>.<scale>.json`
+(the resolved spec and plan, every run's status, the exported result rows, the git revision, the
+machine, the torch version and the wall time of every part of the work) and `write_book`
+generates from the snapshots:
+- `<book dir>/reproductions.md`: per experiment the command, the settings read from the spec, the
+  paper's figures beside the measured ones with the metric named and the spread over seeds, every
+  claim with its verdict and how many seeds pass, the spec's notes, the per-length table, the
+  wall time and the machine;
+- `<book dir>/claims.md`: one table of every claim of every experiment;
+- the README's blocks between `<!-- book:NAME -->` and `<!-- /book:NAME -->` (the demo's table and
+  the experiments table).
+The claims and notes come from the specs as they are now (`report.spec_paper`), the figures only
+from the snapshots: editing a claim re-scores it without re-running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from pathlib import Path
+
+from statetrack.errors import StatetrackError
+from statetrack.experiments.spec import shipped_specs
+from statetrack.plots import model_label
+from statetrack.report import (claim_measured, claim_test, markdown_table, paper_tables, spec_paper, table_rows, verdict_line)
+from statetrack.scoring import (FAIL, NOT_MEASURED, NOT_RUN, PASS, SCALES, claim_verdicts, paper_figures, paper_of,
+                                planned_names, selection_of, summarize)
+
+BOOK_DIR = Path("docs")
+SNAPSHOT_VERSION = 1
+
+
+# ---- snapshots -----------------------------------------------------------------------------------
+def snapshot_path(book_dir: str | Path, experiment: str, scale: str) -> Path:
+    return Path(book_dir) / "results" / f"{experiment}.{scale}.json"
+
+
+def machine() -> dict:
+    """What the figures were measured on: cores, memory, CPU or GPU, torch and Python."""
+    import torch
+
+    memory = None
+    try:
+        with open("/proc/meminfo") as f:
+            memory = round(int(f.readline().split()[1]) / 2**20)  # GiB
+    except (OSError, ValueError, IndexError):
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cores": os.cpu_count(), "memory_gib": memory, "gpu": gpu, "system": platform.system(),
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
+def describe_machine(info: dict) -> str:
+    cpu = f"{info['cores']} CPU cores" + (f", {info['memory_gib']} GiB" if info.get("memory_gib") else "")
+    return (f"{info['gpu']}, " if info.get("gpu") else "") + f"{cpu}, torch {info['torch']}, Python {info['python']}"
+
+
+def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | None = None) -> Path:
+    """Export the experiment's latest plan and its finished rows to its snapshot file; `part`
+    ({seconds, runs, workers}: the wall time of one `reproduce` of it that trained `runs` runs) is
+    added to the parts of the snapshot it replaces when that one has the same plan (a resumed suite
+    adds up its parts), and starts the list afresh otherwise."""
+    from statetrack.experiments.runner import git_revision
+    from statetrack.scoring import planned_ids
+
+    plan = store.plan(experiment)
+    if plan is None:
+        raise StatetrackError(f"experiment {experiment!r} has no plan in the store: run it first")
+    scale = plan.get("scale") or "quick"
+    path = snapshot_path(book_dir, experiment, scale)
+    ids = planned_ids(store, experiment)
+    parts = []
+    if path.exists():
+        before = json.loads(path.read_text())
+        if sorted(r["id"] for r in before.get("plan", [])) == sorted(ids):
+            parts = before.get("parts", [])
+    if part and part.get("runs"):
+        parts.append({**part, "finished": time.strftime("%Y-%m-%d"), "machine": machine()})
+    runs = [{k: r[k] for k in ("id", "model", "task", "lr", "seed", "status", "steps", "train_seconds", "eval_seconds",
+                               "num_parameters", "git_rev")}
+            | {"diverged_at": r.get("diverged_at"), "error": (r["error"] or "").splitlines()[0] if r["error"] else None}
+            for r in store.runs(experiment) if r["id"] in ids]
+    snapshot = {"version": SNAPSHOT_VERSION, "experiment": experiment, "scale": scale, "git_rev": git_revision(),
+                "spec": plan["spec"], "plan": plan["runs"], "runs": runs, "results": store.results(experiment, ids),
+                "parts": parts}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def read_snapshots(book_dir: str | Path) -> dict:
+    """{(experiment, scale): snapshot} of every snapshot file under `book_dir`/results."""
+    out = {}
+    for path in sorted((Path(book_dir) / "results").glob("*.json")):
+        try:
+            snapshot = json.loads(path.read_text())
+            out[(snapshot["experiment"], snapshot["scale"])] = snapshot
+        except (ValueError, KeyError, TypeError) as error:
+            raise StatetrackError(f"{path}: not a statetrack snapshot ({error})") from None
+    return out
+
+
+# ---- what a snapshot says ------------------------------------------------------------------------
+def scored(snapshot: dict) -> dict:
+    """A snapshot read as the report reads a store: summary, plan, planned names, paper (the spec's
+    as it is now, else the snapshot's) and the claims' verdicts."""
+    spec = snapshot["spec"]
+    plan = {"scale": snapshot["scale"], "runs": snapshot["plan"], "spec": spec}
+    summary = summarize(snapshot["results"], selection_of(spec))
+    raw = spec_paper(snapshot["experiment"], snapshot["scale"])
+    paper = paper_of({"name": snapshot["experiment"], "paper": raw if raw is not None else spec.get("paper")})
+    planned = planned_names(plan)
+    verdicts = claim_verdicts(paper, summary, planned) if paper else []
+    return {"summary": summary, "plan": plan, "planned": planned, "paper": paper, "verdicts": verdicts}
+
+
+def wall_seconds(snapshot: dict) -> float:
+    return sum(p["seconds"] for p in snapshot.get("parts", []))
+
+
+def duration(seconds: float) -> str:
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return (f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min {rest % 60:02d} s" if rest >= 60 else f"{rest} s")
+
+
+def _join(values) -> str:
+    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def settings_line(spec: dict) -> str:
+    """The settings a reader needs, read from the spec as run: tasks, training lengths, steps, batch,
+    width, layers, lrs, seeds, evaluation lengths and samples."""
+    from statetrack.experiments.spec import task_label
+
+    train, evaluate, defaults = spec.get("train") or {}, spec.get("eval") or {}, spec.get("model_defaults") or {}
+    tasks = spec["tasks"] if "tasks" in spec else [spec["task"]]
+    names = [task_label({k: v for k, v in ({"name": t} if isinstance(t, str) else t).items() if k not in ("train", "eval")})
+             for t in tasks]
+    if train.get("curriculum"):
+        stages = train["curriculum"]
+        lengths = "a curriculum of " + ", ".join(
+            str(s["length"]) if "length" in s else f"{s.get('min_length', train.get('min_length'))}..{s.get('max_length', train.get('max_length'))}"
+            for s in stages)
+    else:
+        lengths = f"{train.get('min_length', 3)}..{train.get('max_length', 40)}"
+    width = defaults.get("d_model", defaults.get("width"))
+    model = (f"d_model {width}" if width else f"{defaults['params']:g} parameters per layer" if "params" in defaults else "model defaults") \
+        + f", {defaults.get('num_layers', 1)} layer(s)"
+    own = [t for t in tasks if isinstance(t, dict) and ("train" in t or "eval" in t)]
+    return (f"tasks {'; '.join(names)}; trained on lengths {lengths}" + (" (some tasks set their own lengths)" if own else "")
+            + f", {train.get('steps', '-')} steps, batch {train.get('batch_size', '-')}; {model}; "
+            f"lr {_join(spec['lrs'])}; seeds {_join(spec['seeds'])}; evaluated at {_join(evaluate.get('lengths', []))} "
+            f"({evaluate.get('samples', 512)} samples per length)")
+
+
+def spread_rows(paper: dict, summary: list[dict], planned: dict | None) -> tuple[list[str], list[list[str]]]:
+    """Paper vs measured with the spread over seeds: per (task, model) the paper's figure, the measured
+    one (the paper's measure over its lengths) and the lowest and highest seed's figure."""
+    from statetrack.scoring import claim_lengths, seed_figure
+
+    rows = paper_figures(paper, summary, planned)
+    by_key = {(e["task"], e["model"], e["dataset_size"]): e for e in summary}
+    with_task = len({r["task"] for r in rows}) > 1
+    header = (["task"] if with_task else []) + ["model", "paper", "measured", "seeds (lowest..highest)"]
+    body = []
+    for r in rows:
+        e, spread = by_key.get((r["task"], r["model"], r["dataset_size"])), "-"
+        if e is not None and paper["measure"] != "extrapolation":
+            lengths, _ = claim_lengths(e, paper["measure"], paper["lengths"], planned)
+            figures = [seed_figure(s, paper["measure"], lengths, "beats") for s in e["per_seed"].values()] if lengths else []
+            figures = [f for f in figures if f is not None]
+            if len(figures) > 1:
+                spread = f"{min(figures):.3f}..{max(figures):.3f} ({len(figures)} seeds)"
+            elif figures:
+                spread = "1 seed"
+        elif e is not None:
+            spread = ", ".join(str(s["score"]) for s in e["per_seed"].values())
+        figure = lambda v: "-" if v is None else v if isinstance(v, str) else (f"{v:g}" if paper["measure"] == "extrapolation" else f"{v:.3f}")  # noqa: E731
+        body.append(([r["task"] or "-"] if with_task else []) + [model_label(r["model"], r["dataset_size"]), figure(r["paper"]),
+                     (figure(r["measured"]) if r["measured"] is not None else NOT_MEASURED) if r["run"] else NOT_RUN, spread])
+    return header, body
+
+
+# ---- the book ------------------------------------------------------------------------------------
+INTRO = """\
+Every figure on this page is generated by `statetrack book` from the measured results committed
+under `docs/results/` (one snapshot per experiment and scale); a test checks that this page equals
+its generation, so it cannot drift from them. `statetrack reproduce --scale quick [EXPERIMENT ...]`
+re-runs the experiments and rewrites the snapshots and this page.
+
+How to read it:
+- The `quick` scale is a small CPU version of each paper's setting (see each experiment's settings);
+  it tests the papers' qualitative claims, not their exact numbers. The `paper` scale has the
+  papers' sizes and needs GPUs.
+- Figures are what each experiment's spec names: scaled accuracy (acc - chance) / (1 - chance)
+  (0 = chance, 1 = perfect) unless the table says otherwise (sequence accuracy, the longest length
+  extrapolated to, a metric such as the total-variation distance).
+- A claim is tested seed by seed at the selected learning rate, at every planned evaluation length
+  of its range (a claim about extrapolation needs a length beyond the training lengths), and its
+  seed rule decides: in most seeds (the default), in every seed, or in the best seed where the
+  paper itself reports a best-of. "k of N seeds" counts the seeds that pass.
+- ✓: the claim holds; ✗: it does not; "not measured": a run or a planned length it needs is
+  missing; "not run at this scale": it names a model, task or scale this scale does not run.
+- A ✗ at the quick scale says what the small run shows, not that the paper is wrong."""
+
+
+def experiment_title(name: str, paper: dict | None) -> str:
+    return f"`{name}`" + (f": {paper['source']}" if paper else "")
+
+
+def experiment_section(name: str, description: str, snapshots: dict) -> list[str]:
+    """The book's section of one experiment: one subsection per scale it has a snapshot of."""
+    raw = spec_paper(name, "quick")
+    paper = paper_of({"name": name, "paper": raw}) if raw else None
+    md = [f"## {experiment_title(name, paper)}", "", " ".join(description.split()), ""]
+    if paper and paper["notes"]:
+        md += [f"**Notes.** {paper['notes']}", ""]
+    for scale in SCALES:
+        snapshot = snapshots.get((name, scale))
+        command = f"statetrack reproduce --scale {scale} {name}"
+        if snapshot is None:
+            md += [f"### {scale} scale", "", f"Not measured at the {scale} scale yet: `{command}`.", ""]
+            continue
+        s = scored(snapshot)
+        runs = snapshot["runs"]
+        done = sum(r["status"] == "done" for r in runs)
+        diverged = sum(r.get("diverged_at") is not None for r in runs)
+        failed = sum(r["status"] == "failed" for r in runs)
+        parts = snapshot.get("parts", [])
+        machines = list(dict.fromkeys(describe_machine(p["machine"]) for p in parts if p.get("machine")))
+        wall = (f"wall time {duration(wall_seconds(snapshot))}" + (f" in {len(parts)} parts" if len(parts) > 1 else "")
+                + (f" with {parts[-1]['workers']} worker{'s' if parts[-1]['workers'] != 1 else ''}" if parts and parts[-1].get("workers") else "")
+                + (f" on {'; '.join(machines)}" if machines else "")) if parts else "wall time not recorded"
+        md += [f"### {scale} scale", "", "```", command, "```", "",
+               f"Settings: {settings_line(snapshot['spec'])}.", "",
+               f"Measured at git {snapshot['git_rev']}: {done} of {len(snapshot['plan'])} runs done"
+               + (f" ({diverged} diverged, scored as chance)" if diverged else "") + (f", {failed} failed" if failed else "")
+               + f"; {wall}.", ""]
+        if s["paper"]:
+            sections, _ = paper_tables(s["paper"], s["summary"], s["plan"])
+            for title, note, table in sections:
+                if title == "Paper vs measured":
+                    table = spread_rows(s["paper"], s["summary"], s["planned"])
+                md += [f"#### {title}", "", note, "", markdown_table(*table), ""]
+            notes = [f"- {v['claim']['text']}: {v['claim']['note']}" for v in s["verdicts"] if v["claim"]["note"]]
+            if notes:
+                md += ["Notes on the claims:", ""] + notes + [""]
+        if s["summary"]:
+            md += ["#### Per length", "", "Headline after selection (" + _selection_text(s["summary"]) + ").", "",
+                   markdown_table(*table_rows(s["summary"], "headline")), ""]
+    return md
+
+
+def _selection_text(summary: list[dict]) -> str:
+    from statetrack.scoring import describe_selection
+
+    return describe_selection(summary[0]["selection"])
+
+
+def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]], dict]:
+    """Every claim of every shipped experiment at `scale`: experiment, claim, test, measured, verdict;
+    and the count of each verdict."""
+    header = ["experiment", "claim", "test", "measured", "verdict"]
+    body, counts = [], {v: 0 for v in (PASS, FAIL, NOT_MEASURED, NOT_RUN)}
+    for name in shipped_specs():
+        snapshot = snapshots.get((name, scale))
+        if snapshot is None:
+            raw = spec_paper(name, scale)
+            paper = paper_of({"name": name, "paper": raw}) if raw else None
+            verdicts = [{"claim": c, "verdict": NOT_MEASURED, "results": [], "missing": [], "unplanned": [],
+                         "reason": f"no snapshot at the {scale} scale"} for c in (paper or {}).get("claims", [])]
+        else:
+            verdicts = scored(snapshot)["verdicts"]
+        for v in verdicts:
+            counts[v["verdict"]] += 1
+            body.append([f"`{name}`", v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]])
+    return header, body, counts
+
+
+def suite_line(snapshots: dict, scale: str) -> str:
+    measured = [s for (name, sc), s in snapshots.items() if sc == scale and name in shipped_specs()]
+    total = sum(wall_seconds(s) for s in measured)
+    return (f"{len(measured)} of {len(shipped_specs())} experiments measured at the {scale} scale; "
+            f"their wall time adds up to {duration(total)}.")
+
+
+def book_pages(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
+    """{file name: text} of the generated pages: reproductions.md and claims.md."""
+    snapshots = read_snapshots(book_dir)
+    specs = shipped_specs()
+    summary = ["# Claims", "", "Every claim of every shipped experiment and its verdict, generated from the snapshots under "
+               "`docs/results/` (see [reproductions.md](reproductions.md) for the settings, figures and notes).", ""]
+    for scale in SCALES:
+        header, body, counts = claims_rows(snapshots, scale)
+        total = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        summary += [f"## {scale} scale", "", suite_line(snapshots, scale) + f" Claims: {total}.", "", markdown_table(header, body), ""]
+    book = ["# Reproductions", "", INTRO, "", suite_line(snapshots, "quick"), "",
+            "Every claim on one page: [claims.md](claims.md). The papers are cited by author and year; full entries are in "
+            "[references.md](references.md).", ""]
+    for name, description in specs.items():
+        book += experiment_section(name, description, snapshots)
+    return {"reproductions.md": "\n".join(book).rstrip() + "\n", "claims.md": "\n".join(summary).rstrip() + "\n"}
+
+
+# ---- the README's generated blocks ---------------------------------------------------------------
+def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
+    """{block name: text} of the README's generated blocks: `demo` (the demo's headline table and
+    verdicts at the quick scale) and `experiments` (one row per shipped experiment: its claims'
+    verdicts at the quick scale and its wall time)."""
+    from statetrack.report import text_table
+
+    snapshots = read_snapshots(book_dir)
+    blocks = {}
+    demo = snapshots.get(("demo", "quick"))
+    if demo is not None:
+        s = scored(demo)
+        blocks["demo"] = "\n".join([
+            f"Measured (`docs/results/demo.quick.json`, wall time {duration(wall_seconds(demo))}):", "", "```",
+            text_table(*table_rows(s["summary"], "headline")), f"({_selection_text(s['summary'])})", "",
+            f"did it reproduce? {verdict_line(s['verdicts'])}", "```"])
+    header = ["experiment", "reproduces", "quick-scale claims", "wall time (quick)"]
+    body = []
+    for name, description in shipped_specs().items():
+        snapshot = snapshots.get((name, "quick"))
+        raw = spec_paper(name, "quick")
+        source = paper_of({"name": name, "paper": raw})["source"] if raw else "-"
+        verdicts = verdict_line(scored(snapshot)["verdicts"]) if snapshot else "not measured yet"
+        body.append([f"`{name}`", source, verdicts, duration(wall_seconds(snapshot)) if snapshot and snapshot.get("parts") else "-"])
+    blocks["experiments"] = "\n".join([markdown_table(header, body), "", suite_line(snapshots, "quick"),
+                                       "Every claim with its verdict: [docs/claims.md](docs/claims.md)."])
+    return blocks
+
+
+BLOCK = re.compile(r"(<!-- book:(?P<name>[a-z]+) -->\n)(.*?)(<!-- /book:(?P=name) -->)", re.S)
+
+
+def fill_readme(text: str, blocks: dict[str, str]) -> str:
+    """The README with each generated block replaced by its text (blocks it does not have: left alone)."""
+    return BLOCK.sub(lambda m: m.group(1) + blocks[m.group("name")] + "\n" + m.group(4) if m.group("name") in blocks else m.group(0), text)
+
+
+def write_book(book_dir: str | Path = BOOK_DIR, readme: str | Path | None = "README.md", check: bool = False) -> list[Path]:
+    """Write the generated pages (and the README's blocks, where `readme` exists); with `check`,
+    write nothing and return the files whose text differs from their generation."""
+    book_dir = Path(book_dir)
+    wanted = {book_dir / name: text for name, text in book_pages(book_dir).items()}
+    if readme is not None and Path(readme).exists():
+        wanted[Path(readme)] = fill_readme(Path(readme).read_text(), readme_blocks(book_dir))
+    differ = [p for p, text in wanted.items() if not p.exists() or p.read_text() != text]
+    if not check:
+        for path in differ:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(wanted[path])
+    return differ

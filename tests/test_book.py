@@ -1,0 +1,104 @@
+"""The reproduction book: snapshots exported from a store, the pages generated from them, the
+committed book equal to its generation, and `statetrack reproduce` end to end on a tiny grid."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from statetrack import book
+from statetrack.cli import main
+from statetrack.experiments import runner
+from statetrack.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["train.steps=20", "seeds=[0,1,2]", "eval.samples=16", "eval.lengths=[40,64,128,256,1000]"]
+
+
+def test_the_committed_book_equals_its_generation_from_the_snapshots():
+    """docs/reproductions.md, docs/claims.md and the README's generated blocks are exactly what
+    `statetrack book` writes from docs/results/: regenerate them after changing a claim or a snapshot."""
+    differ = book.write_book(ROOT / "docs", ROOT / "README.md", check=True)
+    assert differ == [], f"run `statetrack book` from the repository root: {', '.join(map(str, differ))} differ"
+
+
+def test_every_shipped_experiment_and_claim_is_in_the_book():
+    from statetrack.experiments.spec import shipped_specs
+
+    pages = book.book_pages(ROOT / "docs")
+    for name in shipped_specs():
+        assert f"## `{name}`" in pages["reproductions.md"], name
+    header, body, counts = book.claims_rows(book.read_snapshots(ROOT / "docs"), "quick")
+    assert sum(counts.values()) == len(body) and {row[0] for row in body} == {f"`{n}`" for n in shipped_specs()}
+
+
+@pytest.fixture
+def tiny_reproduce(monkeypatch, tmp_path):
+    """`statetrack reproduce` on the shipped demo with a tiny grid (20 steps, 16 samples), in this process."""
+    real = runner.run_experiment
+    monkeypatch.setattr(runner, "run_experiment", lambda name, scale, overrides, *a, **k: real(name, scale, TINY, *a, **k))
+    monkeypatch.chdir(tmp_path)
+    return lambda *extra: main(["reproduce", "demo", "--workers", "1", "--no-progress", "--book-dir", "book",
+                                "--readme", "README.md", *extra])
+
+
+def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_reproduce, tmp_path):
+    (tmp_path / "README.md").write_text("# x\n<!-- book:demo -->\nstale\n<!-- /book:demo -->\nkept\n")
+    assert tiny_reproduce() == 0
+    snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
+    assert snapshot["scale"] == "quick" and len(snapshot["plan"]) == 9 and len(snapshot["runs"]) == 9
+    assert {r["length"] for r in snapshot["results"]} == {40, 64, 128, 256, 1000}
+    assert [p["runs"] for p in snapshot["parts"]] == [9] and snapshot["parts"][0]["seconds"] > 0
+    assert snapshot["parts"][0]["machine"]["torch"]
+    text = (tmp_path / "book/reproductions.md").read_text()
+    demo = text.split("## `demo`")[1].split("\n## ")[0]
+    assert "statetrack reproduce --scale quick demo" in demo and "9 of 9 runs done" in demo
+    assert "seeds 0, 1, 2" in demo and "20 steps" in demo and "evaluated at 40, 64, 128, 256, 1000" in demo
+    assert " of 3 seeds" in demo and "#### Claims: did it reproduce?" in demo
+    readme = (tmp_path / "README.md").read_text()
+    assert "stale" not in readme and "did it reproduce?" in readme and readme.endswith("<!-- /book:demo -->\nkept\n")
+    assert "| `demo` |" in (tmp_path / "book/claims.md").read_text()
+    # resumed: nothing left to train, so no part is added and the book is unchanged
+    assert tiny_reproduce() == 0
+    assert [p["runs"] for p in json.loads((tmp_path / "book/results/demo.quick.json").read_text())["parts"]] == [9]
+    assert book.write_book(tmp_path / "book", tmp_path / "README.md", check=True) == []
+
+
+def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[0]", "eval.samples=16"], workers=1, progress=False)
+    store = Store(tmp_path / "results/statetrack.db")
+    book.write_snapshot(store, "demo", "book", {"seconds": 5.0, "runs": 2, "workers": 1})
+    book.write_snapshot(store, "demo", "book", {"seconds": 3.0, "runs": 1, "workers": 1})
+    book.write_snapshot(store, "demo", "book", {"seconds": 1.0, "runs": 0, "workers": 1})  # trained nothing: no part
+    snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
+    assert book.wall_seconds(snapshot) == 8.0 and book.duration(8.0) == "8 s" and book.duration(3725) == "1 h 2 min"
+    # another plan (other seeds): the parts start afresh
+    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1]", "eval.samples=16"], workers=1, progress=False)
+    book.write_snapshot(store, "demo", "book", {"seconds": 2.0, "runs": 3, "workers": 1})
+    assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 2.0
+
+
+def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    runner.run_experiment("demo", "quick", TINY, workers=1, progress=False)
+    book.write_snapshot(Store(tmp_path / "results/statetrack.db"), "demo", "book")
+    before = book.book_pages("book")["reproductions.md"]
+    paper = book.spec_paper("demo", "quick")
+    paper["claims"][0]["text"] = "an edited claim"
+    monkeypatch.setattr(book, "spec_paper", lambda name, scale=None: paper if name == "demo" else None)
+    after = book.book_pages("book")["reproductions.md"]
+    assert "an edited claim" in after and "an edited claim" not in before
+
+
+def test_reproduce_and_book_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "no-such-experiment"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown experiment 'no-such-experiment'; expected shipped experiments: " in err and err.count("\n") == 1
+    (tmp_path / "docs/results").mkdir(parents=True)
+    (tmp_path / "docs/results/x.quick.json").write_text("{not json")
+    assert main(["book"]) == 2
+    err = capsys.readouterr().err
+    assert "not a statetrack snapshot" in err and err.count("\n") == 1
+    assert not (tmp_path / "docs/reproductions.md").exists()
