@@ -307,7 +307,10 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
     planned, scale = planned_names(plan), (plan or {}).get("scale")
     verdicts = claim_verdicts(paper, summary, planned)
     sections = []
-    measured_text = MEASURE_TEXT.get(paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ")) + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]))
+    measured_text = MEASURE_TEXT.get(paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ") + " (mean over seeds)") \
+        + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]))
+    if summary and paper["measure"] in ("scaled", "extrapolation"):
+        measured_text += " (the best seed)" if summary[0]["selection"]["seeds"] == "max" else " (mean over seeds)"
     scale_text = f", {scale} scale" if scale else ""
     if any(paper["figures"].values()):
         rows = paper_figures(paper, summary, planned)
