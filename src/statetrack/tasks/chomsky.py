@@ -107,7 +107,7 @@ class ModularArithmeticBrackets(FinalAnswerTask):
     At length 40 an expression has on average 7.6 binary operators and 10.2 bracket pairs (one
     per operator, the rest around (d) and (-d) terminals; 20,000 samples, seed 0).
 
-    `grammar="precedence"` is the earlier, unbracketed-operation variant: E(1) = d, E(2) = -d,
+    `grammar="precedence"` brackets only at random and relies on precedence: E(1) = d, E(2) = -d,
     E(L >= 3) = ( E(L-2) ) with probability 1/4, otherwise E(k) o E(L-1-k) with k uniform in
     [1, L-2] and o uniform in {+, -, *}; the answer uses Python's precedence (unary minus, then *,
     then + and -), mod m. At length 40 it averages 12.9 binary operators but only 4.3 bracket pairs.
