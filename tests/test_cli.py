@@ -61,3 +61,10 @@ def test_run_ends_with_the_claims_verdict(tiny_spec, tmp_path, capsys):
     code, out, _ = run_cli(capsys, "run", str(path), "--results-dir", str(tmp_path / "r"), "--no-progress", "--workers", "1",
                            "train.steps=5")
     assert code == 0 and "did it reproduce? 0/1 claims ✓, 1 ✗ (the claims of A et al. 2099, in the report)" in out
+
+
+def test_version_prints_the_package_version(capsys):
+    import statetrack
+
+    code, out, _ = run_cli(capsys, "--version")
+    assert code == 0 and out == f"statetrack {statetrack.__version__}\n"

@@ -58,3 +58,10 @@ def test_dev_dependencies_are_used_by_the_tests():
         # fla-core is loaded by file path (its package imports triton), not by `import fla`
         assert module in used or f'"{module}/' in helpers or f"{module}/ops" in helpers, \
             f"dev dependency {name} is declared but no test uses it"
+
+
+def test_the_package_version_is_the_one_pyproject_declares():
+    import statetrack
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert statetrack.__version__ == project["version"]

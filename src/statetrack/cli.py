@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from statetrack import __version__
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
 from statetrack.plugins import load_imports
@@ -409,6 +410,7 @@ def add_book_options(p) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="statetrack", description="State tracking and length generalization in sequence models.")
+    parser.add_argument("--version", action="version", version=f"statetrack {__version__}")
     parser.add_argument("--import", dest="top_imports", action="append", metavar="MODULE", help=IMPORT_HELP)
     # every command takes --import too; its own dest, so a subcommand's default cannot hide the top-level one
     common = Parser(add_help=False)
