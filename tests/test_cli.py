@@ -31,7 +31,7 @@ def test_run_report_and_results_json(tiny_spec, tmp_path, capsys):
 
 
 def test_listing_commands(capsys):
-    for argv in (["tasks"], ["models"], ["experiments"], ["tasks", "show", "modadd", "m=7", "--length", "4"]):
+    for argv in (["tasks"], ["models"], ["experiments"], ["tasks", "show", "modadd", "m=7", "--lengths", "4"]):
         code, out, _ = run_cli(capsys, *argv)
         assert code == 0 and out
     assert "demo" in run_cli(capsys, "experiments")[1]
@@ -68,3 +68,15 @@ def test_version_prints_the_package_version(capsys):
 
     code, out, _ = run_cli(capsys, "--version")
     assert code == 0 and out == f"statetrack {statetrack.__version__}\n"
+
+
+def test_tasks_show_takes_lengths_and_prints_examples_at_each(capsys):
+    code, out, _ = run_cli(capsys, "tasks", "show", "parity", "--lengths", "3", "5", "--count", "2")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("parity()")
+    for length in (3, 5):
+        at = lines.index(f"length {length}:")
+        for example in lines[at + 1: at + 3]:
+            bits = example.split("[BOS]")[1].split("[EOI]")[0].split()
+            assert len(bits) == length and set(bits) <= {"0", "1"}
+            assert example.endswith(f"->  {sum(map(int, bits)) % 2}")  # parity of the bits shown

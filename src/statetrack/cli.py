@@ -145,12 +145,16 @@ def cmd_tasks(args) -> int:
         import torch
 
         task = make_task(args.name, **_params(args.params))
-        length = args.length if args.length is not None else max(task.min_length, 8)
-        task.check_length(length)
-        batch = task.sample(args.count, length, torch.Generator().manual_seed(args.seed))
+        lengths = list(dict.fromkeys(args.lengths or [max(task.min_length, 8)]))
+        for length in lengths:
+            task.check_length(length)
         print(f"{task!r}: vocab {task.vocab_size} tokens, {task.num_classes} classes, chance {task.chance:.4f}")
-        for i in range(args.count):
-            print(task.describe(batch, i))
+        for length in lengths:
+            batch = task.sample(args.count, length, torch.Generator().manual_seed(args.seed))
+            if len(lengths) > 1:
+                print(f"length {length}:")
+            for i in range(args.count):
+                print(task.describe(batch, i))
         return 0
     if args.action == "export":
         try:
@@ -465,19 +469,26 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = p.add_subparsers(dest="action", metavar="ACTION")
     tsub.add_parser("list", help="list tasks with their parameters")
     show = tsub.add_parser("show", help="print readable examples of a task")
-    show.add_argument("name", metavar="NAME")
-    show.add_argument("params", nargs="*", default=[], metavar="param=value")
-    show.add_argument("--length", type=int, default=None, help="task length (default: 8)")
-    show.add_argument("--count", type=int, default=3, help="number of examples")
-    show.add_argument("--seed", type=int, default=0)
+    show.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
+    show.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=S5")
+    show.add_argument("--lengths", type=int, nargs="+", default=None, metavar="L",
+                      help="task lengths, --count examples at each (default: 8, or the task's minimum length if longer)")
+    show.add_argument("--count", type=int, default=3, help="examples per length (default: 3)")
+    show.add_argument("--seed", type=int, default=0, help="seed of the examples (default: 0)")
     export = tsub.add_parser("export", help="write datasets to disk (CSV or JSONL)")
-    export.add_argument("name", metavar="NAME")
-    export.add_argument("params", nargs="*", default=[], metavar="param=value")
-    export.add_argument("--lengths", type=int, nargs="+", required=True)
-    export.add_argument("--samples", type=int, required=True)
-    export.add_argument("--out", required=True)
-    export.add_argument("--format", choices=["csv", "jsonl"], default="csv")
-    export.add_argument("--seed", type=int, default=0)
+    export.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
+    export.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=A5")
+    export.add_argument("--lengths", type=int, nargs="+", required=True, metavar="L", help="task lengths, one file per length")
+    export.add_argument("--samples", type=int, required=True, metavar="N", help="examples per length")
+    export.add_argument("--out", required=True, metavar="DIR",
+                        help="folder to write into, created if missing: one file per length and NAME.meta.json "
+                             "(vocabulary, answer classes, parameters)")
+    export.add_argument("--format", choices=["csv", "jsonl"], default="csv",
+                        help="csv: columns input,target,mask (word problems: GROUP=L.csv with seed,input,target, "
+                             "as Merrill et al. 2024); jsonl: one object per example (default: csv)")
+    export.add_argument("--seed", type=int, default=0,
+                        help="seed of the examples; each length has its own generator, seeded from (seed, length), "
+                             "so a file does not change when lengths are added (default: 0)")
     p.set_defaults(func=cmd_tasks)
 
     p = command("models", help="list models, their parameters and presets; --params/--width: parameters per layer")

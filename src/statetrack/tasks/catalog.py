@@ -46,7 +46,7 @@ def example(name: str) -> str:
     length = max(length, task.min_length)
     batch = task.sample(1, length, torch.Generator().manual_seed(EXAMPLE_SEED))
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    header = f"`statetrack tasks show {name}" + "".join(f" {k}={v}" for k, v in params.items()) + f" --length {length} --count 1`"
+    header = f"`statetrack tasks show {name}" + "".join(f" {k}={v}" for k, v in params.items()) + f" --lengths {length} --count 1`"
     return f"{header} ({shown or 'defaults'}, length {length}):\n\n```\n{task.describe(batch, 0)}\n```"
 
 
