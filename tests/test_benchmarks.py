@@ -62,3 +62,18 @@ def test_fixedpoint_benchmark_json_has_every_measurement():
     assert sorted((r["layer"], r["reflections"], r["mode"]) for r in fused) == sorted(
         (layer, r, mode) for layer in ("fixedpoint", "bedouin") for r in (1, 2) for mode in ("train", "eval"))
     assert all(r["fused_ms"] > 0 and r["torch_ms"] > 0 for r in fused)
+
+
+def test_train_step_benchmark_json_has_every_model_shape_and_key():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "train_step.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--json", "--batch", "4", "--width", "8", "--lengths", "4", "--layers", "1", "2",
+         "--repeat", "1", "--warmup", "1", "--steps", "1", "--models", "lstm", "deltanet", "--profile", "1"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout
+    report = json.loads(out)
+    rows = report["rows"]
+    assert sorted((r["model"], r["layers"]) for r in rows) == [("deltanet", 1), ("deltanet", 2), ("lstm", 1), ("lstm", 2)]
+    assert all(r["ms"] > 0 and r["gflop"] > 0 and r["arith_ms"] > 0 and r["x_lstm"] > 0 for r in rows)
+    assert report["matmul_gflops"] > 0 and len(report["profiles"]) == 1
+    assert all(0 <= op["share"] <= 1 for ops in report["profiles"].values() for op in ops)

@@ -1,0 +1,186 @@
+"""Milliseconds per training step of every registered model at the quick experiments' shapes.
+
+    python benchmarks/train_step.py                # human tables
+    python benchmarks/train_step.py --markdown     # the table of docs/performance.md
+    python benchmarks/train_step.py --json         # one object per (model, length, layers)
+
+A step is what `Trainer.fit` does per step (draw a batch of the task, forward, loss, backward,
+gradient clipping, AdamW, the schedule), measured through the trainer itself: `--warmup` steps
+first (compilation, first-touch allocation), then `--steps` more of the same trainer, timed. Every (length, layers)
+shape times all models round-robin, `--repeat` times, and keeps each one's median; the LSTM is the
+in-run yardstick (`x_lstm`). `gflop` is the step's arithmetic as torch's FLOP counter sees it
+(matrix products of the forward and backward; the recurrences' own kernels are not counted), and
+`arith_ms` is that arithmetic at the matmul rate measured in the same run (a [4096, 256] x [256, 256]
+product), so `ms / arith_ms` is how far a step is from the cost of its matrix arithmetic.
+`--profile N` prints, for the N slowest models at the first shape, the operators where a step's
+time goes (torch.profiler, self CPU time). Figures only, no assertions: timings are noisy on
+shared machines.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import emit, layer_parser  # noqa: E402
+
+from statetrack import zoo  # noqa: E402
+from statetrack.tasks import make_task  # noqa: E402
+from statetrack.train import Trainer, TrainConfig  # noqa: E402
+
+TASK = {"name": "word_problem", "group": "S3"}  # dense supervision, a small vocabulary: the quick word problems
+
+
+def trainer(name: str, task, length: int, layers: int, width: int, batch: int, steps: int) -> Trainer:
+    torch.manual_seed(0)
+    model = zoo.build_model({"name": name, "d_model": width, "num_layers": layers}, task.vocab_size, task.num_classes)
+    config = TrainConfig(steps=steps, batch_size=batch, lr=1e-3, min_length=length, max_length=length,
+                         early_stop_loss=None, device="cpu", log_every=10**9)
+    return Trainer(model, task, config, progress=False)
+
+
+def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, warmup: int, steps: int) -> float:
+    """Milliseconds per step of `steps` steps that follow `warmup` steps of the same trainer."""
+    t = trainer(name, task, length, layers, width, batch, warmup)
+    t.fit()
+    extend(t, warmup + steps)
+    start = time.perf_counter()
+    t.fit()
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+def extend(t: Trainer, steps: int) -> None:
+    """Let a fitted trainer (one stage, no curriculum) go on to `steps` steps."""
+    t.config.steps = t.plan[-1]["end"] = steps
+
+
+def step_flops(name: str, task, length: int, layers: int, width: int, batch: int) -> float:
+    """FLOPs of one forward + backward as torch's FLOP counter sees them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    t = trainer(name, task, length, layers, width, batch, 1)
+    sample = task.sample(batch, length, torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = task.loss(t.model(sample.inputs)[0], sample)
+        loss.backward()
+    return float(counter.get_total_flops())
+
+
+def matmul_gflops(repeat: int) -> float:
+    a, b = torch.randn(4096, 256), torch.randn(256, 256)
+    a @ b
+    times = []
+    for _ in range(max(repeat, 30)):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * 4096 * 256 * 256 / statistics.median(times) / 1e9
+
+
+def profile(name: str, task, length: int, layers: int, width: int, batch: int, top: int = 8) -> list[dict]:
+    """The operators with the most self CPU time over 5 training steps (after 3 unprofiled ones)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    t = trainer(name, task, length, layers, width, batch, 3)
+    t.fit()
+    extend(t, 8)
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        t.fit()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1
+    return [{"op": e.key, "share": e.self_cpu_time_total / total, "ms_per_step": e.self_cpu_time_total / 1e3 / 5, "calls_per_step": e.count / 5}
+            for e in events[:top]]
+
+
+def measure(args) -> tuple[list[dict], dict]:
+    task = make_task(**TASK)
+    names = args.models or list(zoo.MODELS)
+    rate = matmul_gflops(args.repeat)
+    rows = []
+    for length in args.lengths:
+        for layers in args.layers:
+            per_step = {name: [] for name in names}
+            for _ in range(args.repeat):  # round-robin: every model sees the same machine load
+                for name in names:
+                    per_step[name].append(step_ms(name, task, length, layers, args.width, args.batch, args.warmup, args.steps))
+            ms = {name: statistics.median(v) for name, v in per_step.items()}
+            lstm = ms.get("lstm")
+            for name in names:
+                flops = step_flops(name, task, length, layers, args.width, args.batch)
+                arith = flops / (rate * 1e9) * 1e3
+                rows.append({"model": name, "T": length, "layers": layers, "batch": args.batch, "d_model": args.width,
+                             "ms": ms[name], "x_lstm": ms[name] / lstm if lstm else None, "gflop": flops / 1e9,
+                             "arith_ms": arith, "x_arith": ms[name] / arith if arith > 0 else None})
+    profiles = {}
+    if args.profile:
+        first = [r for r in rows if (r["T"], r["layers"]) == (args.lengths[0], args.layers[0])]
+        for r in sorted(first, key=lambda r: r["ms"], reverse=True)[: args.profile]:
+            profiles[r["model"]] = profile(r["model"], task, r["T"], r["layers"], args.width, args.batch)
+    return rows, {"matmul_gflops": rate, "threads": torch.get_num_threads(), "profiles": profiles}
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(rows: list[dict], args) -> str:
+    lines = [f"matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s); "
+             f"batch {args.batch}, d_model {args.width}, task {TASK['name']}({TASK['group']})"]
+    for (length, layers) in dict.fromkeys((r["T"], r["layers"]) for r in rows):
+        lines.append(f"\nT {length}, {layers} layer(s)")
+        lines.append(f"{'model':16s} {'ms/step':>8s} {'x LSTM':>7s} {'GFLOP':>7s} {'arith ms':>9s} {'x arith':>8s}")
+        for r in sorted((r for r in rows if (r["T"], r["layers"]) == (length, layers)), key=lambda r: r["ms"]):
+            lines.append(f"{r['model']:16s} {r['ms']:8.1f} {_fmt(r['x_lstm'], '7.1f')} {r['gflop']:7.3f} {r['arith_ms']:9.2f} "
+                         f"{_fmt(r['x_arith'], '8.0f')}")
+    lines += profile_lines(args.info["profiles"])
+    return "\n".join(lines)
+
+
+def markdown(rows: list[dict], args) -> str:
+    shapes = list(dict.fromkeys((r["T"], r["layers"]) for r in rows))
+    header = "| model | " + " | ".join(f"T {t}, {n} layer{'s' if n > 1 else ''}: ms (x LSTM)" for t, n in shapes) + " | GFLOP (T %d, 1 layer) | x arith |" % shapes[0][0]
+    lines = [f"Matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s); batch {args.batch}, "
+             f"d_model {args.width}, {TASK['name']}({TASK['group']}).", "", header, "| --- |" + " ---: |" * (len(shapes) + 2)]
+    by = {(r["model"], r["T"], r["layers"]): r for r in rows}
+    for model in sorted({r["model"] for r in rows}, key=lambda m: by[(m, *shapes[0])]["ms"]):
+        first = by[(model, *shapes[0])]
+        cells = [f"{by[(model, *s)]['ms']:.1f} ({_fmt(by[(model, *s)]['x_lstm'], '.1f')})" for s in shapes]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {first['gflop']:.3f} | {_fmt(first['x_arith'], '.0f')} |")
+    return "\n".join(lines + profile_lines(args.info["profiles"]))
+
+
+def profile_lines(profiles: dict) -> list[str]:
+    lines = []
+    for model, ops in profiles.items():
+        lines.append(f"\nwhere a step of {model} goes (self CPU time):")
+        lines += [f"  {o['share']:6.1%}  {o['ms_per_step']:7.2f} ms  {o['calls_per_step']:6.0f} calls  {o['op']}" for o in ops]
+    return lines
+
+
+def main() -> None:
+    parser = layer_parser(__doc__.split("\n\n")[0])
+    parser.set_defaults(width=32, threads=1, repeat=3)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--layers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--models", nargs="+", default=None, help="registered model names (default: all)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile the N slowest models at the first shape")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows, args.info = measure(args)
+    if args.json:
+        print(__import__("json").dumps({"rows": rows, **args.info}, indent=1))
+    else:
+        emit(rows, args, table, markdown)
+
+
+if __name__ == "__main__":
+    main()
