@@ -80,3 +80,85 @@ def test_tasks_show_takes_lengths_and_prints_examples_at_each(capsys):
             bits = example.split("[BOS]")[1].split("[EOI]")[0].split()
             assert len(bits) == length and set(bits) <= {"0", "1"}
             assert example.endswith(f"->  {sum(map(int, bits)) % 2}")  # parity of the bits shown
+
+
+def test_experiments_one_line_each_with_planned_runs_and_last_wall_time(tmp_path, capsys):
+    from statetrack.experiments.spec import expand, load_spec, shipped_specs
+
+    (tmp_path / "results").mkdir()
+    snapshot = {"experiment": "demo", "scale": "quick", "parts": [{"seconds": 60.0}, {"seconds": 24.4}]}
+    (tmp_path / "results" / "demo.quick.json").write_text(json.dumps(snapshot))
+    code, out, _ = run_cli(capsys, "experiments", "--book-dir", str(tmp_path))
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in shipped_specs()}
+    assert code == 0 and set(lines) == set(shipped_specs())
+    assert lines["demo"][1] == str(len(expand(load_spec("demo")))) and lines["demo"][2:6] == ["1", "min", "24", "s"]
+    assert lines["negeig-parity"][2] == "-"  # no snapshot of it in this book
+    code, out, _ = run_cli(capsys, "experiments", "--book-dir", str(tmp_path), "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert code == 0 and rows["demo"]["wall_seconds"] == 84.4 and rows["negeig-parity"]["wall_seconds"] is None
+    assert rows["demo"]["description"] == " ".join(shipped_specs()["demo"].split()) and rows["demo"]["scale"] == "quick"
+
+
+def test_experiments_counts_the_runs_expand_makes_for_every_shipped_spec():
+    from statetrack.experiments.overview import planned_runs, shipped_raw_specs
+    from statetrack.experiments.spec import expand, load_spec
+
+    for name, raw in shipped_raw_specs().items():
+        assert planned_runs(raw) == len(expand(load_spec(name))), name
+
+
+def test_experiments_read_the_checkouts_snapshots_and_show_a_dash_without_one(monkeypatch, capsys):
+    from statetrack.book import duration
+    from statetrack.experiments import overview
+
+    docs = overview.checkout_docs()  # the tests run from a checkout (an editable install)
+    assert docs is not None and (docs / "results" / "demo.quick.json").is_file()
+    parts = json.loads((docs / "results" / "demo.quick.json").read_text())["parts"]
+    demo = [line for line in run_cli(capsys, "experiments")[1].splitlines() if line.startswith("demo ")][0]
+    assert duration(sum(p["seconds"] for p in parts)) in demo
+    monkeypatch.setattr(overview, "checkout_docs", lambda: None)  # as installed from a wheel: no docs/ folder
+    code, out, _ = run_cli(capsys, "experiments", "--json")
+    assert code == 0 and all(r["wall_seconds"] is None for r in json.loads(out))
+    assert "not run from a checkout" in run_cli(capsys, "experiments")[1]
+
+
+def test_models_and_tasks_json(capsys):
+    from statetrack import zoo
+    from statetrack.tasks import TASKS, make_task
+
+    code, out, _ = run_cli(capsys, "models", "--json")
+    models = json.loads(out)
+    assert code == 0 and [m["name"] for m in models] == list(zoo.MODELS)
+    assert all(set(m) == {"name", "display_name", "summary", "recurrent", "parameters", "presets"} for m in models)
+    deltanet, = json.loads(run_cli(capsys, "models", "--json", "deltanet-neg")[1])  # a preset: its model
+    assert deltanet["name"] == "deltanet" and deltanet["parameters"]["eig_range"] == "[0,1]"
+    assert deltanet["presets"]["deltanet-neg"] == {"name": "deltanet", "eig_range": "[-1,1]"}
+    code, _, err = run_cli(capsys, "models", "--json", "--params", "3e6")
+    assert code == 2 and "--json" in err
+    code, out, _ = run_cli(capsys, "tasks", "--json")
+    tasks = json.loads(out)
+    assert code == 0 and json.loads(run_cli(capsys, "tasks", "list", "--json")[1]) == tasks
+    assert sorted(t["name"] for t in tasks) == sorted(TASKS)
+    for entry in tasks:  # the listed parameters, at their defaults, are a valid setting of each task
+        assert set(make_task(entry["name"], **entry["parameters"]).params) == set(entry["parameters"]), entry["name"]
+
+
+def test_output_closed_early_is_not_an_error(monkeypatch):
+    import io
+    import sys
+
+    from statetrack.cli import main
+
+    class ClosedPipe(io.StringIO):  # stdout piped into `head`, which has exited
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    written = []
+
+    class Stderr(io.StringIO):
+        def write(self, text):
+            written.append(text)
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    assert main(["tasks", "--json"]) == 0 and written == []

@@ -133,6 +133,9 @@ def cmd_tasks(args) -> int:
     from statetrack.tasks import TASKS, make_task, task_parameters
 
     if args.action in (None, "list"):
+        if args.json or getattr(args, "list_json", False):
+            return _print_json([{"name": name, "summary": cls.summary, "parameters": task_parameters(name)}
+                                for name, cls in sorted(TASKS.items())])
         width = max(map(len, TASKS)) + 2
         for name, cls in sorted(TASKS.items()):
             params = ", ".join(f"{k}={v!r}" for k, v in task_parameters(name).items()) or "-"
@@ -173,11 +176,19 @@ def cmd_models(args) -> int:
     from statetrack import zoo
 
     if args.budget is not None or args.width is not None:
+        if args.json:
+            raise StatetrackError("models: --json lists the models; it does not go with --params or --width")
         return _model_sizes(args)
     if args.settings or args.num_layers is not None:
         raise StatetrackError("models: --set and --num-layers go with --params BUDGET or --width N "
                               "(e.g. statetrack models --params 3e6 --num-layers 2)")
     names = [zoo.resolve(name)["name"] for name in args.names] or list(zoo.MODELS)  # presets: their model
+    if args.json:
+        return _print_json([
+            {"name": name, "display_name": zoo.display_name(name), "summary": entry.summary, "recurrent": entry.recurrent,
+             "parameters": zoo.mixer_parameters(name),
+             "presets": {k: v for k, v in zoo.PRESETS.items() if v["name"] == name}}
+            for name, entry in zoo.MODELS.items() if name in names])
     width = max(map(len, zoo.MODELS)) + 2
     for name, entry in zoo.MODELS.items():
         if name not in names:
@@ -253,10 +264,29 @@ def _model_sizes(args) -> int:
 
 
 def cmd_experiments(args) -> int:
-    from statetrack.experiments.spec import shipped_specs
+    import shutil
 
-    for name, description in shipped_specs().items():
-        print(f"{name:22s} {' '.join(description.split())}")
+    from statetrack.book import duration
+    from statetrack.experiments.overview import checkout_docs, experiments_overview
+    from statetrack.report import text_table
+
+    book_dir = args.book_dir if args.book_dir is not None else checkout_docs()
+    rows = experiments_overview(book_dir, args.scale)
+    if args.json:
+        return _print_json(rows)
+    body = [[r["name"], str(r["planned_runs"]), "-" if r["wall_seconds"] is None else duration(r["wall_seconds"]), r["description"]]
+            for r in rows]
+    width = shutil.get_terminal_size().columns
+    for line in text_table(["experiment", "runs", "last wall time", "description"], body).splitlines():
+        print(line if len(line) <= width else line[: width - 1] + "…")
+    where = Path(book_dir) / "results" if book_dir is not None else "none: not run from a checkout"
+    print(f"\nruns: planned at the {args.scale} scale; last wall time: of the committed measurement at that scale "
+          f"(snapshots: {where}), - where there is none. Full descriptions: --json")
+    return 0
+
+
+def _print_json(rows: list[dict]) -> int:
+    print(json.dumps(rows, indent=1, default=repr))
     return 0
 
 
@@ -466,8 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_book)
 
     p = command("tasks", help="list tasks, show examples, export datasets")
+    tasks_json = "a JSON list, one object per task: name, summary, parameters (with their defaults)"
+    p.add_argument("--json", action="store_true", help=tasks_json)
     tsub = p.add_subparsers(dest="action", metavar="ACTION")
-    tsub.add_parser("list", help="list tasks with their parameters")
+    listing = tsub.add_parser("list", help="list tasks with their parameters")
+    listing.add_argument("--json", dest="list_json", action="store_true", help=tasks_json)  # its own dest: see --import
     show = tsub.add_parser("show", help="print readable examples of a task")
     show.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
     show.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=S5")
@@ -500,9 +533,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-layers", type=int, default=None, metavar="N", help="with --params or --width: also count all N layers")
     p.add_argument("--set", dest="settings", nargs="+", action="extend", default=None, metavar="key=value",
                    help="with --params or --width: model settings, applied to each model that has the key (e.g. mlp=false num_heads=4)")
+    p.add_argument("--json", action="store_true", help="a JSON list, one object per model: name, display_name, summary, recurrent, "
+                                                       "parameters (with their defaults), presets")
     p.set_defaults(func=cmd_models)
 
-    p = command("experiments", help="list the shipped experiments")
+    p = command("experiments", help="list the shipped experiments: planned runs, last measured wall time, description")
+    p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="the scale of the runs and wall times (default: quick)")
+    p.add_argument("--book-dir", default=None, metavar="DIR",
+                   help="where the snapshots of measured experiments are (DIR/results/; default: the docs folder of the "
+                        "checkout statetrack runs from, if it runs from one)")
+    p.add_argument("--json", action="store_true", help="a JSON list, one object per experiment: name, description, scale, "
+                                                       "planned_runs, wall_seconds (null where none was measured)")
     p.set_defaults(func=cmd_experiments)
 
     p = with_store(command("report", help="write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts"))
@@ -592,6 +633,9 @@ def main(argv: list[str] | None = None) -> int:
     except StatetrackError as error:
         print(f"statetrack: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error (before OSError, its base class)
+        sys.stderr.close()
+        return 0
     except OSError as error:  # a folder or file the command cannot create, read or write
         where = f": {error.filename}" if error.filename else ""
         print(f"statetrack: error: {error.strerror or error}{where}", file=sys.stderr)
@@ -599,9 +643,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         print("statetrack: interrupted; finished runs are in the store, re-run the same command to resume", file=sys.stderr)
         return 143 if type(interrupt).__name__ == "Terminated" else 130  # SIGTERM, SIGINT
-    except BrokenPipeError:  # output piped into `head` and closed early: not an error
-        sys.stderr.close()
-        return 0
 
 
 if __name__ == "__main__":
