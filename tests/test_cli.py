@@ -162,3 +162,31 @@ def test_output_closed_early_is_not_an_error(monkeypatch):
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     monkeypatch.setattr(sys, "stderr", Stderr())
     assert main(["tasks", "--json"]) == 0 and written == []
+
+
+def test_completion_scripts_complete_commands_options_and_names(tmp_path, capsys):
+    import shutil
+    import subprocess
+
+    code, script, _ = run_cli(capsys, "completion", "bash")
+    assert code == 0
+    (tmp_path / "statetrack.bash").write_text(script)
+    # bash itself completes a few command lines with the script sourced
+    probe = """source "$1"
+try() { COMP_WORDS=("$@"); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 )); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}
+        COMPREPLY=(); _shtab_statetrack; echo "${COMPREPLY[*]}"; }
+try statetrack comp
+try statetrack run de
+try statetrack tasks show parity_
+try statetrack tasks show parity --len
+try statetrack models deltanet-
+try statetrack --vers
+"""
+    out = subprocess.run(["bash", "-c", probe, "probe", str(tmp_path / "statetrack.bash")], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["completion", "deltaproduct-groups demo", "parity_lm", "--lengths", "deltanet-neg deltanet-pos", "--version"]
+    for shell in ("zsh", "tcsh"):
+        code, script, _ = run_cli(capsys, "completion", shell)
+        assert code == 0 and "deltaproduct-groups" in script and "lengths" in script  # tcsh lists options without "--"
+        if shutil.which(shell) and shell == "zsh":
+            (tmp_path / "statetrack.zsh").write_text(script)
+            subprocess.run(["zsh", "-n", str(tmp_path / "statetrack.zsh")], check=True)  # parses

@@ -1,4 +1,4 @@
-"""Command-line interface: `statetrack run | reproduce | book | tasks | models | experiments | report | results | analyze | construct`.
+"""Command-line interface: `statetrack run | reproduce | book | tasks | models | experiments | report | results | analyze | construct | completion`.
 
 Bad input (unknown names, bad values, malformed specs) prints one line naming what is valid and
 exits with status 2.
@@ -279,14 +279,21 @@ def cmd_experiments(args) -> int:
     width = shutil.get_terminal_size().columns
     for line in text_table(["experiment", "runs", "last wall time", "description"], body).splitlines():
         print(line if len(line) <= width else line[: width - 1] + "…")
-    where = Path(book_dir) / "results" if book_dir is not None else "none: not run from a checkout"
-    print(f"\nruns: planned at the {args.scale} scale; last wall time: of the committed measurement at that scale "
-          f"(snapshots: {where}), - where there is none. Full descriptions: --json")
+    where = f"snapshots in {Path(book_dir) / 'results'}" if book_dir is not None else "none here: statetrack is not run from a checkout"
+    print(f"\nruns: planned at the {args.scale} scale. last wall time: the committed measurement at that scale ({where}); "
+          f"- where there is none. Full descriptions: --json")
     return 0
 
 
 def _print_json(rows: list[dict]) -> int:
     print(json.dumps(rows, indent=1, default=repr))
+    return 0
+
+
+def cmd_completion(args) -> int:
+    from statetrack.completion import completion_script
+
+    print(completion_script(build_parser(), args.shell), end="")
     return 0
 
 
@@ -545,6 +552,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="a JSON list, one object per experiment: name, description, scale, "
                                                        "planned_runs, wall_seconds (null where none was measured)")
     p.set_defaults(func=cmd_experiments)
+
+    p = command("completion", help="print the shell's completion script: commands, options, and the names of experiments, tasks "
+                                   "and models (bash: statetrack completion bash > ~/.local/share/bash-completion/completions/statetrack)")
+    p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell the script is for")
+    p.set_defaults(func=cmd_completion)
 
     p = with_store(command("report", help="write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts"))
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
