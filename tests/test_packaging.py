@@ -65,3 +65,26 @@ def test_the_package_version_is_the_one_pyproject_declares():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert statetrack.__version__ == project["version"]
+
+
+def test_license_is_mit_in_pyproject_the_license_file_and_the_citation():
+    import yaml
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License\n") and "Copyright (c) " in text and "the statetrack authors" in text
+    assert "THE SOFTWARE IS PROVIDED \"AS IS\"" in text
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["cff-version"] == "1.2.0"
+    assert {"message", "title", "authors"} <= set(citation) and all("name" in a or "family-names" in a for a in citation["authors"])
+    assert citation["version"] == project["version"] and citation["license"] == project["license"]
+
+
+def test_the_docs_index_lists_every_page_once():
+    docs = ROOT / "docs"
+    index = (docs / "README.md").read_text()
+    listed = re.findall(r"^- \[([\w.-]+\.md)\]\(\1\): \S", index, flags=re.M)
+    pages = {p.name for p in docs.glob("*.md")} - {"README.md"}
+    generated = {"reproductions.md", "claims.md"}  # written by `statetrack book` (statetrack.book.book_pages)
+    assert len(listed) == len(set(listed)) and set(listed) == pages | generated
