@@ -14,6 +14,7 @@ from pathlib import Path
 from statetrack import __version__
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
+from statetrack.paths import check_name
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS
 
@@ -317,9 +318,11 @@ def _known_experiment(store, experiment: str) -> None:
 def cmd_report(args) -> int:
     from statetrack.report import spec_paper, write_index, write_report
 
-    store = _store(args)
     if not args.all and not args.experiment:
         raise StatetrackError("report needs an EXPERIMENT name or --all")
+    if args.experiment is not None:
+        check_name(args.experiment)
+    store = _store(args)
     names = store.experiments() if args.all else [args.experiment]
     papers = {}  # the spec's `paper:` as it is now (figures added since the runs show too); else the plan's
     for name in names:
@@ -337,6 +340,7 @@ def cmd_results(args) -> int:
                                    table_rows, text_table)
     from statetrack.scoring import experiment_summary, planned_ids
 
+    check_name(args.experiment)
     store = _store(args)
     _known_experiment(store, args.experiment)
     if args.json:
@@ -358,6 +362,8 @@ def cmd_results(args) -> int:
 
 
 def cmd_analyze(args) -> int:
+    if args.analysis != "belief":
+        check_name(args.run, "RUN (a run id or an experiment name)")
     if args.analysis == "belief":
         from statetrack.analysis.belief import analyze_belief
 

@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+from statetrack.paths import under
 from statetrack.plots import (METRIC_NAMES, answer_labels, entry_label, run_label, metrics_by_length, model_label,
                               plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
                               plot_position_accuracy, plot_traces, position_series, train_ranges)
@@ -347,7 +348,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     A run whose training loss became non-finite is done, scored as chance, and its status in the
     runs table reads "diverged at step N".
     """
-    out = Path(results_dir) / experiment
+    out = under(results_dir, experiment)
     out.mkdir(parents=True, exist_ok=True)
     plan = store.plan(experiment)
     if plan is not None:

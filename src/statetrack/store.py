@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
+from statetrack.paths import check_name
 
 DEFAULT_STORE = Path("results") / "statetrack.db"
 
@@ -268,6 +269,7 @@ class Store:
         attempt left; False (nothing written) when the run is not free: done, failed (unless
         `retry_failed`), or running under a live lease of another driver (`lease_is_live`). The
         check and the claim are one transaction, so of two drivers asking at once one gets it."""
+        check_name(experiment)
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")  # the write lock first: nobody claims between our read and our write
             row = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -299,6 +301,7 @@ class Store:
     def set_plan(self, experiment: str, spec: dict, runs: list[dict]) -> None:
         """Record what `statetrack run` expanded: the resolved spec and one {id, model, task, lr, seed} per run.
         The latest plan of an experiment replaces the earlier one (the report follows the last command)."""
+        check_name(experiment)
         with self._connect() as db:
             db.execute(
                 "INSERT OR REPLACE INTO plans (experiment, scale, spec, runs, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -381,9 +384,13 @@ class Store:
         return None if row is None else {**dict(row), "spec": json.loads(row["spec"]), "runs": json.loads(row["runs"])}
 
     def experiments(self) -> list[str]:
-        """Every experiment with runs or a plan (a grid killed before its first run has only a plan)."""
+        """Every experiment with runs or a plan (a grid killed before its first run has only a plan);
+        a name that is not safe as a folder name (a store from elsewhere) is a one-line error."""
         with self._connect() as db:
-            return [r[0] for r in db.execute("SELECT experiment FROM runs UNION SELECT experiment FROM plans ORDER BY 1")]
+            names = [r[0] for r in db.execute("SELECT experiment FROM runs UNION SELECT experiment FROM plans ORDER BY 1")]
+        for name in names:
+            check_name(name, f"results store {self.path} holds an experiment whose name")
+        return names
 
     def results(self, experiment: str, run_ids: set[str] | None = None) -> list[dict]:
         """One row per (finished run, evaluation variant, evaluation length): the `statetrack results --json` schema.

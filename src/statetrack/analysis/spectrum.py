@@ -17,6 +17,7 @@ import torch
 from statetrack import zoo
 from statetrack.errors import StatetrackError
 from statetrack.experiments.worker import checkpoint_path
+from statetrack.paths import under
 from statetrack.tasks import make_task
 
 TOLERANCE = 1e-6
@@ -203,5 +204,5 @@ def analyze_run(store, run: str, results_dir: str | Path = "results", samples: i
     text = title + "\n" + format_stats(spectra, batch.inputs, getattr(task, "vocab", None))
     if all(s["eigenvalues"] is None for s in spectra):
         return text, None
-    path = Path(out) if out else Path(results_dir) / row["experiment"] / f"spectrum_{row['id']}.png"
+    path = Path(out) if out else under(results_dir, row["experiment"], f"spectrum_{row['id']}.png")
     return text, plot_spectra(spectra, title, path)

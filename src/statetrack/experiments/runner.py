@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_backend, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
+from statetrack.paths import under
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS, Store
 from statetrack.train import TrainConfig
@@ -63,7 +64,7 @@ def tensorboard_writer_class():
 
 def tensorboard_dir(root: str | Path, run: RunSpec) -> Path:
     label = f"{run.model_name}_{run.task_name}_lr{run.lr:g}_seed{run.seed}_{run.id[:8]}"
-    return Path(root) / run.experiment / re.sub(r"[^A-Za-z0-9.=,+-]+", "_", label).strip("_")
+    return under(root, run.experiment, re.sub(r"[^A-Za-z0-9.=,+-]+", "_", label).strip("_"))
 
 
 def log_tensorboard(root: str | Path, run: RunSpec, store: Store) -> Path:

@@ -24,13 +24,14 @@ import yaml
 
 from statetrack import sizing, zoo
 from statetrack.errors import StatetrackError, unknown
+from statetrack.paths import check_name
 from statetrack.plugins import load_imports, resolve_imports
 from statetrack.scoring import SCALES, check_paper_names, paper_of, selection_of
 from statetrack.tasks import make_task
 from statetrack.train import TrainConfig, curriculum_tasks
 
 TOP_LEVEL_KEYS = {
-    "name": "experiment name",
+    "name": "experiment name (letters, digits, '.', '_' and '-'; default: the file's name)",
     "description": "one paragraph shown in the report",
     "task": "one task: {name: ..., params...}",
     "tasks": "a list of tasks; an entry may carry its own train: and eval: settings for its runs",
@@ -124,6 +125,7 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
             if not isinstance(target, dict):
                 raise StatetrackError(f"override {text!r}: {part!r} is not a section")
         target[path[-1]] = value
+    check_name(spec["name"], hint=" (set `name:` in the spec, or the override name=...)")
     spec["scale"] = scale
     if "imports" in spec:  # before anything looks up a model or task name they may register
         spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")

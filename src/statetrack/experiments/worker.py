@@ -18,13 +18,14 @@ from statetrack import zoo
 from statetrack.allocator import keep_freed_memory
 from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.spec import RunSpec
+from statetrack.paths import under
 from statetrack.plugins import load_imports
 from statetrack.tasks import make_task
 from statetrack.train import Diverged, Trainer, TrainConfig
 
 
 def checkpoint_path(results_dir: str | Path, experiment: str, run_id: str) -> Path:
-    return Path(results_dir) / experiment / "checkpoints" / f"{run_id}.pt"
+    return under(results_dir, experiment, "checkpoints", f"{run_id}.pt")
 
 
 def failed_outcome(error: str, host: str | None = None) -> dict:
