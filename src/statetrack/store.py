@@ -15,6 +15,11 @@ Only one process writes at a time (SQLite's lock, WAL mode); the runner's driver
 for both backends: workers return their results instead of writing (see experiments/backends.py).
 Several drivers may share one store: a driver claims a run before training it (`start_run`: a lease
 with its host, pid and a heartbeat it renews), and the others skip it while the lease is live.
+The file says it is a store: SQLite's `application_id` is APPLICATION_ID and `user_version` the
+schema's version. Opening checks the file before anything is written to it or created beside it
+(`Store._identify`): another application's database, a newer schema or damaged pages are refused
+and left as they are; a store written before the application id (our tables, id 0) is accepted and
+stamped.
 """
 
 from __future__ import annotations
@@ -97,6 +102,9 @@ CREATE TABLE IF NOT EXISTS plans (
 );
 """.format(evals=EVALS_TABLE.strip())
 
+APPLICATION_ID = 0x53545452  # "STTR" in SQLite's header: this file is a statetrack results store
+SCHEMA_VERSION = 1  # PRAGMA user_version; 0 in stores written before it, which `_add_missing_columns` brings up to date
+
 # The fixed keys of a `results` row; a model metric of the same name is renamed metric_<name>.
 RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy",
                "sequence_accuracy", "diverged")
@@ -108,6 +116,22 @@ ADDED_COLUMNS = {
     "curves": {"metrics": "TEXT", "stage": "INTEGER"},
 }
 EVAL_COLUMNS = ("run_id", "length", "accuracy", "scaled_accuracy", "samples", "sequence_accuracy", "metrics", "position_accuracy")
+
+
+def _base_columns() -> dict[str, set[str]]:
+    """Each table's columns less those added since it was introduced: what every statetrack store
+    that has the table holds, an old one included."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(SCHEMA)
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        added = {**ADDED_COLUMNS, "evals": {**ADDED_COLUMNS["evals"], "variant": "TEXT"}}
+        return {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} - set(added.get(t, ())) for t in tables}
+    finally:
+        db.close()
+
+
+BASE_COLUMNS = _base_columns()
 
 
 # A driver renews the lease on each run it trains every LEASE_SECONDS / 4; a run whose heartbeat is
@@ -169,6 +193,7 @@ class Store:
                 raise StatetrackError(f"no results store at {self.path} (it is written by `statetrack run`; "
                                       f"pass --store FILE or --results-dir DIR of an earlier run)")
             with self._opened("open"):
+                self._identify()
                 with self._connect() as db:
                     if self._outdated(db):
                         self.memory = sqlite3.connect(":memory:", check_same_thread=False)
@@ -179,12 +204,18 @@ class Store:
                         self._add_missing_columns(db)
             return
         with self._opened("write"):
+            self._identify()
+            for file_or_folder, what in ((self.path, "the file"), (self.path.parent, "its folder")):
+                # SQLite writes FILE-wal and FILE-shm beside the file
+                if file_or_folder.exists() and not os.access(file_or_folder, os.W_OK):
+                    raise StatetrackError(f"cannot write results store {self.path}: {what} is read-only")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             for attempt in range(20):
                 try:
                     with self._connect() as db:
                         db.executescript(SCHEMA)
                         self._add_missing_columns(db)
+                        self._stamp(db)
                     break
                 except sqlite3.OperationalError as error:
                     # two drivers creating one store at once: switching a new file to WAL mode can
@@ -204,6 +235,55 @@ class Store:
             raise StatetrackError(f"cannot {doing} results store {self.path}: {error}") from None
         except OSError as error:
             raise StatetrackError(f"cannot {doing} results store {self.path}: {error.strerror or error}") from None
+
+    def _identify(self) -> None:
+        """Refuse a file that is not a statetrack store, before anything is written to it or created
+        beside it: read-only (immutable while no writer is active), so another application's
+        database stays byte-for-byte as it was. A missing or empty file is a new store."""
+        try:
+            with open(self.path, "rb") as file:
+                header = file.read(100)
+        except FileNotFoundError:
+            return
+        if not header:
+            return
+        if not header.startswith(b"SQLite format 3\x00"):
+            raise StatetrackError(f"{self.path} is not a statetrack results store (not an SQLite database)")
+        db = self._read_only_connection()
+        try:
+            application_id = db.execute("PRAGMA application_id").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+            tables = {t: {r[0] for r in db.execute("SELECT name FROM pragma_table_info(?)", (t,))} for t in names}
+            problems = [r[0] for r in db.execute("PRAGMA quick_check(1)")]
+        except sqlite3.DatabaseError as error:
+            raise self._damaged(error) from None
+        finally:
+            db.close()
+        if problems != ["ok"]:
+            raise self._damaged(problems[0])
+        if application_id == APPLICATION_ID:
+            if version > SCHEMA_VERSION:
+                raise StatetrackError(f"results store {self.path} has schema version {version}, written by a newer statetrack; "
+                                      f"this one reads versions up to {SCHEMA_VERSION} (pip install -U statetrack)")
+            return
+        old = "runs" in tables and all(t in BASE_COLUMNS and BASE_COLUMNS[t] <= columns or t == "evals_before_variants"
+                                       for t, columns in tables.items())
+        if application_id == 0 and (old or (not tables and version == 0)):
+            return  # a store written before the application id, or an empty database
+        raise StatetrackError(f"{self.path} is not a statetrack results store but an SQLite database of another application "
+                              f"(application id {application_id}); it is left as it is")
+
+    def _damaged(self, detail) -> StatetrackError:
+        detail = " ".join(str(detail).replace("*** in database main ***", "").split())  # quick_check's report: several lines
+        return StatetrackError(f"results store {self.path} is damaged ({detail}); restore it from a copy or pass --store FILE of another")
+
+    @staticmethod
+    def _stamp(db) -> None:
+        """Mark the file as a statetrack store of this schema version (written only when it differs)."""
+        for pragma, value in (("application_id", APPLICATION_ID), ("user_version", SCHEMA_VERSION)):
+            if db.execute(f"PRAGMA {pragma}").fetchone()[0] != value:
+                db.execute(f"PRAGMA {pragma} = {value}")
 
     @staticmethod
     def _outdated(db) -> bool:
@@ -246,21 +326,25 @@ class Store:
             with self.memory:
                 yield self.memory
             return
-        if self.read_only:
-            # immutable when no writer is active (no -wal file): SQLite then creates no -wal/-shm files either
-            mode = "ro" if self.path.with_name(self.path.name + "-wal").exists() else "ro&immutable=1"
-            db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=60)
-        else:
-            db = sqlite3.connect(self.path, timeout=60)
+        db = self._read_only_connection() if self.read_only else sqlite3.connect(self.path, timeout=60)
         db.row_factory = sqlite3.Row
-        if not self.read_only:
-            db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA foreign_keys=ON")
         try:
+            if not self.read_only:
+                db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
             with db:  # commit on success, roll back on error
                 yield db
+        except sqlite3.DatabaseError as error:
+            if type(error) is sqlite3.DatabaseError:  # damaged pages (locks, constraints: its subclasses, raised as they are)
+                raise self._damaged(error) from None
+            raise
         finally:
             db.close()
+
+    def _read_only_connection(self) -> sqlite3.Connection:
+        # immutable when no writer is active (no -wal file): SQLite then creates no -wal/-shm files either
+        mode = "ro" if self.path.with_name(self.path.name + "-wal").exists() else "ro&immutable=1"
+        return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=60)
 
     # ---- writes --------------------------------------------------------------------------------
     def start_run(self, run_id: str, experiment: str, model: str, task: str, seed: int, lr: float, config: dict, git_rev: str,

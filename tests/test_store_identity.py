@@ -1,0 +1,140 @@
+"""A results store says what it is (SQLite's application id and user version): another application's
+database, a newer schema or damaged pages are refused before anything is written to the file or
+created beside it; a store written before the application id is accepted and stamped."""
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from statetrack.errors import StatetrackError
+from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Store
+
+OLD_STORE = """
+CREATE TABLE runs (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, model TEXT NOT NULL, task TEXT NOT NULL,
+    seed INTEGER NOT NULL, lr REAL NOT NULL, config TEXT NOT NULL, git_rev TEXT, host TEXT, status TEXT NOT NULL,
+    error TEXT, steps INTEGER, num_parameters INTEGER, train_seconds REAL, eval_seconds REAL, started_at REAL, finished_at REAL);
+CREATE TABLE evals (run_id TEXT NOT NULL, length INTEGER NOT NULL, accuracy REAL NOT NULL, scaled_accuracy REAL NOT NULL,
+    samples INTEGER NOT NULL, PRIMARY KEY (run_id, length));
+CREATE TABLE curves (run_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL NOT NULL, accuracy REAL NOT NULL, PRIMARY KEY (run_id, step));
+CREATE TABLE plans (experiment TEXT PRIMARY KEY, scale TEXT, spec TEXT NOT NULL, runs TEXT NOT NULL, created_at REAL);
+INSERT INTO plans VALUES ('old', 'quick', '{}', '[]', 0);
+"""
+
+
+def _pragmas(path: Path) -> tuple[int, int]:
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        db.close()
+
+
+def _state(folder: Path) -> dict:
+    """Every file of the folder and the hash of its bytes."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_a_new_store_carries_the_application_id_and_schema_version(tmp_path):
+    Store(tmp_path / "s.db")
+    assert _pragmas(tmp_path / "s.db") == (APPLICATION_ID, SCHEMA_VERSION)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["write", "read-only"])
+def test_a_store_written_before_the_application_id_is_accepted(tmp_path, read_only):
+    """An old store (our tables, application id 0) opens; writing stamps it, reading leaves it as it is."""
+    db = tmp_path / "old.db"
+    connection = sqlite3.connect(db)
+    connection.executescript(OLD_STORE)
+    connection.close()
+    before = _state(tmp_path)
+    store = Store(db, read_only=read_only)
+    assert store.experiments() == ["old"]
+    if read_only:
+        assert _state(tmp_path) == before
+    else:
+        assert _pragmas(db) == (APPLICATION_ID, SCHEMA_VERSION)
+
+
+def test_an_empty_sqlite_database_becomes_a_store(tmp_path):
+    sqlite3.connect(tmp_path / "e.db").close()
+    (tmp_path / "e.db").write_bytes(b"")
+    Store(tmp_path / "e.db").set_plan("x", {}, [])
+    assert _pragmas(tmp_path / "e.db") == (APPLICATION_ID, SCHEMA_VERSION)
+
+
+FOREIGN = {
+    # a `runs` table of its own in rollback-journal mode: switching it to WAL would rewrite its header
+    "conflicting runs table": ["CREATE TABLE runs (id INTEGER PRIMARY KEY, distance REAL)", "INSERT INTO runs VALUES (1, 2.5)"],
+    "other tables": ["CREATE TABLE notes (text TEXT)", "INSERT INTO notes VALUES ('hello')"],
+    "its application id": ["PRAGMA application_id = 1234"],
+    "our tables and one of its own": [*OLD_STORE.strip().split(";\n")[:-1], "CREATE TABLE users (name TEXT)"],
+    "its user version": ["PRAGMA user_version = 3"],
+}
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["write", "read-only"])
+@pytest.mark.parametrize("statements", FOREIGN.values(), ids=FOREIGN)
+def test_another_applications_database_is_refused_and_left_byte_for_byte(tmp_path, statements, read_only):
+    db = tmp_path / "app.db"
+    connection = sqlite3.connect(db)
+    for statement in statements:
+        connection.execute(statement)
+    connection.commit()
+    connection.close()
+    before = _state(tmp_path)
+    with pytest.raises(StatetrackError, match="is not a statetrack results store but an SQLite database of another application"):
+        Store(db, read_only=read_only)
+    assert _state(tmp_path) == before  # the same bytes, and no -wal, -shm or -journal file beside it
+
+
+def test_a_store_of_a_newer_schema_is_refused(tmp_path):
+    Store(tmp_path / "s.db")
+    connection = sqlite3.connect(tmp_path / "s.db")
+    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    connection.close()
+    before = _state(tmp_path)
+    for read_only in (False, True):
+        with pytest.raises(StatetrackError, match=f"schema version {SCHEMA_VERSION + 1}, written by a newer statetrack"):
+            Store(tmp_path / "s.db", read_only=read_only)
+    assert _state(tmp_path) == before
+
+
+def _damage(path: Path, keep_pages: int = 2) -> None:
+    data = bytearray(path.read_bytes())
+    data[4096 * keep_pages:] = b"\x5a" * (len(data) - 4096 * keep_pages)
+    path.write_bytes(bytes(data))
+
+
+def _filled(path: Path) -> Store:
+    store = Store(path)
+    store.set_plan("big", {"description": "x" * 20000}, [{"id": str(i)} for i in range(500)])
+    return store
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["write", "read-only"])
+def test_damaged_pages_are_refused_on_opening(tmp_path, read_only):
+    _filled(tmp_path / "s.db")
+    _damage(tmp_path / "s.db")
+    before = _state(tmp_path)
+    with pytest.raises(StatetrackError, match=r"results store .*s\.db is damaged \(") as error:
+        Store(tmp_path / "s.db", read_only=read_only)
+    assert "\n" not in str(error.value)
+    assert _state(tmp_path) == before
+
+
+def test_pages_damaged_after_opening_are_one_line_when_read(tmp_path):
+    _filled(tmp_path / "s.db")
+    store = Store(tmp_path / "s.db", read_only=True)
+    _damage(tmp_path / "s.db")
+    with pytest.raises(StatetrackError, match=r"s\.db is damaged \(database disk image is malformed\)"):
+        store.plan("big")
+
+
+def test_a_file_with_an_sqlite_header_and_nothing_else_is_refused(tmp_path):
+    (tmp_path / "s.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    for read_only in (False, True):
+        with pytest.raises(StatetrackError, match="is damaged"):
+            Store(tmp_path / "s.db", read_only=read_only)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]
