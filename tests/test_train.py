@@ -75,3 +75,38 @@ def test_early_stopping_stops_before_the_step_budget():
     config = TrainConfig(steps=3000, lr=1e-2, min_length=1, max_length=3, val_every=50, early_stop_loss=0.05, device="cpu")
     trainer = Trainer(model, task, config, progress=False).fit()
     assert trainer.stopped_early and trainer.step < 3000
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "another model", "another optimizer"])
+def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_again(tmp_path, damage):
+    """A checkpoint that cannot be read, or does not fit the run, is renamed <name>.corrupt with a
+    warning, and the run trains from step 0: the same weights as a run that never had a checkpoint."""
+    task = make_task("parity")
+    spec = {"name": "deltanet", "eig_range": "[-1,1]", "d_model": 8, "num_heads": 1}
+    config = dict(batch_size=8, lr=1e-2, min_length=2, max_length=6, early_stop_loss=None, checkpoint_every=5, device="cpu")
+    straight = make(spec, task)
+    uninterrupted = Trainer(straight, task, TrainConfig(steps=12, **config), progress=False).fit()
+
+    path = tmp_path / "run.pt"
+    if damage == "garbage":
+        path.write_bytes(b"not a checkpoint at all")
+    else:
+        Trainer(make(spec, task, seed=5), task, TrainConfig(steps=7, **config), path, progress=False).fit()
+        saved = torch.load(path, weights_only=True)
+        if damage == "truncated":
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        elif damage == "another model":
+            saved["model"] = make({"name": "lstm", "d_model": 8}, task).state_dict()
+            torch.save(saved, path)
+        else:  # the weights fit, the optimizer's state does not: the model is loaded first, then put back
+            saved["optimizer"] = {"state": {}, "param_groups": []}
+            torch.save(saved, path)
+    damaged = path.read_bytes()
+
+    with pytest.warns(RuntimeWarning, match=r"run\.pt.*moved to .*run\.pt\.corrupt, the run starts again from step 0"):
+        trainer = Trainer(make(spec, task), task, TrainConfig(steps=12, **config), path, progress=False).fit()
+    assert (tmp_path / "run.pt.corrupt").read_bytes() == damaged
+    assert trainer.step == 12 and [p["step"] for p in trainer.curve] == [p["step"] for p in uninterrupted.curve]
+    for a, b in zip(straight.state_dict().values(), trainer.model.state_dict().values()):
+        torch.testing.assert_close(a, b)
+    assert torch.load(path, weights_only=True)["step"] == 12  # a readable checkpoint in its place

@@ -3,10 +3,12 @@ fresh batches every step, or epochs over a fixed training set (`dataset_size`)."
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -252,9 +254,37 @@ class Diverged(FloatingPointError):
         self.step, self.loss = step, loss
 
 
+class UnreadableCheckpoint(StatetrackError):
+    """A checkpoint file that cannot be loaded (damaged, truncated, not a checkpoint) or does not fit the model."""
+
+
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "generator", "step", "curve", "stopped_early", "seconds")
+
+
+def read_checkpoint(path: Path, map_location="cpu", model=None) -> dict:
+    """The dict a Trainer saved at `path` (tensors and plain data only: `weights_only`); given `model`,
+    its weights are checked to have that model's names and shapes. UnreadableCheckpoint otherwise;
+    a file the system cannot open (permissions) raises its OSError."""
+    open(path, "rb").close()  # the system's own errors (permissions, a folder) as they are
+    try:
+        saved = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch reports a damaged file as RuntimeError, UnpicklingError, EOFError, OSError, ...
+        detail = " ".join(str(error).split()[:40]) or type(error).__name__
+        raise UnreadableCheckpoint(f"checkpoint {path} cannot be read: {detail}") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
+        raise UnreadableCheckpoint(f"checkpoint {path} holds no model weights")
+    if model is not None:
+        expected, weights = model.state_dict(), saved["model"]
+        if set(weights) != set(expected) or any(not torch.is_tensor(weights[k]) or weights[k].shape != v.shape
+                                                for k, v in expected.items()):
+            raise UnreadableCheckpoint(f"checkpoint {path} does not hold this model's weights (their names or shapes differ)")
+    return saved
+
+
 class Trainer:
     """Trains `model` on `task`. Saves a checkpoint every `checkpoint_every` steps and at the end;
-    a run restarted with the same checkpoint path continues where it stopped."""
+    a run restarted with the same checkpoint path continues where it stopped. A checkpoint that
+    cannot be read is moved aside (`<name>.corrupt`, with a warning) and the run starts again."""
 
     def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True):
         config.validate()
@@ -314,13 +344,40 @@ class Trainer:
         os.replace(tmp, path)  # atomic: a kill never leaves half a checkpoint
 
     def load(self, path: Path) -> None:
-        saved = torch.load(path, map_location=self.device, weights_only=True)
-        self.model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.scheduler.load_state_dict(saved["scheduler"])
-        self.generator.set_state(saved["generator"])
-        self.step, self.curve = saved["step"], saved["curve"]
-        self.stopped_early, self.seconds = saved["stopped_early"], saved["seconds"]
+        """Continue from the checkpoint at `path`; UnreadableCheckpoint when it cannot be read or does
+        not fit (the trainer may then hold part of it: `_resume` puts the fresh state back)."""
+        saved = read_checkpoint(path, self.device, self.model)
+        missing = [k for k in CHECKPOINT_KEYS if k not in saved]
+        if missing:
+            raise UnreadableCheckpoint(f"checkpoint {path} lacks {', '.join(missing)}")
+        try:
+            self.model.load_state_dict(saved["model"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.scheduler.load_state_dict(saved["scheduler"])
+            self.generator.set_state(saved["generator"])
+            self.step, self.curve = int(saved["step"]), list(saved["curve"])
+            self.stopped_early, self.seconds = bool(saved["stopped_early"]), float(saved["seconds"])
+        except (KeyError, ValueError, TypeError, RuntimeError) as error:
+            detail = " ".join(str(error).split()[:40])
+            raise UnreadableCheckpoint(f"checkpoint {path} does not fit this run: {detail}") from None
+
+    def _resume(self, path: Path) -> None:
+        """Load the checkpoint at `path`; one that cannot be read is renamed `<name>.corrupt`, with a
+        warning, and training starts from step 0 with the state this trainer was built with."""
+        fresh = copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                               "scheduler": self.scheduler.state_dict()})
+        generator = self.generator.get_state()
+        try:
+            self.load(path)
+        except UnreadableCheckpoint as error:
+            self.model.load_state_dict(fresh["model"])
+            self.optimizer.load_state_dict(fresh["optimizer"])
+            self.scheduler.load_state_dict(fresh["scheduler"])
+            self.generator.set_state(generator)
+            self.step, self.curve, self.stopped_early, self.seconds = 0, [], False, 0.0
+            aside = path.with_name(path.name + ".corrupt")
+            os.replace(path, aside)
+            warnings.warn(f"{error}; moved to {aside}, the run starts again from step 0", RuntimeWarning, stacklevel=3)
 
     # ---- training ------------------------------------------------------------------------------
     @property
@@ -365,7 +422,7 @@ class Trainer:
         Raises `Diverged` when a batch's loss is non-finite, before that batch updates the model."""
         c = self.config
         if self.checkpoint_path and self.checkpoint_path.exists():
-            self.load(self.checkpoint_path)
+            self._resume(self.checkpoint_path)
         self.model.train()
         start = time.perf_counter() - self.seconds
         window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}

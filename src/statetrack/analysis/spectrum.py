@@ -19,6 +19,7 @@ from statetrack.errors import StatetrackError
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import under
 from statetrack.tasks import make_task
+from statetrack.train import UnreadableCheckpoint, read_checkpoint
 
 TOLERANCE = 1e-6
 
@@ -56,7 +57,10 @@ def load_run_model(row: dict, results_dir: str | Path):
         raise StatetrackError(f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the --results-dir it ran with")
     task = make_task(**config["task"])
     model = zoo.build_model(config["model"], task.vocab_size, task.num_classes)
-    model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
+    try:
+        model.load_state_dict(read_checkpoint(path, "cpu", model)["model"])
+    except UnreadableCheckpoint as error:
+        raise UnreadableCheckpoint(f"run {row['id']}: {error}") from None
     return model.eval(), task
 
 
