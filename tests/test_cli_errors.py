@@ -1,8 +1,10 @@
 """Every bad invocation of the command line: exit status 2, one line on stderr naming the bad value and
 what was expected, no traceback, and nothing written (the working folder is byte-for-byte as before)."""
 
+import hashlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,10 @@ from cli_helpers import run_cli
 from statetrack.store import Store
 
 # (argv, what the one line must contain). In argv, {tmp} is the test's working folder, {store} an
-# existing store holding no experiment, {text} a text file that is not a store.
+# existing store holding no experiment, {text} a text file that is not a store; the other stores and
+# files are made by `workdir` (see there).
+NOT_ALLOWED = "is not allowed: a name is 1 to 100 ASCII letters, digits, '.', '_' or '-', not starting with '.'"
+FOREIGN = "is not a statetrack results store but an SQLite database of another application"
 BAD = [
     # run: experiments, overrides and spec values
     (["run", "nope"], "unknown experiment 'nope'; expected one of: "),
@@ -100,6 +105,52 @@ BAD = [
     (["construct", "parity", "--samples", "0"], "--samples must be >= 1"),
     (["construct", "modadd", "m=1"], "m must be an integer >= 2"),
     (["construct", "parity", "--lengths", "0"], "length must be an integer >= 1"),
+    # experiment names: from a spec, an override, a command's argument or a store, never a path
+    (["run", "{escape}", "--results-dir", "a/b/results"], f"experiment name '../../escape' {NOT_ALLOWED}"),
+    (["run", "demo", "name=../../escape", "--results-dir", "a/b/results"], f"experiment name '../../escape' {NOT_ALLOWED}"),
+    (["run", "demo", "name={tmp}/absolute"], f"experiment name '{{tmp}}/absolute' {NOT_ALLOWED}"),
+    (["run", "demo", "name=''"], f"experiment name '' {NOT_ALLOWED}"),
+    (["run", "demo", "name="], f"experiment name None {NOT_ALLOWED}"),
+    (["run", "demo", "name=.hidden"], f"experiment name '.hidden' {NOT_ALLOWED}"),
+    (["run", "demo", "name=..", "--results-dir", "a/b/results"], f"experiment name '..' {NOT_ALLOWED}"),
+    (["run", "demo", "name=a/b"], f"experiment name 'a/b' {NOT_ALLOWED}"),
+    (["run", "demo", "name=a\\b"], NOT_ALLOWED),
+    (["run", "demo", "name=[a, b]"], f"experiment name ['a', 'b'] {NOT_ALLOWED}"),
+    (["run", "demo", "name=12"], f"experiment name 12 {NOT_ALLOWED}"),
+    (["run", "demo", "name=" + "x" * 101], NOT_ALLOWED),
+    (["run", "demo", "name=sp ace"], f"experiment name 'sp ace' {NOT_ALLOWED}"),
+    (["run", "{tmp}/my spec.yaml"], "set `name:` in the spec, or the override name=..."),
+    (["report", "../../x", "--store", "{store}"], f"experiment name '../../x' {NOT_ALLOWED}"),
+    (["report", "{tmp}/absolute", "--store", "{store}"], NOT_ALLOWED),
+    (["report", "--all", "--store", "{escaping}"], f"results store {{escaping}} holds an experiment whose name '../../x' {NOT_ALLOWED}"),
+    (["report", "--all", "--results-dir", "a/b/results", "--store", "{escaping}"], "'../../x'"),
+    (["report", "fine", "--store", "{escaping}"], "'../../x'"),
+    (["results", "../../x", "--store", "{store}"], f"experiment name '../../x' {NOT_ALLOWED}"),
+    (["results", "", "--store", "{store}"], f"experiment name '' {NOT_ALLOWED}"),
+    (["results", "..", "--store", "{store}"], f"experiment name '..' {NOT_ALLOWED}"),
+    (["results", "fine", "--store", "{escaping}"], "'../../x'"),
+    (["analyze", "spectrum", "../../x", "--store", "{store}"], f"RUN (a run id or an experiment name) '../../x' {NOT_ALLOWED}"),
+    (["analyze", "heads", "abc", "--store", "{escaping}"], "'../../x'"),
+    # stores: another application's database, a newer schema, damaged pages, a read-only file
+    (["run", "demo", "--store", "{foreign}"], FOREIGN),
+    (["run", "demo", "--store", "{foreign_id}"], FOREIGN + " (application id 1234)"),
+    (["results", "demo", "--store", "{foreign}"], FOREIGN),
+    (["report", "--all", "--store", "{foreign}"], FOREIGN),
+    (["analyze", "spectrum", "abc", "--store", "{foreign_id}"], FOREIGN),
+    (["run", "demo", "--store", "{newer}"], "has schema version 99, written by a newer statetrack"),
+    (["results", "demo", "--store", "{newer}"], "has schema version 99"),
+    (["run", "demo", "--store", "{damaged}"], "results store {damaged} is damaged"),
+    (["results", "demo", "--store", "{damaged}"], "is damaged"),
+    (["report", "--all", "--store", "{damaged}"], "is damaged"),
+    (["run", "demo", "--store", "{header_only}"], "is damaged"),
+    (["results", "demo", "--store", "{header_only}"], "is damaged"),
+    *([] if os.geteuid() == 0 else [(["run", "demo", "--store", "{read_only}"], "cannot write results store {read_only}: the file is read-only")]),
+    # analyses of a run whose checkpoint is damaged
+    (["analyze", "spectrum", "0123456789abcdef", "--store", "{trained}"], "run 0123456789abcdef: checkpoint "),
+    (["analyze", "spectrum", "trained", "--model", "LSTM", "--store", "{trained}"], "cannot be read"),
+    (["analyze", "rotations", "0123", "--store", "{trained}"], "cannot be read"),
+    (["analyze", "signs", "0123", "--store", "{trained}"], "cannot be read"),
+    (["analyze", "heads", "0123", "--store", "{trained}"], "cannot be read"),
     # the command itself
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "the following arguments are required: COMMAND"),
@@ -108,25 +159,73 @@ BAD = [
 
 
 def _snapshot(folder: Path) -> dict:
-    """Every file and folder under `folder` with its size and modification time."""
-    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+    """Every file and folder under `folder` with its size, modification time and the hash of its bytes."""
+    return {str(p.relative_to(folder)): (p.is_dir(), p.stat().st_size, p.stat().st_mtime_ns,
+                                         None if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in folder.rglob("*")}
 
 
 def _no_training(*args, **kwargs):
     raise AssertionError("a bad invocation got as far as starting runs")
 
 
+TINY = "task: {name: modadd, m: 3}\nmodels: [{name: lstm}]\nmodel_defaults: {d_model: 8}\nlrs: [0.01]\nseeds: [0]\n" \
+       "train: {steps: 2, min_length: 2, max_length: 5}\neval: {lengths: [5]}\n"
+RUN_ID = "0123456789abcdef"
+
+
+def _sql(path: Path, *statements: str) -> None:
+    db = sqlite3.connect(path)
+    for statement in statements:
+        db.execute(statement)
+    db.commit()
+    db.close()
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
+    """The working folder of a bad invocation, with the files its argv names."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
     Store(tmp_path / "empty.db")
     (tmp_path / "notes.txt").write_text("not a database\n")
+    (tmp_path / "escape.yaml").write_text('name: "../../escape"\n' + TINY)  # writes a/escape/ beside a/b/results
+    (tmp_path / "my spec.yaml").write_text(TINY)  # named after a file name that is no experiment name
+    # a store whose plan and run name an experiment "../../x" (a store someone sent)
+    Store(tmp_path / "escaping.db").set_plan("fine", {"name": "fine"}, [])
+    _sql(tmp_path / "escaping.db", "INSERT INTO plans (experiment, spec, runs) VALUES ('../../x', '{}', '[]')",
+         "INSERT INTO runs (id, experiment, model, task, seed, lr, config, status) VALUES ('abc', '../../x', 'm', 't', 0, 0.1, '{}', 'done')")
+    # another application's databases: one with a `runs` table of its own, one with its application id
+    _sql(tmp_path / "foreign.db", "CREATE TABLE runs (id INTEGER PRIMARY KEY, distance REAL)", "INSERT INTO runs VALUES (1, 5.0)")
+    _sql(tmp_path / "foreign_id.db", "PRAGMA application_id = 1234", "CREATE TABLE notes (text TEXT)")
+    Store(tmp_path / "newer.db")
+    _sql(tmp_path / "newer.db", "PRAGMA user_version = 99")
+    # damaged pages: a store whose pages after the first two are overwritten
+    store = Store(tmp_path / "damaged.db")
+    store.set_plan("big", {"name": "big", "description": "x" * 20000}, [{"id": str(i)} for i in range(500)])
+    data = bytearray((tmp_path / "damaged.db").read_bytes())
+    data[8192:] = b"\x5a" * (len(data) - 8192)
+    (tmp_path / "damaged.db").write_bytes(bytes(data))
+    (tmp_path / "header_only.db").write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+    Store(tmp_path / "read_only.db")
+    (tmp_path / "read_only.db").chmod(0o444)
+    # a finished run whose checkpoint is damaged
+    config = {"experiment": "trained", "model": {"name": "lstm", "d_model": 8}, "task": {"name": "modadd", "m": 3},
+              "train": {"max_length": 5}, "eval": {"lengths": [5]}}
+    store = Store(tmp_path / "trained.db")
+    store.start_run(RUN_ID, "trained", "LSTM", "modadd(m=3)", 0, 0.01, config, "abc")
+    store.finish_run(RUN_ID, [{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4}], [], 2, 100, 0.1, 0.1)
+    checkpoint = tmp_path / "results" / "trained" / "checkpoints" / f"{RUN_ID}.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"PK\x03\x04 half a zip archive")
     return tmp_path
 
 
 def _fill(argv: list[str], folder: Path) -> list[str]:
-    values = {"{tmp}": str(folder), "{store}": str(folder / "empty.db"), "{text}": str(folder / "notes.txt")}
+    values = {"{tmp}": str(folder), "{store}": str(folder / "empty.db"), "{text}": str(folder / "notes.txt"),
+              "{escape}": str(folder / "escape.yaml"), "{read_only}": str(folder / "read_only.db"),
+              **{f"{{{name}}}": str(folder / f"{name}.db")
+                 for name in ("escaping", "foreign", "foreign_id", "newer", "damaged", "header_only", "trained")}}
     out = []
     for arg in argv:
         for key, value in values.items():
@@ -136,7 +235,7 @@ def _fill(argv: list[str], folder: Path) -> list[str]:
 
 
 def test_the_table_is_long_enough():
-    assert len(BAD) >= 40
+    assert len(BAD) >= 120
 
 
 @pytest.mark.parametrize("argv, expected", BAD, ids=[" ".join(a) or "(nothing)" for a, _ in BAD])
@@ -172,13 +271,15 @@ def test_reading_leaves_the_store_untouched(tiny_spec, tmp_path, monkeypatch, ca
 
 
 @pytest.mark.skipif(shutil.which("setpriv") is None and os.geteuid() == 0, reason="root ignores file modes; needs setpriv")
-def test_a_read_only_store_is_one_line(tmp_path):
-    """`run` on a store it cannot write: exit 2, one line (as root, the command runs as `nobody`)."""
+@pytest.mark.parametrize("folder_mode", [0o755, 0o777], ids=["read-only folder", "writable folder"])
+def test_a_read_only_store_is_one_line(tmp_path, folder_mode):
+    """`run` on a store file it cannot write: exit 2, one line, and no -wal or -shm file beside it even
+    where the folder is writable (as root, the command runs as `nobody`)."""
     import tempfile
 
     folder, home = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())  # tmp_path is private to root
     try:
-        folder.chmod(0o755)
+        folder.chmod(folder_mode)
         home.chmod(0o777)
         Store(folder / "ro.db")
         (folder / "ro.db").chmod(0o444)
@@ -193,7 +294,7 @@ def test_a_read_only_store_is_one_line(tmp_path):
         done = subprocess.run(argv, capture_output=True, text=True, cwd=folder, timeout=120, env=env)
         assert done.returncode == 2, done.stderr
         assert done.stderr.strip().splitlines() == [f"statetrack: error: cannot write results store {folder / 'ro.db'}: "
-                                                    "attempt to write a readonly database"]
+                                                    "the file is read-only"]
         assert _snapshot(folder) == before
     finally:
         shutil.rmtree(folder)
