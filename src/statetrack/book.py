@@ -144,19 +144,21 @@ def settings_line(spec: dict) -> str:
     tasks = spec["tasks"] if "tasks" in spec else [spec["task"]]
     names = [task_label({k: v for k, v in ({"name": t} if isinstance(t, str) else t).items() if k not in ("train", "eval")})
              for t in tasks]
+    steps = train.get("steps", "-")
     if train.get("curriculum"):
         stages = train["curriculum"]
-        lengths = "a curriculum of " + ", ".join(
+        lengths = "through a curriculum of lengths " + ", ".join(
             str(s["length"]) if "length" in s else f"{s.get('min_length', train.get('min_length'))}..{s.get('max_length', train.get('max_length'))}"
             for s in stages)
+        steps = train.get("steps") or sum(s.get("steps", 0) for s in stages)
     else:
-        lengths = f"{train.get('min_length', 3)}..{train.get('max_length', 40)}"
+        lengths = f"on lengths {train.get('min_length', 3)}..{train.get('max_length', 40)}"
     width = defaults.get("d_model", defaults.get("width"))
     model = (f"d_model {width}" if width else f"{defaults['params']:g} parameters per layer" if "params" in defaults else "model defaults") \
         + f", {defaults.get('num_layers', 1)} layer(s)"
     own = [t for t in tasks if isinstance(t, dict) and ("train" in t or "eval" in t)]
-    return (f"tasks {'; '.join(names)}; trained on lengths {lengths}" + (" (some tasks set their own lengths)" if own else "")
-            + f", {train.get('steps', '-')} steps, batch {train.get('batch_size', '-')}; {model}; "
+    return (f"tasks {'; '.join(names)}; trained {lengths}" + (" (some tasks set their own lengths)" if own else "")
+            + f", {steps} steps, batch {train.get('batch_size', '-')}; {model}; "
             f"lr {_join(spec['lrs'])}; seeds {_join(spec['seeds'])}; evaluated at {_join(evaluate.get('lengths', []))} "
             f"({evaluate.get('samples', 512)} samples per length)")
 

@@ -309,9 +309,9 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
     verdicts = claim_verdicts(paper, summary, planned)
     sections = []
     measured_text = MEASURE_TEXT.get(paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ") + " (mean over seeds)") \
-        + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]))
+        + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]).replace(" (mean over test lengths)", ", mean over test lengths"))
     if summary and paper["measure"] in ("scaled", "extrapolation"):
-        measured_text += " (the best seed)" if summary[0]["selection"]["seeds"] == "max" else " (mean over seeds)"
+        measured_text += ", the best seed" if summary[0]["selection"]["seeds"] == "max" else ", mean over seeds"
     scale_text = f", {scale} scale" if scale else ""
     if any(paper["figures"].values()):
         rows = paper_figures(paper, summary, planned)
