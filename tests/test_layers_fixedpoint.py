@@ -210,18 +210,40 @@ def test_iteration_caps_and_counts():
     x = torch.randn(2, 12, 8)
     m = FixedPointRNN(8, max_iter=3, eval_max_iter=50, tol=1e-9).train()
     m(x)
-    assert diagnostics.drain(m) == {"iterations": [3.0]}  # the cap, the last one differentiable
+    assert diagnostics.drain(m) == {"iterations": [3.0, 3.0]}  # per sequence: the cap, the last one differentiable
     m.eval()
     with torch.no_grad():
         m(x)
-    count = diagnostics.drain(m)["iterations"][0]
-    assert 3 < count <= 50
+    counts = diagnostics.drain(m)["iterations"]
+    assert len(counts) == 2 and all(3 < count <= 50 for count in counts)
     m = FixedPointRNN(8, max_iter="gamma").train()
     for _ in range(40):
         m(x)
     counts = diagnostics.drain(m)["iterations"]
-    assert len(set(counts)) > 2 and min(counts) >= 1
+    assert len(counts) == 80 and len(set(counts)) > 2 and min(counts) >= 1
     assert diagnostics.drain(m) == {}
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+@pytest.mark.parametrize("name", ["fixedpoint", "bedouin"])
+def test_each_sequence_stops_on_its_own_change(name, native, monkeypatch):
+    """Sequences of one batch that need different numbers of iterations (at tol 1e-3): each takes the
+    count, and gives the output and the last state, that it takes and gives alone (the compiled pass
+    and PyTorch alike)."""
+    monkeypatch.setenv("STATETRACK_NATIVE", native)
+    torch.manual_seed(1)
+    m = mixer({"name": name, "reflections": 2, "tol": 1e-3}, 8).double().eval()
+    x = torch.randn(6, 13, 8, dtype=torch.float64) * torch.tensor([0.1, 3, 1, 0.3, 5, 1], dtype=torch.float64)[:, None, None]
+    with torch.no_grad():
+        y, state = m(x)
+        counts = diagnostics.drain(m)["iterations"]
+        assert len(counts) == 6 and len(set(counts)) > 1
+        for i in range(6):
+            y_i, state_i = m(x[i : i + 1])
+            assert diagnostics.drain(m)["iterations"] == [counts[i]]
+            torch.testing.assert_close(y_i, y[i : i + 1], rtol=1e-12, atol=1e-14)
+            for a, b in zip(state_i if name == "bedouin" else [state_i], state if name == "bedouin" else [state]):
+                torch.testing.assert_close(a, b[i : i + 1], rtol=1e-12, atol=1e-14)
 
 
 def test_training_and_evaluation_store_the_iteration_statistics():

@@ -1,10 +1,11 @@
 """Per-batch statistics that a layer reports about its own computation (e.g. the number of
 fixed-point iterations a FixedPointRNN took), gathered by the trainer and by evaluation.
 
-A layer mixes in `Recorder` and calls `self.record(name, value)` once per forward call. The trainer
-drains the model after every step and stores, at each logging point, the median and the maximum of
-each statistic over the window's batches (`iterations_median`, `iterations_max`); evaluation does
-the same over the batches (and chunks) of each length. Layers that record nothing cost nothing.
+A layer mixes in `Recorder` and calls `self.record(name, values)` in a forward call, with one value
+per sequence of the batch (or one value for the call). The trainer drains the model after every step
+and stores, at each logging point, the median and the maximum of each statistic over the values
+recorded in the window (`iterations_median`, `iterations_max`); evaluation does the same over the
+sequences (and chunks) of each length. Layers that record nothing cost nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from torch import nn
 
 
 class Recorder:
-    """Mixin for an nn.Module: `record(name, value)` keeps one value per forward call."""
+    """Mixin for an nn.Module: `record(name, values)` keeps the values (a number, or one per sequence)."""
 
-    def record(self, name: str, value: float) -> None:
-        self.__dict__.setdefault("_records", {}).setdefault(name, []).append(float(value))
+    def record(self, name: str, values: float | list[float]) -> None:
+        kept = self.__dict__.setdefault("_records", {}).setdefault(name, [])
+        kept.extend(map(float, values) if isinstance(values, (list, tuple)) else [float(values)])
 
 
 def drain(model: nn.Module) -> dict[str, list[float]]:
@@ -38,7 +40,7 @@ def merge(into: dict[str, list[float]], records: dict[str, list[float]]) -> dict
 
 
 def summarize(records: dict[str, list[float]]) -> dict[str, float]:
-    """{name}_median and {name}_max of each recorded statistic (the per-batch values)."""
+    """{name}_median and {name}_max of each recorded statistic (over the values recorded)."""
     out = {}
     for name, values in sorted(records.items()):
         if values:

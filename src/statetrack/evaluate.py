@@ -37,20 +37,32 @@ def predict(model, inputs: torch.Tensor, chunk_size: int | None = None, probabil
     if serial:
         torch.set_num_threads(1)
     try:
-        if chunk_size is None or inputs.shape[1] <= chunk_size:
-            return read(model(inputs)[0])
-        state = None
         predictions = None  # one buffer: memory flat in T
-        for start in range(0, inputs.shape[1], chunk_size):
-            logits, state = model(inputs[:, start : start + chunk_size], state)
+        for start, logits in chunked_logits(model, inputs, chunk_size):
             chunk = read(logits)
+            if chunk.shape[1] == inputs.shape[1]:  # the whole input at once
+                return chunk
             if predictions is None:
                 predictions = chunk.new_empty(inputs.shape + chunk.shape[2:])
-            predictions[:, start : start + chunk_size] = chunk
+            predictions[:, start : start + chunk.shape[1]] = chunk
         return predictions
     finally:
         if serial:
             torch.set_num_threads(threads)
+
+
+def chunked_logits(model, inputs: torch.Tensor, chunk_size: int | None = None):
+    """(start, logits [B, t, C]) for each chunk of `inputs` [B, T] in turn, the model's state carried
+    from one chunk to the next: the whole input as one chunk without `chunk_size` or when it fits.
+    This is how evaluation feeds a recurrent model; every sequence's logits must not depend on the
+    chunk size (tests/test_invariance.py)."""
+    if chunk_size is None or inputs.shape[1] <= chunk_size:
+        yield 0, model(inputs)[0]
+        return
+    state = None
+    for start in range(0, inputs.shape[1], chunk_size):
+        logits, state = model(inputs[:, start : start + chunk_size], state)
+        yield start, logits
 
 
 def trace(model, batch: Batch, examples: int, chunk_size: int | None = None) -> list[dict]:
@@ -111,7 +123,7 @@ def evaluate_lengths(
     `accuracy` over the supervised positions, its `scaled_accuracy`, `sequence_accuracy` (the
     fraction of examples whose supervised positions are all right: string accuracy for copying,
     Jelassi et al. 2024; every prefix product right for a word problem), and `metrics`, the median
-    and maximum over the batches of what the model's layers record (statetrack.diagnostics; e.g.
+    and maximum over the sequences of what the model's layers record (statetrack.diagnostics; e.g.
     fixed-point iterations), empty for most models.
 
     `position_accuracy`: accuracy at each input position over the examples supervised there (None

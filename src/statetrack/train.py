@@ -306,7 +306,7 @@ class Trainer:
             balanced=config.dataset_balanced)
         self.step = 0
         # one row per log: step, loss, accuracy (training window means), epochs (fixed set), and `metrics`:
-        # median and max over the window's batches of what the layers record (statetrack.diagnostics)
+        # median and max over the window of what the layers record (statetrack.diagnostics; e.g. iterations per sequence)
         self.curve: list[dict] = []
         self.stopped_early = False
         self.seconds = 0.0

@@ -19,7 +19,9 @@ inputs of any length neither overflow nor underflow (training leaves it unnormal
 short). Additive terms (`input`: U x_t, `constant`: b, `both`) break the invariance: such a model is
 renormalised only with `normalize_training=True`, which renormalises in training and evaluation
 alike, so that the recurrence is h_t = A(x_t) h_{t-1} / ||h_{t-1}|| (+ additive terms) at every k-th
-step. Without it, an additive model whose A(x) grows the state overflows on long inputs.
+step. Its state carries the number of steps since the last renormalisation, so an input fed in
+chunks is renormalised at the same steps as the whole input. Without it, an additive model whose
+A(x) grows the state overflows on long inputs.
 
 Fast path (`forward`; figures in docs/performance.md): full and block through
 `ops.dense.bilinear_transition`, which for one large head (full) never forms A(x_t) but contracts the
@@ -109,7 +111,8 @@ class Bilinear(Spectral, nn.Module):
     `normalize_training`: renormalise every k steps in training too, and at evaluation whatever the
     additive terms (the consistent choice for a model with additive terms).
 
-    State: h [B, d_h] (real), or [B, d_h / 2] complex for `rotation`.
+    State: h [B, d_h] (real). A model with additive terms and `normalize_training` carries
+    (h [B, d_h], steps since the last renormalisation): the schedule goes on across chunks.
     """
 
     departures = ("the readout is W_o h_t / ||h_t|| (the direction of the state), not W_o h_t: the paper's linear readout is "
@@ -363,29 +366,44 @@ class Bilinear(Spectral, nn.Module):
         check_input(x, self.d_model, type(self).__name__)
         h0 = self._initial(x) if state is None else state
         T = x.shape[1]
-        if not self._renormalises() or T == 0:
+        if self._renormalises() and not self.pure:
+            h, final = self._renormalised_additive_states(x, h0)
+        elif not self._renormalises() or T == 0:
             h = self._states(x, self.additive_term(x), h0)
             final = h[:, -1] if T else h0
-        elif self.pure:  # scale invariance: any positive rescaling leaves the directions read out as they are
+        else:  # scale invariance: any positive rescaling leaves the directions read out as they are
             h, final = self._renormalised_states(x, h0)
-        else:  # additive terms: h_{t-1} / ||h_{t-1}|| at every k-th step, exactly as the definition
-            add, k, pieces, start = self.additive_term(x), self.normalize_every, [], h0
-            for t in range(0, T, k):
-                piece = self._states(x[:, t : t + k], None if add is None else add[:, t : t + k], start)
-                start = _unit(piece[:, -1])
-                pieces.append(piece)
-            h, final = torch.cat(pieces, 1), start
         return self._read(h), final
+
+    def _renormalised_additive_states(self, x, state):
+        """States h_1..h_T [B, T, d_h] with additive terms, h_{t-1} / ||h_{t-1}|| at every k-th step of
+        the sequence, exactly as the definition, and the state (h_T, steps since the last
+        renormalisation). `state` is h_0 [B, d_h] (the sequence's start) or such a pair."""
+        start, since = state if isinstance(state, tuple) else (state, 0)
+        add, k, pieces, t = self.additive_term(x), self.normalize_every, [], 0
+        while t < x.shape[1]:  # pieces that end where a renormalisation is due
+            if since == k:
+                start, since = _unit(start), 0
+            n = min(k - since, x.shape[1] - t)
+            piece = self._states(x[:, t : t + n], None if add is None else add[:, t : t + n], start)
+            pieces.append(piece)
+            start, since, t = piece[:, -1], since + n, t + n
+        h = torch.cat(pieces, 1) if pieces else x.new_zeros(x.shape[0], 0, self.hidden)
+        return h, (start, since)
 
     def forward_reference(self, x: torch.Tensor, state=None):
         """The definition, step by step: A(x_t) formed inside the loop, h_t = A(x_t) h_{t-1} + additive;
-        with normalize_training, h_{t-1} is first divided by its norm at every k-th step."""
+        with normalize_training, h_{t-1} is first divided by its norm at every k-th step of the
+        sequence (counted from its start across chunks: a model with additive terms carries the
+        count in its state, as `forward`)."""
         check_input(x, self.d_model, type(self).__name__)
         h = self._initial(x) if state is None else state
+        h, since = h if isinstance(h, tuple) else (h, 0)
         outputs, k = [], self.normalize_every
         for t in range(x.shape[1]):
-            if self.normalize_training and k and t and t % k == 0:
-                h = _unit(h)
+            if self.normalize_training and k and since == k:
+                h, since = _unit(h), 0
+            since += 1
             x_t = x[:, t : t + 1]
             A_t, s = self.transition(x_t)[:, 0], self._to_state(h)
             if self.structure in ("diagonal", "rotation"):
@@ -398,6 +416,6 @@ class Bilinear(Spectral, nn.Module):
                 h = h + add[:, 0]
             outputs.append(h)
         hs = torch.stack(outputs, 1) if outputs else x.new_zeros(x.shape[0], 0, self.hidden)
-        if self.normalize_training and k and outputs:
-            h = _unit(h)
+        if self.normalize_training and k:
+            return self._read(hs), (_unit(h) if self.pure else (h, since))
         return self._read(hs), h

@@ -20,13 +20,15 @@ so the fixed point h* solves (I - D_t (I - Q_t)) h*_t = Lambda_t h*_{t-1} + D_t 
 `dense_reference` computes the dense RNN directly (Q_t materialised, one linear solve per step);
 the tests check the fixed point against it.
 
-Both layers share `solve`: iterate without autograd until the relative change
-max |y^l - y^{l-1}| / max |y^l| < `tol` (default 0.1) or `max_iter` iterations, then take one
-differentiable iteration from the fixed point, so the gradient is the one at the fixed point (the
-Jacobian-free gradient of Fung et al. 2022; a descent direction when J_x = J_h, Thm 3.3) and no
-graph is kept across iterations. In training `max_iter` is a number, or "gamma" to draw it per batch
-from Gamma(4, 1) (mean 4); at evaluation the cap is `eval_max_iter` (default 100). Each forward
-records its iteration count (statetrack.diagnostics), which the trainer and evaluation store.
+Both layers share `solve`: iterate without autograd, each sequence until its own relative change
+max |y^l - y^{l-1}| / max |y^l| (maxima over its tokens and features) < `tol` (default 0.1) or
+`max_iter` iterations, a sequence that has converged keeping its iterate while the others go on, so
+a sequence's output does not depend on the others in its batch; then take one differentiable
+iteration from the fixed point, so the gradient is the one at the fixed point (the Jacobian-free
+gradient of Fung et al. 2022; a descent direction when J_x = J_h, Thm 3.3) and no graph is kept
+across iterations. In training `max_iter` is a number, or "gamma" to draw it per batch from
+Gamma(4, 1) (mean 4); at evaluation the cap is `eval_max_iter` (default 100). Each forward records
+every sequence's iteration count (statetrack.diagnostics), which the trainer and evaluation store.
 One iteration of either layer is an op of `statetrack.ops.fixed_point`; the no-grad ones run its
 fused form (one compiled pass on CPU, which also returns the relative change), the differentiable
 one a compiled forward and backward.
@@ -99,34 +101,49 @@ class _FixedPoint(Recorder, nn.Module):
         return self.max_iter
 
     def solve(self, step, y0: torch.Tensor, fast_step=None):
-        """The fixed point of `step`, its last iteration differentiable; records the iteration count.
+        """The fixed point of `step`, its last iteration differentiable; records each sequence's
+        iteration count.
 
-        `step(y_prev) -> (y, carry)`: one iteration from the previous iterate y_prev, and what the
-        layer needs besides y (e.g. the last state). `fast_step(y_prev) -> (y, carry, relative
-        change)`, if given, is the same iteration for the no-grad loop. Without autograd: y^l = step(y^{l-1}) from
-        y^0 = y0 until the relative change max |y^l - y^{l-1}| / max |y^l| is below `tol` or the cap
-        is reached, keeping one iteration for the end; then (y, carry) = step(y^l) with autograd when
-        gradients are on (at evaluation every iteration is of the same kind). Returns (y, carry)."""
+        `step(y_prev) -> (y, carry)`: one iteration from the previous iterate y_prev [B, ...], and what
+        the layer needs besides y (e.g. the last state, [B, ...]); sequences (the first axis) are
+        independent. `fast_step(y_prev) -> (y, carry, relative change [B])`, if given, is the same
+        iteration for the no-grad loop. Without autograd: y^l = step(y^{l-1}) from y^0 = y0, each
+        sequence until its relative change max |y^l - y^{l-1}| / max |y^l| is below `tol` (from then
+        on it keeps that iterate and carry) or the cap is reached, keeping one iteration for the end;
+        then (y, carry) = step(y^l) with autograd when gradients are on (at evaluation every
+        iteration is of the same kind). Returns (y, carry)."""
         cap = self._iteration_cap()
         graph = torch.is_grad_enabled()
-        y, carry, done = y0, None, 0
+        y, carry = y0, None
+        active = torch.ones(y0.shape[0], dtype=torch.bool, device=y0.device)  # not converged yet
+        done = torch.zeros(y0.shape[0], dtype=torch.long, device=y0.device)
         with torch.no_grad():
-            while done < cap - (1 if graph else 0):
+            for _ in range(cap - (1 if graph else 0)):
                 if fast_step is None:
-                    new, carry = step(y)
+                    new, new_carry = step(y)
                     change = relative_change(new, y)
                 else:
-                    new, carry, change = fast_step(y)
-                done += 1
-                converged = change < self.tol
-                y = new
-                if converged:
+                    new, new_carry, change = fast_step(y)
+                done += active
+                if carry is None or bool(active.all()):
+                    y, carry = new, new_carry
+                else:  # the sequences that have converged keep their iterate
+                    y, carry = _keep_converged(active, new, y), _keep_converged(active, new_carry, carry)
+                active &= ~(change < self.tol)
+                if not bool(active.any()):
                     break
         if graph:
             y, carry = step(y.detach())
             done += 1
-        self.record("iterations", done)
+        self.record("iterations", done.tolist())
         return y, carry
+
+
+def _keep_converged(active: torch.Tensor, new, old):
+    """`new` for the active sequences (the first axis), `old` for the others; tensors, or tuples of them."""
+    if isinstance(new, tuple):
+        return tuple(_keep_converged(active, a, b) for a, b in zip(new, old))
+    return torch.where(active.view((-1,) + (1,) * (new.dim() - 1)), new, old)
 
 
 def _lambda_log_init(n: int) -> torch.Tensor:

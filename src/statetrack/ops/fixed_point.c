@@ -13,8 +13,9 @@
    read-out over [B, T, E, N]); here each token's vectors are read once and worked on in L1, and in
    the no-grad iterations Bedouin's [E, N] state is never written per step (only its last value;
    the differentiable one keeps every state for its backward). The same pass returns
-   what the stopping rule needs: stats = (max |y - p|, max |y|) over the whole call, NaN for the
-   first when some y is not finite (as max |y - p| is in PyTorch, so the iteration does not stop).
+   what the stopping rule needs, per sequence: stats [nb, 2] = (max |y - p|, max |y|) over the
+   sequence's tokens and features, NaN for the first when some y of it is not finite (as
+   max |y - p| is in PyTorch, so that sequence does not stop).
 
    Built with diagonal_scan.c into one library by statetrack/ops/native.py. Arrays are contiguous,
    [nb, nt, ...] per token. Batch rows are independent and shared out over nthreads OpenMP threads
@@ -87,7 +88,8 @@
             for (int64_t f = 0; f < (nf); f++) (dp)[f] -= (dw)[f];                                 \
     }
 
-/* The stopping rule's running maxima for a new value x of an iterate whose previous value is p. */
+/* The stopping rule's running maxima (one sequence's change, size and bad) for a new value x of an
+   iterate whose previous value is p. */
 #define TRACK(FABS, x, p)                                                                          \
     {                                                                                              \
         const __typeof__(x) dx_ = FABS((x) - (p)), ax_ = FABS(x);                                  \
@@ -102,10 +104,10 @@
     void NAME(const T *lam, const T *scale, const T *b, const T *u, const T *alpha, const T *prev,  \
               const T *h0, T *h, T *stats, int64_t nb, int64_t nt, int64_t nf, int64_t nr,         \
               int64_t nthreads) {                                                                  \
-        T change = 0, size = 0;                                                                    \
-        int bad = 0;                                                                               \
-        _Pragma("omp parallel for num_threads(nthreads) schedule(static) reduction(max: change, size) reduction(|: bad)") \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static)")                         \
         for (int64_t i = 0; i < nb; i++) {                                                         \
+            T change = 0, size = 0;                                                                \
+            int bad = 0;                                                                           \
             T *v = malloc((size_t)nf * sizeof(T));                                                 \
             const T *hp = h0 + i * nf;                                                             \
             for (int64_t t = 0; t < nt; t++) {                                                     \
@@ -123,9 +125,9 @@
                 hp = ht;                                                                           \
             }                                                                                      \
             free(v);                                                                               \
+            stats[2 * i] = bad ? (T)NAN : change;                                                  \
+            stats[2 * i + 1] = size;                                                               \
         }                                                                                          \
-        stats[0] = bad ? (T)NAN : change;                                                          \
-        stats[1] = size;                                                                           \
     }
 
 /* The vector state's backward, given dh [nb, nt, nf] (dL/dh_t from outside the scan) and carry
@@ -173,10 +175,10 @@
     void NAME(const T *lam, const T *delta, const T *x, const T *prev, const T *u, const T *alpha, \
               const T *bb, const T *cb, T *state, T *y, T *hs, T *stats, int64_t nb, int64_t nt,  \
               int64_t ne, int64_t ns, int64_t nr, int64_t nthreads) {                              \
-        T change = 0, size = 0;                                                                    \
-        int bad = 0;                                                                               \
-        _Pragma("omp parallel for num_threads(nthreads) schedule(static) reduction(max: change, size) reduction(|: bad)") \
+        _Pragma("omp parallel for num_threads(nthreads) schedule(static)")                         \
         for (int64_t i = 0; i < nb; i++) {                                                         \
+            T change = 0, size = 0;                                                                \
+            int bad = 0;                                                                           \
             T *v = malloc((size_t)ne * sizeof(T));                                                 \
             T *h = state + i * ne * ns;                                                            \
             for (int64_t t = 0; t < nt; t++) {                                                     \
@@ -203,9 +205,9 @@
                     for (int64_t f = 0; f < ne * ns; f++) hs[ot * ne * ns + f] = h[f];             \
             }                                                                                      \
             free(v);                                                                               \
+            stats[2 * i] = bad ? (T)NAN : change;                                                  \
+            stats[2 * i + 1] = size;                                                               \
         }                                                                                          \
-        stats[0] = bad ? (T)NAN : change;                                                          \
-        stats[1] = size;                                                                           \
     }
 
 /* Bedouin's backward, given dy [nb, nt, ne] and carry [nb, ne, ns] (dL/dh_T; it leaves as dL/dh0),

@@ -16,8 +16,8 @@ Initial states default to zeros.
 
 Each `<name>_reference` is the definition (`householder_apply`, then `diagonal_scan`) and is
 differentiable. `<name>_nograd` is the form the solver's no-grad iterations use: on CPU one fused
-compiled pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's relative change,
-elsewhere the reference. `<name>` without a suffix is the differentiable fast form the solver's last
+compiled pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's relative change
+per sequence, elsewhere the reference. `<name>` without a suffix is the differentiable fast form the solver's last
 iteration uses: the compiled pass forward and a compiled backward (the reflections recomputed per
 token) on CPU, the reference elsewhere.
 """
@@ -50,9 +50,18 @@ def householder_matrix(u: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     return Q
 
 
-def relative_change(new: torch.Tensor, old: torch.Tensor) -> float:
-    """The stopping rule's max |new - old| / max |new| (NaN when new is not finite)."""
-    return ((new - old).abs().max() / new.abs().max().clamp_min(1e-30)).item()
+def relative_change(new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """The stopping rule's max |new - old| / max |new| per sequence [B], the maxima over every axis
+    but the first (NaN for a sequence whose iterate is not finite; 0 for an empty one)."""
+    new, old = new.flatten(1), old.flatten(1)
+    if new.shape[1] == 0:
+        return new.new_zeros(new.shape[0])
+    return _per_sequence((new - old).abs().amax(1), new.abs().amax(1))
+
+
+def _per_sequence(change: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    """change / size per sequence; NaN stays NaN, and inf / inf (an infinite iterate) reads as NaN."""
+    return change / size.clamp_min(1e-30)
 
 
 def fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, initial_state=None):
@@ -100,13 +109,14 @@ def fixed_point_iteration(lam, scale, b, u, alpha, h_prev, initial_state=None):
 
 
 def fixed_point_iteration_nograd(lam, scale, b, u, alpha, h_prev, initial_state=None):
-    """(h^l, h^l_T, relative change max |h^l - h^{l-1}| / max |h^l|) without autograd: the fused
-    compiled pass on CPU, the reference elsewhere (CUDA, no C compiler, STATETRACK_NATIVE=0)."""
+    """(h^l, h^l_T, relative change max |h^l - h^{l-1}| / max |h^l| per sequence [B]) without
+    autograd: the fused compiled pass on CPU, the reference elsewhere (CUDA, no C compiler,
+    STATETRACK_NATIVE=0)."""
     with torch.no_grad():
         ready = _native_args((lam, scale, b, u, alpha, h_prev), initial_state, (b.shape[0], b.shape[2]))
         if ready is not None:
             h, change, size = native.fixed_point_iterate(*ready[0], ready[1])
-            return h, (h[:, -1].clone() if h.shape[1] else ready[1]), change / max(size, 1e-30)
+            return h, (h[:, -1].clone() if h.shape[1] else ready[1]), _per_sequence(change, size)
         h, last = fixed_point_iteration_reference(lam, scale, b, u, alpha, h_prev, initial_state)
         return h, last, relative_change(h, h_prev)
 
@@ -148,13 +158,14 @@ def bedouin_iteration(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state
 
 
 def bedouin_iteration_nograd(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state=None):
-    """(y^l, h^l_T, relative change max |y^l - y^{l-1}| / max |y^l|) without autograd: the fused
-    compiled pass on CPU (which never writes the [B, T, E, N] states), the reference elsewhere."""
+    """(y^l, h^l_T, relative change max |y^l - y^{l-1}| / max |y^l| per sequence [B]) without
+    autograd: the fused compiled pass on CPU (which never writes the [B, T, E, N] states), the
+    reference elsewhere."""
     with torch.no_grad():
         B, T, E, N = lam.shape
         ready = _native_args((lam, delta, x, y_prev, u, alpha, Bbar, Cbar), initial_state, (B, E, N))
         if ready is not None:
             y, last, _, change, size = native.bedouin_iterate(*ready[0], ready[1])
-            return y, last, change / max(size, 1e-30)
+            return y, last, _per_sequence(change, size)
         y, last = bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state)
         return y, last, relative_change(y, y_prev)

@@ -254,17 +254,17 @@ def nru_forward(pre: torch.Tensor, W: torch.Tensor, state: tuple, hidden: int, h
 
 
 def fixed_point_iterate(lam, scale, b, u, alpha, prev, h0):
-    """(h [B, T, d], max |h - prev|, max |h|) of one fixed-point iteration (`fixed_point.c`) for
-    contiguous real lam, scale, b, prev [B, T, d], u [B, T, r, d], alpha [B, T, r], h0 [B, d], CPU."""
+    """(h [B, T, d], max |h - prev| [B], max |h| [B]) of one fixed-point iteration (`fixed_point.c`),
+    the maxima per sequence, for contiguous real lam, scale, b, prev [B, T, d], u [B, T, r, d],
+    alpha [B, T, r], h0 [B, d], CPU."""
     B, T, d = b.shape
     h = torch.empty_like(b)
-    stats = b.new_zeros(2)
+    stats = b.new_zeros(B, 2)
     if h.numel():
         kernel = getattr(load(), f"fixed_point_{DTYPES[b.dtype]}_iterate")
         kernel(*map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, stats)), B, T, d, u.shape[2],
                row_threads(B, u.numel()))
-    change, size = stats.tolist()
-    return h, change, size
+    return h, stats[:, 0], stats[:, 1]
 
 
 def fixed_point_backward(lam, scale, b, u, alpha, prev, h0, h, dh, dh_final, want_prev=True):
@@ -283,21 +283,21 @@ def fixed_point_backward(lam, scale, b, u, alpha, prev, h0, h, dh, dh_final, wan
 
 
 def bedouin_iterate(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, keep_states=False):
-    """(y [B, T, E], h_T [B, E, N], every h_t [B, T, E, N] or None, max |y - prev|, max |y|) of one
-    Bedouin iteration (`fixed_point.c`) for contiguous real lam [B, T, E, N], delta, x, prev
-    [B, T, E], u [B, T, r, E], alpha [B, T, r], Bbar, Cbar [B, T, N], h0 [B, E, N], CPU.
+    """(y [B, T, E], h_T [B, E, N], every h_t [B, T, E, N] or None, max |y - prev| [B], max |y| [B])
+    of one Bedouin iteration (`fixed_point.c`), the maxima per sequence, for contiguous real
+    lam [B, T, E, N], delta, x, prev [B, T, E], u [B, T, r, E], alpha [B, T, r], Bbar, Cbar [B, T, N],
+    h0 [B, E, N], CPU.
     keep_states: also return every state (what the backward needs)."""
     B, T, E, N = lam.shape
     y = torch.empty_like(x)
     state = h0.clone()
     hs = torch.empty_like(lam) if keep_states else None
-    stats = x.new_zeros(2)
+    stats = x.new_zeros(B, 2)
     if y.numel():
         kernel = getattr(load(), f"bedouin_{DTYPES[x.dtype]}_iterate")
         kernel(*map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, state, y)), None if hs is None else _ptr(hs),
                _ptr(stats), B, T, E, N, u.shape[2], row_threads(B, lam.numel()))
-    change, size = stats.tolist()
-    return y, state, hs, change, size
+    return y, state, hs, stats[:, 0], stats[:, 1]
 
 
 def bedouin_backward(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, hs, dy, dh_final, want_prev=True):
