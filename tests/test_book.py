@@ -36,7 +36,7 @@ def test_every_shipped_experiment_and_claim_is_in_the_book():
 def tiny_reproduce(monkeypatch, tmp_path):
     """`statetrack reproduce` on the shipped demo with a tiny grid (20 steps, 16 samples), in this process."""
     real = runner.run_experiment
-    monkeypatch.setattr(runner, "run_experiment", lambda name, scale, overrides, *a, **k: real(name, scale, TINY, *a, **k))
+    monkeypatch.setattr(runner, "run_experiment", lambda experiment, scale, overrides, *a, **k: real(experiment, scale, TINY, *a, **k))
     monkeypatch.chdir(tmp_path)
     return lambda *extra: main(["reproduce", "demo", "--workers", "1", "--no-progress", "--book-dir", "book",
                                 "--readme", "README.md", *extra])
@@ -66,7 +66,7 @@ def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_
 
 def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[0]", "eval.samples=16"], workers=1, progress=False)
+    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[0]", "eval.samples=16"], workers=1, progress=False, name="demo")
     store = Store(tmp_path / "results/statetrack.db")
     book.write_snapshot(store, "demo", "book", {"seconds": 5.0, "runs": 2, "workers": 1})
     book.write_snapshot(store, "demo", "book", {"seconds": 3.0, "runs": 1, "workers": 1})
@@ -74,14 +74,14 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
     snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
     assert book.wall_seconds(snapshot) == 8.0 and book.duration(8.0) == "8 s" and book.duration(3725) == "1 h 2 min"
     # another plan (other seeds): the parts start afresh
-    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1]", "eval.samples=16"], workers=1, progress=False)
+    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1]", "eval.samples=16"], workers=1, progress=False, name="demo")
     book.write_snapshot(store, "demo", "book", {"seconds": 2.0, "runs": 3, "workers": 1})
     assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 2.0
 
 
 def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    runner.run_experiment("demo", "quick", TINY, workers=1, progress=False)
+    runner.run_experiment("demo", "quick", TINY, workers=1, progress=False, name="demo")
     book.write_snapshot(Store(tmp_path / "results/statetrack.db"), "demo", "book")
     before = book.book_pages("book")["reproductions.md"]
     paper = book.spec_paper("demo", "quick")

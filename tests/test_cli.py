@@ -4,11 +4,14 @@ import json
 
 from cli_helpers import run_cli
 
+from statetrack.store import Store
+
 
 def test_run_report_and_results_json(tiny_spec, tmp_path, capsys):
     spec = str(tiny_spec(seeds="[0]"))
     results = str(tmp_path / "r")
-    code, out, _ = run_cli(capsys, "run", spec, "--results-dir", results, "--no-progress", "--workers", "1", "train.steps=10")
+    code, out, _ = run_cli(capsys, "run", spec, "--results-dir", results, "--no-progress", "--workers", "1", "train.steps=10",
+                           "--name", "tiny")
     assert code == 0
     assert "DeltaNet [-1,1]" in out and "LSTM" in out  # the result table at the end of run
     for name in ("report.md", "report.html", "accuracy_vs_length.png"):
@@ -61,6 +64,23 @@ def test_run_ends_with_the_claims_verdict(tiny_spec, tmp_path, capsys):
     code, out, _ = run_cli(capsys, "run", str(path), "--results-dir", str(tmp_path / "r"), "--no-progress", "--workers", "1",
                            "train.steps=5")
     assert code == 0 and "did it reproduce? 0/1 claims ✓, 1 ✗ (the claims of A et al. 2099, in the report)" in out
+
+
+def test_a_run_with_overrides_is_an_experiment_of_its_own_and_leaves_the_shipped_report_as_it_was(tmp_path, capsys):
+    results = tmp_path / "r"
+    tiny = ["eval.samples=16", "eval.lengths=[40,64]", "--workers", "1", "--no-progress", "--results-dir", str(results)]
+    assert run_cli(capsys, "run", "demo", "--name", "demo", "seeds=[0]", "train.steps=5", *tiny)[0] == 0  # "demo" itself, on purpose
+    report = run_cli(capsys, "report", "demo", "--results-dir", str(results))
+    pages = {name: (results / "demo" / name).read_bytes() for name in ("report.md", "report.html")}
+    code, out, _ = run_cli(capsys, "run", "demo", "seeds=[0]", "train.steps=50", *tiny)
+    name = "demo_seeds-0_train.steps-50_eval.samples-16_eval.lengths-40-64"
+    assert code == 0 and f"experiment {name}: named after the overrides (--name NAME chooses the name)" in out
+    assert run_cli(capsys, "report", "demo", "--results-dir", str(results)) == report
+    assert {name: (results / "demo" / name).read_bytes() for name in pages} == pages
+    store = Store(results / "statetrack.db", read_only=True)
+    assert {r["steps"] for r in store.runs("demo")} == {5} and {r["steps"] for r in store.runs(name)} == {50}
+    assert len(json.loads(run_cli(capsys, "results", name, "--json", "--results-dir", str(results))[1])) == 3 * 2
+    assert "3 runs, 3 already done" in run_cli(capsys, "run", "demo", "seeds=[0]", "train.steps=50", *tiny)[1]  # the same name: resumed
 
 
 def test_version_prints_the_package_version(capsys):

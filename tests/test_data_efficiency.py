@@ -179,7 +179,7 @@ def test_a_list_of_sizes_expands_to_one_run_per_size(spec_file, tiny_spec):
     assert all(r.dataset_size == r.train["dataset_size"] for r in runs)
     single = expand(load_spec(spec_file("16")))
     assert {r.id for r in single} == {r.id for r in runs if r.dataset_size == 16}  # same config, same id
-    override = expand(load_spec(spec_file("16"), overrides=["train.dataset_size=[2,16]"]))
+    override = expand(load_spec(spec_file("16"), overrides=["train.dataset_size=[2,16]"], name=runs[0].experiment))
     assert {r.id for r in override} == {r.id for r in runs}
     # specs without the key keep their train dict (and so their run ids) as written
     assert all("dataset_size" not in r.train and r.dataset_size is None for r in expand(load_spec(str(tiny_spec()))))

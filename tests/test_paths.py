@@ -5,7 +5,7 @@ import pytest
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments.runner import tensorboard_dir
-from statetrack.experiments.spec import RunSpec, shipped_specs
+from statetrack.experiments.spec import RunSpec, load_spec, overrides_name, shipped_specs
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import NAME_MAX, check_name, under
 from statetrack.report import write_report
@@ -19,6 +19,18 @@ def test_every_shipped_experiment_name_is_allowed():
     for name in shipped_specs():
         assert check_name(name) == name
     assert check_name("x" * NAME_MAX) and check_name("v1.2_final-b")
+
+
+def test_overrides_name_an_experiment_of_their_own():
+    assert overrides_name("demo", ["seeds=[0]", "train.steps=50"]) == "demo_seeds-0_train.steps-50"
+    assert overrides_name("demo", ["models=[{name: lstm}]", "lrs=[1e-3, 3e-3]", "x=a/../b"]) == \
+        "demo_models-name-lstm_lrs-1e-3-3e-3_x-a-..-b"
+    long = [overrides_name("demo", [f"eval.lengths=[{', '.join(map(str, range(40)))}, {last}]"]) for last in (998, 999)]
+    assert long[0] != long[1] and all(len(n) == NAME_MAX and check_name(n) for n in long)
+    assert long[0][:-9] == long[1][:-9]  # the same start, then a hash of the whole
+    assert load_spec("demo")["name"] == "demo"
+    assert load_spec("demo", overrides=["seeds=[0]"])["name"] == "demo_seeds-0"
+    assert load_spec("demo", overrides=["seeds=[0]"], name="mine")["name"] == "mine"
 
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=repr)

@@ -100,7 +100,7 @@ def test_selection_is_not_part_of_run_ids(tmp_path):
     path = tmp_path / "grid.yaml"
     path.write_text(textwrap.dedent(GRID_SPEC))
     a = expand(load_spec(str(path)))
-    b = expand(load_spec(str(path), overrides=["selection.criterion=extrapolation"]))
+    b = expand(load_spec(str(path), overrides=["selection.criterion=extrapolation"], name="grid"))
     assert [r.id for r in a] == [r.id for r in b] and len(a) == 8
     assert len(expand(load_spec(str(path), overrides=["seeds=[0, 0, 1]"]))) == 8  # a repeated value is one run
 
@@ -172,8 +172,8 @@ def test_report_shows_selection_seeds_and_missing_runs(grids, tmp_path):
     assert "## Per seed at the selected lr" in md and "## Learning rates" in md
     assert "8 of 8 runs done" in md and "Missing runs" not in md
     # the next command plans a third seed and is killed before it starts anything
-    bigger = expand(load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"]))
-    store.set_plan("grid", load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"]),
+    bigger = expand(load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"], name="grid"))
+    store.set_plan("grid", load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"], name="grid"),
                    [{"id": r.id, "model": r.model_name, "task": r.task_name, "lr": r.lr, "seed": r.seed} for r in bigger])
     missing = missing_runs(store, "grid")
     assert len(missing) == 4 and {r["seed"] for r in missing} == {2} and {r["status"] for r in missing} == {"not started"}

@@ -54,7 +54,7 @@ def cmd_run(args) -> int:
         args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
         progress=not args.no_progress, workers=args.workers, backend=args.backend, address=args.address,
         gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, retry_failed=not args.skip_failed,
-        imports=_imports(args), lease=args.lease,
+        imports=_imports(args), lease=args.lease, name=args.name,
     )
     store = _store(args)
     out = write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
@@ -66,6 +66,9 @@ def cmd_run(args) -> int:
     if verdicts != "-":
         print(f"\ndid it reproduce? {verdicts} (the claims of {spec['paper']['source']}, in the report)")
     print(f"\nreport: {out / 'report.html'}  (and report.md)")
+    if args.overrides and args.name is None:
+        print(f"experiment {spec['name']}: named after the overrides (--name NAME chooses the name); "
+              f"the results of {args.experiment} itself are left as they were")
     ids = {r.id for r in runs}
     # status 1 for errors only: a run that diverged is done (the outcome of its setting, scored as chance)
     failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed" and r["id"] in ids]
@@ -97,7 +100,7 @@ def cmd_reproduce(args) -> int:
             spec, runs = run_experiment(
                 name, args.scale, [], args.store, args.results_dir, args.device, progress=not args.no_progress,
                 workers=args.workers, backend=args.backend, address=args.address, gpus_per_run=args.gpus_per_run,
-                imports=_imports(args))
+                imports=_imports(args), name=name)
         finally:  # an interrupted part's time still counts: its finished runs are in the store
             store = _store(args) if Path(args.store or Path(args.results_dir) / "statetrack.db").exists() else None
             if store is not None and store.plan(name) is not None:
@@ -488,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
                    help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
                         f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)")
+    p.add_argument("--name", default=None, metavar="NAME",
+                   help="the experiment's name in the store and the results folder (default: the spec's; with overrides, "
+                        "the spec's and the overrides', e.g. demo_seeds-0_train.steps-200)")
     p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
     p.set_defaults(func=cmd_run)
 

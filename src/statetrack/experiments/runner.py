@@ -196,6 +196,7 @@ def run_experiment(
     retry_failed: bool = True,
     imports: list[str] = (),
     lease: float = LEASE_SECONDS,
+    name: str | None = None,
 ) -> tuple[dict, list[RunSpec]]:
     """Run every unfinished run of the experiment; returns (spec, runs).
 
@@ -205,7 +206,8 @@ def run_experiment(
     (relative to the working directory) imported here and by every worker, beside the spec's own.
     Several drivers may run the same experiment on one store: each claims a run before training it
     and renews its lease every `lease` / 4 seconds; the others skip claimed runs, wait for them, and
-    take over a run whose lease lapsed (its driver was killed).
+    take over a run whose lease lapsed (its driver was killed). The experiment's name is `name`, else
+    with overrides one of its own (`spec.overrides_name`), else the spec's.
     Everything is checked (spec, every model built for every task, backend options) before the
     store is opened, so a bad setting trains nothing and writes nothing.
     """
@@ -213,7 +215,7 @@ def run_experiment(
     if tensorboard:
         tensorboard_writer_class()  # fail now, not after the first run
     imports = load_imports(imports, origin="--import")  # before the spec names what they register
-    spec = load_spec(name_or_path, scale, overrides)
+    spec = load_spec(name_or_path, scale, overrides, name)
     runs = expand(spec)
     imports = list(dict.fromkeys(imports + spec.get("imports", [])))
     results_dir = Path(results_dir)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -24,7 +25,7 @@ import yaml
 
 from statetrack import sizing, zoo
 from statetrack.errors import StatetrackError, unknown
-from statetrack.paths import check_name
+from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
 from statetrack.scoring import SCALES, check_paper_names, paper_of, selection_of
 from statetrack.tasks import make_task
@@ -106,8 +107,24 @@ def parse_override(text: str) -> tuple[list[str], object]:
     return key.split("."), parsed
 
 
-def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()) -> dict:
-    """The spec at `scale` with `key=value` overrides applied and every section checked."""
+def overrides_name(base: str, overrides: list[str]) -> str:
+    """The experiment name of a spec run with `overrides`: its own name and each override's key and
+    value, every run of characters a name cannot hold written as one '-' (`demo` with `seeds=[0]
+    train.steps=50` -> `demo_seeds-0_train.steps-50`). A name longer than NAME_MAX keeps its start
+    and ends with a hash of the whole, so that two long names differ where their overrides do."""
+    parts = [base] + ["-".join(filter(None, (re.sub(r"[^A-Za-z0-9._-]+", "-", side).strip("-")
+                                              for side in text.split("=", 1)))) for text in overrides]
+    name = "_".join(parts)
+    if len(name) > NAME_MAX:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = f"{name[: NAME_MAX - len(digest) - 1]}-{digest}"
+    return name
+
+
+def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None) -> dict:
+    """The spec at `scale` with `key=value` overrides applied and every section checked. Its name is
+    `name` when given; else, with overrides, `overrides_name` (a run with overrides is an experiment
+    of its own and leaves the one it started from as it was); else the spec's own."""
     spec = read_spec(name_or_path)
     if scale not in SCALES:
         raise StatetrackError(f"unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
@@ -119,13 +136,20 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
     spec = deep_merge(spec, scales.get(scale) or {})
     for text in overrides:
         path, value = parse_override(text)
+        if path == ["name"]:
+            raise StatetrackError(f"override {text!r}: the experiment's name is no override; give it with --name NAME")
         target = spec
         for part in path[:-1]:
             target = target.setdefault(part, {})
             if not isinstance(target, dict):
                 raise StatetrackError(f"override {text!r}: {part!r} is not a section")
         target[path[-1]] = value
-    check_name(spec["name"], hint=" (set `name:` in the spec, or the override name=...)")
+    if name is not None:
+        spec["name"] = check_name(name)
+    else:
+        check_name(spec["name"], hint=" (set `name:` in the spec, or give --name NAME)")
+        if overrides:
+            spec["name"] = overrides_name(spec["name"], list(overrides))
     spec["scale"] = scale
     if "imports" in spec:  # before anything looks up a model or task name they may register
         spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")
