@@ -128,3 +128,14 @@ def test_models_sharing_a_display_name_are_told_apart():
             "model_defaults": {"d_model": 8}, "train": {"steps": 1, "min_length": 2, "max_length": 3}, "eval": {"lengths": [3]},
             "lrs": [1e-3], "seeds": [0]}
     assert sorted(r.model_name for r in expand(spec)) == ["LSTM", "Transformer (num_layers=1)", "Transformer (num_layers=2)"]
+
+
+def test_the_longest_runs_are_scheduled_first(tiny_spec):
+    from statetrack.experiments import expand, load_spec
+    from statetrack.experiments.runner import training_cost
+
+    runs = expand(load_spec(str(tiny_spec()), overrides=["models=[{name: lstm, d_model: 8}, {name: lstm, d_model: 16}]"]))
+    wide, narrow = (next(r for r in runs if r.model["d_model"] == d) for d in (16, 8))
+    assert training_cost(wide) == 4 * training_cost(narrow) > 0
+    curriculum = expand(load_spec(str(tiny_spec()), overrides=["train.curriculum=[{steps: 10, length: 2}, {steps: 10, length: 4}]"]))[0]
+    assert training_cost(curriculum) == (10 * 2 + 10 * 4) * 8 * 8**2  # tokens per stage x batch x layers x width^2

@@ -163,6 +163,16 @@ def plan_entry(run: RunSpec) -> dict:
             "dataset_size": run.dataset_size, "lengths": list(run.eval["lengths"]), "train_length": train_length}
 
 
+def training_cost(run: RunSpec) -> float:
+    """A run's training work in relative units, to schedule the longest first: tokens trained
+    (steps x mean length, per curriculum stage) x layers x width squared."""
+    stages, start, tokens = TrainConfig.from_dict(run.train).stages(), 0, 0.0
+    for stage in stages:
+        tokens += (stage["end"] - start) * (stage["min_length"] + stage["max_length"]) / 2
+        start = stage["end"]
+    return tokens * run.train.get("batch_size", 64) * run.model.get("num_layers", 1) * run.model.get("d_model", 64) ** 2
+
+
 def describe(run: RunSpec) -> str:
     return f"{run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}"
 
@@ -224,7 +234,8 @@ def run_experiment(
     git_rev = git_revision()
     status = {r.id: store.status(r.id) for r in runs}
     finished = {"done"} if retry_failed else {"done", "failed"}
-    todo = [r for r in runs if status[r.id] not in finished]
+    # the longest runs first, so that the workers finish together instead of one waiting on a late long run
+    todo = sorted((r for r in runs if status[r.id] not in finished), key=training_cost, reverse=True)
     failed_before = sum(1 for r in runs if status[r.id] == "failed")
     held = sum(1 for r in todo if store.holder(r.id, lease) is not None)
     summary = (f"experiment {spec['name']} ({scale}): {len(runs)} runs, {sum(s == 'done' for s in status.values())} already done"
