@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from statetrack.store import Store
 
 CONFIG = {"task": {"name": "parity"}}
@@ -171,6 +173,78 @@ def test_sigterm_stops_the_pool_workers_too(tiny_spec, tmp_path):
     # its claims were released: a new driver takes the runs at once
     rows = Store(results / "statetrack.db", read_only=True).runs("tiny")
     assert all(r["heartbeat"] is None for r in rows if r["status"] == "running")
+
+
+def _descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        for child in _children(todo.pop()) - found:
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _live(pids) -> set[int]:
+    """The pids that still name a running process (not gone, not a zombie waiting to be reaped)."""
+    live = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("Z", "X"):
+            live.add(pid)
+    return live
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+def test_kill_9_of_a_driver_leaves_none_of_its_processes_alive(tiny_spec, tmp_path):
+    """kill -9 of the driver alone (its workers are in its process group and are not signalled): the
+    pool workers, busy training, and every other process it started are gone within seconds, so
+    none goes on to write a checkpoint that a driver taking the run over also writes."""
+    spec = tiny_spec(steps=100000, seeds="[0, 1]")
+    results = tmp_path / "r"
+    driver = _driver(spec, results, "--workers", "2")
+    try:
+        deadline = time.time() + 180
+        while len(list((results / "tiny" / "checkpoints").glob("*.pt"))) < 2:  # both workers are training
+            assert time.time() < deadline and driver.poll() is None, "the runs never started"
+            time.sleep(0.1)
+        started = _descendants(driver.pid)
+        assert len(started) >= 2, started
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.time() + 10
+        while _live(started):
+            assert time.time() < deadline, f"processes outlived their driver: {sorted(_live(started))}"
+            time.sleep(0.1)
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)  # the test's own process group (its session): any survivor
+        except ProcessLookupError:
+            pass
+
+
+def test_a_worker_that_is_not_the_drivers_child_watches_for_it():
+    """The watchdog (a Ray worker's case, whose parent is Ray's): a process told to die with another
+    that is not its parent ends within seconds of that one's kill -9."""
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    code = ("import sys, time; from statetrack.experiments import worker; "
+            "worker.die_with((worker.socket.gethostname(), int(sys.argv[1]), worker.process_start(int(sys.argv[1])))); "
+            "print('watching', flush=True); time.sleep(600)")
+    watcher = subprocess.Popen([sys.executable, "-c", code, str(driver.pid)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert watcher.stdout.readline().strip() == "watching"
+        time.sleep(1.5)
+        assert watcher.poll() is None  # its driver is alive: it goes on
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        assert watcher.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for process in (driver, watcher):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 def test_creating_a_store_waits_out_a_lock(tmp_path, monkeypatch):

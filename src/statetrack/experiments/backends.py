@@ -5,7 +5,8 @@ curve and timings, or the error) back to the driver, and only the driver writes 
 So the store lives on the driver's disk, one process writes it, and a Ray cluster needs no shared
 filesystem. Checkpoints are the exception: a worker writes them under the results folder when it
 can (shared filesystem or same machine: an interrupted run resumes from its last checkpoint),
-otherwise under its own temporary folder. Workers import the user's modules (`imports`) first.
+otherwise under its own temporary folder. Workers import the user's modules (`imports`) first, and
+end with their driver, however it ends (`worker.die_with`).
 
 A backend has `slots` (how many runs the driver keeps in flight), `submit(run) -> handle`,
 `wait(handles) -> finished handles`, `outcome(handle) -> dict`, `describe()`, `close(cancel)`, and
@@ -26,7 +27,7 @@ import torch
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import RunSpec
-from statetrack.experiments.worker import failed_outcome, prepare_worker, train_and_evaluate
+from statetrack.experiments.worker import driver_identity, failed_outcome, prepare_worker, train_and_evaluate
 from statetrack.train import resolve_device
 
 BACKENDS = ("local", "ray")
@@ -99,7 +100,7 @@ class LocalBackend:
         self.threads = max(1, available_cores() // workers)
         self.results_dir, self.device = str(results_dir), device
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=prepare_worker, initargs=(self.threads, list(imports)))
+                                        initializer=prepare_worker, initargs=(self.threads, list(imports), driver_identity()))
 
     def describe(self) -> str:
         return f"local pool, {self.slots} workers x {self.threads} threads"
@@ -141,8 +142,8 @@ def _checkpoint_root(results_dir: str) -> str:
         return str(Path(tempfile.gettempdir()) / "statetrack-results")
 
 
-def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int, imports: list[str]) -> dict:
-    prepare_worker(threads, imports)  # a Ray worker process may serve many runs: imports are loaded once
+def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int, imports: list[str], driver: tuple) -> dict:
+    prepare_worker(threads, imports, driver)  # a Ray worker process may serve many runs: imports are loaded once
     return _run_in_worker(run, _checkpoint_root(results_dir), device)
 
 
@@ -198,7 +199,7 @@ class RayBackend:
                 f"{self.cpus_per_run:g} CPU and {self.gpus_per_run:g} GPU per run")
 
     def submit(self, run: RunSpec):
-        return self.task.remote(run, self.results_dir, self.device, self.threads, self.imports)
+        return self.task.remote(run, self.results_dir, self.device, self.threads, self.imports, driver_identity())
 
     def wait(self, handles: list, timeout: float | None = None) -> list:
         return self.ray.wait(handles, num_returns=1, timeout=timeout)[0]

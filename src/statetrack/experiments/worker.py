@@ -3,11 +3,20 @@
 Every backend (in this process, a local process pool, Ray) calls `train_and_evaluate`, and the
 driver alone writes what it returns to the store. `checkpoint_path` is where a run's checkpoint
 lives under the results folder, for the trainer (resume) and for analyses of a finished run.
+
+A worker process ends with its driver, however the driver ends (kill -9 included; `die_with`): a
+worker left running would go on training and write the checkpoint that a driver taking the run
+over also writes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import socket
+import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -45,9 +54,76 @@ def chance_evals(run: RunSpec, task) -> list[dict]:
     return rows
 
 
-def prepare_worker(threads: int | None, imports: list[str] = ()) -> None:
-    """Set up a worker process: torch threads (1 for pool workers: small models run best
-    single-threaded side by side, and repeatably) and the user's modules, imported before any run."""
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+WATCH_SECONDS = 1.0  # how often the watchdog looks for the driver
+_watched: set[tuple[int, int | None]] = set()  # the drivers this process already ends with
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of process `pid` in clock ticks since boot (/proc, Linux), None where unknown:
+    with the pid, it names a process even after the pid is reused."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def driver_identity() -> tuple[str, int, int | None]:
+    """(host, pid, start time) of this process, for `die_with` in the workers it starts."""
+    return socket.gethostname(), os.getpid(), process_start(os.getpid())
+
+
+def _alive(pid: int, start: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        pass
+    return start is None or process_start(pid) in (start, None)
+
+
+def _end_now() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with(driver: tuple[str, int, int | None] | None) -> None:
+    """End this process (SIGKILL) when the driver `driver_identity()` names ends. The driver's child
+    on Linux: the kernel's parent-death signal (prctl PR_SET_PDEATHSIG), armed and then checked
+    against a driver that ended before it was; otherwise (another OS, or a Ray worker, whose
+    parent is Ray's) a daemon thread that looks for the driver's process every WATCH_SECONDS. A
+    driver on another host is left to Ray, which ends the tasks of a driver that has gone. Each
+    driver is watched once per process."""
+    if driver is None:
+        return
+    host, pid, start = driver
+    if host != socket.gethostname() or pid == os.getpid() or (pid, start) in _watched:
+        return
+    _watched.add((pid, start))
+    child = os.getppid() == pid
+    if child and sys.platform.startswith("linux"):
+        try:
+            armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+        if armed:
+            if os.getppid() != pid:  # the driver ended before the signal was armed
+                _end_now()
+            return
+
+    def watch():
+        while (os.getppid() == pid) if child else _alive(pid, start):
+            time.sleep(WATCH_SECONDS)
+        _end_now()
+
+    threading.Thread(target=watch, name="statetrack-driver-watch", daemon=True).start()
+
+
+def prepare_worker(threads: int | None, imports: list[str] = (), driver: tuple[str, int, int | None] | None = None) -> None:
+    """Set up a worker process: it ends with its `driver` (`die_with`; None in the driver itself),
+    torch threads (1 for pool workers: small models run best single-threaded side by side, and
+    repeatably) and the user's modules, imported before any run."""
+    die_with(driver)
     if threads:
         torch.set_num_threads(threads)
     keep_freed_memory()  # large tensors reuse heap memory instead of faulting in fresh pages
@@ -85,7 +161,7 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
             rows = evaluate_lengths(
                 model, scored, e["lengths"], samples=e["samples"], batch_size=e["batch_size"], seed=e["seed"],
                 chunk_size=e["chunk_size"] if zoo.get_entry(run.model["name"]).recurrent else None,
-                device=trainer.device, progress=progress, traces=e.get("traces", 0),
+                device=trainer.device, progress=progress, traces=e.get("traces", 0), positions=True,
             )
             evals += [{**row, "variant": variant} for row in rows]
         return {"status": "done", "evals": evals, "curve": trainer.curve, "steps": trainer.step,
