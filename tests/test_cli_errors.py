@@ -62,6 +62,22 @@ BAD = [
     (["run", "demo", "--results-dir", "{text}"], "{text}"),
     (["run", "demo", "--import", "no_such_module_xyz"], "no_such_module_xyz"),
     (["run"], "the following arguments are required: EXPERIMENT|FILE.yaml"),
+    # run: spec files and values Python cannot read, the user's code, folders and devices
+    (["run", "{tmp}/latin1.yaml"], "experiment file '{tmp}/latin1.yaml' is not UTF-8 text: byte 0xe9 at offset 29"),
+    (["run", "{tmp}/huge.yaml"], "is not valid YAML: Exceeds the limit (4300 digits) for integer string conversion"),
+    (["run", "demo", "train.steps=" + "9" * 5000], "(5000 characters): Exceeds the limit (4300 digits)"),
+    (["run", "demo", "seeds=[" + "1" * 4400 + "]"], "Exceeds the limit (4300 digits)"),
+    (["run", "{tmp}/exits.yaml"], "experiment 'exits': imports: importing {tmp}/exits.py failed (line 2): it called sys.exit(3)"),
+    (["run", "{tmp}/exits.yaml", "train.steps=-1"], "train.steps must be an integer >= 1, got -1"),  # checked before its imports run
+    (["run", "{tmp}/exits.yaml", "lrs=[]"], "'lrs' must be a non-empty list"),
+    (["run", "demo", "--import", "{tmp}/exits.py"], "--import: importing {tmp}/exits.py failed (line 2): it called sys.exit(3)"),
+    (["--import", "{tmp}/exits.py", "models"], "it called sys.exit(3)"),
+    (["run", "demo", "--tensorboard", "{text}/tb"], "cannot write --tensorboard folder {text}/tb: {text} is a file, not a folder"),
+    *([] if os.geteuid() == 0 else [(["run", "demo", "--tensorboard", "{tmp}/locked/tb"], "{tmp}/locked is not writable")]),
+    (["run", "demo", "train.device=tpu"], "train.device: unknown device 'tpu'; expected one of: auto, cpu, cuda, cuda:N"),
+    (["run", "demo", "train.device=[cpu]"], "train.device: unknown device ['cpu']"),
+    (["run", "demo", "train.device=cuda:7", "--device", "cpu"], "sets train.device cuda:7, but --device is cpu; drop one of them"),
+    (["run", "demo", "train.device=cuda:99"], "train.device cuda:99: this machine has"),
     # tasks
     (["tasks", "frob"], "invalid choice: 'frob'"),
     (["tasks", "show", "nope"], "unknown task 'nope'; expected one of: "),
@@ -189,6 +205,11 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "notes.txt").write_text("not a database\n")
     (tmp_path / "escape.yaml").write_text('name: "../../escape"\n' + TINY)  # writes a/escape/ beside a/b/results
     (tmp_path / "my spec.yaml").write_text(TINY)  # named after a file name that is no experiment name
+    (tmp_path / "latin1.yaml").write_bytes("name: latin1\ndescription: caf\u00e9\n".encode("latin-1") + TINY.encode())
+    (tmp_path / "huge.yaml").write_text("name: huge\n" + TINY.replace("seeds: [0]", f"seeds: [{'7' * 5000}]"))
+    (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")  # a module that ends the program it is imported in
+    (tmp_path / "exits.yaml").write_text("name: exits\nimports: [exits.py]\n" + TINY)
+    (tmp_path / "locked").mkdir(mode=0o555)
     # a store whose plan and run name an experiment "../../x" (a store someone sent)
     Store(tmp_path / "escaping.db").set_plan("fine", {"name": "fine"}, [])
     _sql(tmp_path / "escaping.db", "INSERT INTO plans (experiment, spec, runs) VALUES ('../../x', '{}', '[]')",
@@ -236,7 +257,7 @@ def test_the_table_is_long_enough():
     assert len(BAD) >= 120
 
 
-@pytest.mark.parametrize("argv, expected", BAD, ids=[" ".join(a) or "(nothing)" for a, _ in BAD])
+@pytest.mark.parametrize("argv, expected", BAD, ids=[(" ".join(a) or "(nothing)")[:100] for a, _ in BAD])
 def test_bad_invocation(argv, expected, workdir, capsys):
     before = _snapshot(workdir)
     code, out, err = run_cli(capsys, *_fill(argv, workdir))

@@ -139,3 +139,21 @@ def test_the_longest_runs_are_scheduled_first(tiny_spec):
     assert training_cost(wide) == 4 * training_cost(narrow) > 0
     curriculum = expand(load_spec(str(tiny_spec()), overrides=["train.curriculum=[{steps: 10, length: 2}, {steps: 10, length: 4}]"]))[0]
     assert training_cost(curriculum) == (10 * 2 + 10 * 4) * 8 * 8**2  # tokens per stage x batch x layers x width^2
+
+
+def test_a_specs_device_is_the_device_the_runs_train_on(tiny_spec):
+    """train.device (part of every run's id) is used, never overridden: --device auto gives way to it,
+    a --device that contradicts it is refused; without it --device decides."""
+    from statetrack.errors import StatetrackError
+    from statetrack.experiments.backends import experiment_device
+
+    runs = expand(load_spec(str(tiny_spec())))  # train.device: cpu
+    assert {run.train["device"] for run in runs} == {"cpu"}
+    assert experiment_device("tiny", runs, "auto") == experiment_device("tiny", runs, "cpu") == "cpu"
+    with pytest.raises(StatetrackError, match="sets train.device cpu, but --device is cuda; drop one of them"):
+        experiment_device("tiny", runs, "cuda")
+    plain = expand(load_spec(str(tiny_spec()), overrides=["train.device=auto"]))
+    assert experiment_device("tiny", plain, "cuda:1") == "cuda:1"
+    mixed = runs + expand(load_spec(str(tiny_spec()), overrides=["train.device=cuda"]))
+    with pytest.raises(StatetrackError, match="different train.device values"):
+        experiment_device("tiny", mixed, "auto")

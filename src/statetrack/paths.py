@@ -8,6 +8,7 @@ root is checked to resolve inside it (`under`), symbolic links followed.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -23,6 +24,18 @@ def check_name(name, what: str = "experiment name", hint: str = "") -> str:
     if not isinstance(name, str) or len(name) > NAME_MAX or not NAME_PATTERN.fullmatch(name):
         raise StatetrackError(f"{what} {name!r} is not allowed: a name is {ALLOWED_NAMES}{hint}")
     return name
+
+
+def check_writable(folder: str | Path, what: str) -> None:
+    """That `folder` (which may not exist yet) can be created and written, checked without writing
+    anything: its nearest existing ancestor is a folder this process may write. A one-line error
+    naming `what` otherwise."""
+    path = Path(folder).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise StatetrackError(f"cannot write {what} {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StatetrackError(f"cannot write {what} {folder}: {existing} is not writable")
 
 
 def under(root: str | Path, *parts: str) -> Path:

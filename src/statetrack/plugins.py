@@ -7,6 +7,8 @@ loaded as modules of their own. Importing one runs its `@statetrack.register_mod
 `@statetrack.tasks.register` decorators, so its names work in specs and on the command line.
 Workers are separate processes (spawned pool workers, Ray workers) that never see a registration
 made in the driver, so the runner hands them the same list to import before they build anything.
+Importing runs the module's code with the user's permissions: a spec is code, to be run only from
+someone trusted. A module that raises or exits (sys.exit) while imported is a one-line error.
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ def resolve_imports(items, base: str | Path | None = None, origin: str = "import
     return resolved
 
 
+def _failure(error: BaseException) -> str:
+    """What went wrong importing a module: its exception, or the exit it asked for."""
+    if isinstance(error, SystemExit):
+        return f"it called sys.exit({error.code!r})"
+    return f"{type(error).__name__}: {error}"
+
+
 def _where(error: BaseException, path: str | None) -> str:
     """' (line N)' of the innermost frame in the user's file, when there is one."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if path is None or f.filename == path]
@@ -68,11 +77,9 @@ def import_one(item: str, origin: str = "imports"):
         sys.modules[name] = module  # pickling and dataclasses look classes up by module name
         try:
             spec.loader.exec_module(module)
-        except Exception as error:
+        except (Exception, SystemExit) as error:
             del sys.modules[name]
-            raise StatetrackError(
-                f"{origin}: importing {item} failed{_where(error, str(path))}: {type(error).__name__}: {error}"
-            ) from None
+            raise StatetrackError(f"{origin}: importing {item} failed{_where(error, str(path))}: {_failure(error)}") from None
         _loaded_files[item] = module
         return module
     try:
@@ -81,8 +88,8 @@ def import_one(item: str, origin: str = "imports"):
         if error.name and item.startswith(error.name):
             raise StatetrackError(f"{origin}: no module named {item!r} (is it installed, or on PYTHONPATH?)") from None
         raise StatetrackError(f"{origin}: importing {item!r} failed: {type(error).__name__}: {error}") from None
-    except Exception as error:
-        raise StatetrackError(f"{origin}: importing {item!r} failed: {type(error).__name__}: {error}") from None
+    except (Exception, SystemExit) as error:
+        raise StatetrackError(f"{origin}: importing {item!r} failed: {_failure(error)}") from None
 
 
 def load_imports(items, base: str | Path | None = None, origin: str = "imports") -> list[str]:

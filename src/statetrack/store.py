@@ -73,7 +73,8 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at REAL,
     pid INTEGER,
     heartbeat REAL,
-    diverged_at INTEGER
+    diverged_at INTEGER,
+    threads INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment);
 {evals}
@@ -111,7 +112,7 @@ RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed"
 
 # Columns added since the first schema: a store written before them gains them when opened (NULL in old rows).
 ADDED_COLUMNS = {
-    "runs": {"pid": "INTEGER", "heartbeat": "REAL", "diverged_at": "INTEGER"},
+    "runs": {"pid": "INTEGER", "heartbeat": "REAL", "diverged_at": "INTEGER", "threads": "INTEGER"},
     "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT", "position_accuracy": "TEXT"},
     "curves": {"metrics": "TEXT", "stage": "INTEGER"},
 }
@@ -393,10 +394,11 @@ class Store:
             )
 
     def finish_run(self, run_id: str, evals: list[dict], curve: list[dict], steps: int, num_parameters: int, train_seconds: float,
-                   eval_seconds: float, host: str | None = None, diverged_at: int | None = None) -> None:
+                   eval_seconds: float, host: str | None = None, diverged_at: int | None = None, threads: int | None = None) -> None:
         """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here;
         `diverged_at`: the step at which its training loss became non-finite (its evaluations are then
-        at chance, experiments/worker.py `chance_evals`), None for a run that trained to the end.
+        at chance, experiments/worker.py `chance_evals`), None for a run that trained to the end;
+        `threads`: the torch threads it trained with (its figures are bit-identical at that count).
 
         Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally variant (the
         `eval.variants` entry it scores; '' or absent for the training task), sequence_accuracy (the
@@ -424,8 +426,8 @@ class Store:
             )
             db.execute(
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
-                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ? WHERE id = ?",
-                (steps, num_parameters, train_seconds, eval_seconds, time.time(), host, diverged_at, run_id),
+                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ?, threads = ? WHERE id = ?",
+                (steps, num_parameters, train_seconds, eval_seconds, time.time(), host, diverged_at, threads, run_id),
             )
 
     def fail_run(self, run_id: str, error: str, host: str | None = None) -> None:

@@ -20,6 +20,7 @@ import itertools
 import multiprocessing
 import os
 import socket
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
@@ -35,6 +36,45 @@ BACKENDS = ("local", "ray")
 
 def available_cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _cpu_ticks(cpus) -> tuple[int, int]:
+    """(busy, total) clock ticks of the CPUs `cpus` since boot, from /proc/stat (Linux)."""
+    busy = total = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
+            total += sum(ticks)
+            busy += sum(ticks) - ticks[3] - ticks[4]
+    return busy, total
+
+
+def _own_ticks() -> int:
+    """The CPU time (user + system, clock ticks) this process has used, all its threads together."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def free_cores(window: float = 0.1) -> float:
+    """How many of this process's cores other processes leave idle: measured over `window` seconds
+    from /proc/stat, less this process's own use (Linux); elsewhere the cores less the 1-minute load
+    average."""
+    cores = available_cores()
+    try:
+        cpus = os.sched_getaffinity(0)
+        (busy, total), mine = _cpu_ticks(cpus), _own_ticks()
+        time.sleep(window)
+        (busy_after, total_after), mine_after = _cpu_ticks(cpus), _own_ticks()
+    except (OSError, AttributeError, ValueError, IndexError):
+        try:
+            return max(0.0, cores - os.getloadavg()[0])
+        except OSError:
+            return float(cores)
+    if total_after <= total:
+        return float(cores)
+    others = max(0, (busy_after - busy) - (mine_after - mine))
+    return max(0.0, cores * (1 - others / (total_after - total)))
 
 
 def default_workers(device: str = "auto") -> int:
@@ -54,7 +94,7 @@ class InProcessBackend:
     def __init__(self, results_dir: Path, device: str, progress: bool = True):
         prepare_worker(None)  # the driver already imported the user's modules
         self.results_dir, self.device, self.progress = results_dir, device, progress
-        self.threads = torch.get_num_threads()
+        self.threads = torch.get_num_threads()  # the most it takes (OMP_NUM_THREADS, else one per core)
         self.handles = itertools.count()
         self.runs: dict[int, RunSpec] = {}
         self.outcomes: dict[int, dict] = {}
@@ -63,10 +103,12 @@ class InProcessBackend:
         return "one run at a time in this process"
 
     def share_cores(self, shared: bool) -> None:
-        """One torch thread while other drivers train on this machine, else all of them: two drivers
-        with two threads each on two cores ran the demo 16x slower than with one thread each (each
-        thread's hand-offs wait for a core the other process holds)."""
-        torch.set_num_threads(1 if shared else self.threads)
+        """Torch threads for the next run: one while other drivers train on this machine, else the
+        cores other processes leave free (`free_cores`, at least one), as a pool worker takes its
+        share of the cores. Threads beyond the free cores wait on each other's hand-offs: two drivers
+        with two threads each on two cores ran the demo 16x slower than with one thread each, and on
+        a 2-core machine busy with other work 200 steps took 79 s with two threads, 0.8 s with one."""
+        torch.set_num_threads(1 if shared else max(1, min(self.threads, round(free_cores()))))
 
     def submit(self, run: RunSpec) -> int:
         handle = next(self.handles)
@@ -215,6 +257,37 @@ class RayBackend:
             self.ray.shutdown()
 
 
+def _check_cuda(device: str, what: str, instead: str) -> None:
+    """A CUDA `device` must be present on this machine; `what` names where it was asked for,
+    `instead` how to ask for another."""
+    resolved = resolve_device(device)
+    if resolved.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0 or (resolved.index or 0) >= count:
+            raise StatetrackError(f"{what} {device}: this machine has {count} CUDA device(s) "
+                                  f"(use {instead} cpu, or auto to take CUDA when present)")
+
+
+def experiment_device(experiment: str, runs: list[RunSpec], device: str, backend: str = "local") -> str:
+    """The device an experiment trains on: its spec's `train.device` where it sets one (not 'auto';
+    one for all its runs), else `device` (--device). Part of the runs' ids, so it is used, never
+    overridden: a --device other than auto that contradicts it, or a CUDA device this machine lacks
+    (local backend), is a one-line error."""
+    wanted = {run.train.get("device", "auto") for run in runs} - {"auto"}
+    if not wanted:
+        return device
+    if len(wanted) > 1:
+        raise StatetrackError(f"experiment {experiment!r}: its runs set different train.device values "
+                              f"({', '.join(sorted(map(str, wanted)))}); an experiment trains on one device")
+    (spec_device,) = wanted
+    if device not in ("auto", spec_device):
+        raise StatetrackError(f"experiment {experiment!r} sets train.device {spec_device}, but --device is {device}; "
+                              f"drop one of them (train.device is part of every run's id)")
+    if backend == "local":
+        _check_cuda(spec_device, f"experiment {experiment!r}: train.device", "train.device")
+    return spec_device
+
+
 def check_backend(name: str, workers: int | None = None, address: str | None = None, device: str | None = None,
                   gpus_per_run: float | None = None, lease: float | None = None) -> None:
     """One-line errors for impossible backend options, before anything runs. A CUDA device must be
@@ -233,12 +306,9 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
         if gpus_per_run < 0:
             raise StatetrackError(f"--gpus-per-run must be >= 0, got {gpus_per_run:g}")
     if device is not None:
-        resolved = resolve_device(device)
-        if name == "local" and resolved.type == "cuda":
-            count = torch.cuda.device_count()
-            if count == 0 or (resolved.index or 0) >= count:
-                raise StatetrackError(f"--device {device}: this machine has {count} CUDA device(s) "
-                                      f"(use --device cpu, or auto to take CUDA when present)")
+        resolve_device(device)
+        if name == "local":
+            _check_cuda(device, "--device", "--device")
 
 
 def make_backend(name: str, workers: int | None, results_dir: Path, device: str, address: str | None = None,

@@ -31,9 +31,9 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from statetrack.errors import StatetrackError
-from statetrack.experiments.backends import check_backend, make_backend
+from statetrack.experiments.backends import check_backend, experiment_device, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
-from statetrack.paths import under
+from statetrack.paths import check_writable, under
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS, Store
 from statetrack.train import TrainConfig
@@ -183,7 +183,7 @@ def record(store: Store, run: RunSpec, outcome: dict) -> str:
     if outcome["status"] in ("done", "diverged"):
         store.finish_run(run.id, outcome["evals"], outcome["curve"], outcome["steps"], outcome["num_parameters"],
                          outcome["train_seconds"], outcome["eval_seconds"], host=outcome.get("host"),
-                         diverged_at=outcome.get("diverged_at"))
+                         diverged_at=outcome.get("diverged_at"), threads=outcome.get("threads"))
     else:
         store.fail_run(run.id, outcome["error"], host=outcome.get("host"))
     return outcome["status"]
@@ -224,9 +224,11 @@ def run_experiment(
     check_backend(backend, workers, address, device, gpus_per_run, lease)
     if tensorboard:
         tensorboard_writer_class()  # fail now, not after the first run
+        check_writable(tensorboard, "--tensorboard folder")
     imports = load_imports(imports, origin="--import")  # before the spec names what they register
     spec = load_spec(name_or_path, scale, overrides, name)
     runs = expand(spec)
+    device = experiment_device(spec["name"], runs, device, backend)
     imports = list(dict.fromkeys(imports + spec.get("imports", [])))
     results_dir = Path(results_dir)
     store = Store(store_path or results_dir / "statetrack.db")

@@ -29,7 +29,7 @@ from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
 from statetrack.scoring import SCALES, check_paper_names, paper_of, selection_of
 from statetrack.tasks import make_task
-from statetrack.train import TrainConfig, curriculum_tasks
+from statetrack.train import TrainConfig, curriculum_tasks, resolve_device
 
 TOP_LEVEL_KEYS = {
     "name": "experiment name (letters, digits, '.', '_' and '-'; default: the file's name)",
@@ -69,7 +69,14 @@ def read_spec(name_or_path: str) -> dict:
         path = Path(name_or_path)
         if not path.is_file():
             raise StatetrackError(f"experiment file {name_or_path!r} does not exist")
-        text, default_name, folder = path.read_text(), path.stem, path.parent
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise StatetrackError(f"experiment file {name_or_path!r} is not UTF-8 text: byte {error.object[error.start]:#04x} "
+                                  f"at offset {error.start}; save it as UTF-8") from None
+        except OSError as error:
+            raise StatetrackError(f"cannot read experiment file {name_or_path!r}: {error.strerror or error}") from None
+        default_name, folder = path.stem, path.parent
     else:
         specs = shipped_specs()
         if name_or_path not in specs:
@@ -78,8 +85,8 @@ def read_spec(name_or_path: str) -> dict:
         default_name, folder = name_or_path, None
     try:
         spec = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise StatetrackError(f"experiment {name_or_path!r} is not valid YAML: {str(error).splitlines()[0]}") from None
+    except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer beyond Python's digit limit
+        raise StatetrackError(f"experiment {name_or_path!r} is not valid YAML: {_first_clause(error)}") from None
     if not isinstance(spec, dict):
         raise StatetrackError(f"experiment {name_or_path!r} must be a YAML mapping with keys: {', '.join(TOP_LEVEL_KEYS)}")
     spec.setdefault("name", default_name)
@@ -103,8 +110,20 @@ def parse_override(text: str) -> tuple[list[str], object]:
     try:
         parsed = yaml.safe_load(value)
     except yaml.YAMLError:
-        raise StatetrackError(f"override {text!r}: cannot parse value {value!r}") from None
+        raise StatetrackError(f"override {_shown(text)}: cannot parse value {_shown(value)}") from None
+    except ValueError as error:  # an integer beyond Python's digit limit
+        raise StatetrackError(f"override {_shown(text)}: cannot parse value {_shown(value)}: {_first_clause(error)}") from None
     return key.split("."), parsed
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    """`text` quoted, its middle left out past `limit` characters (an override may be thousands long)."""
+    return repr(text) if len(text) <= limit else repr(f"{text[: limit // 2]}...{text[-10:]}") + f" ({len(text)} characters)"
+
+
+def _first_clause(error: Exception) -> str:
+    """The error's first line up to its first ';' (Python's advice after it names its own internals)."""
+    return str(error).splitlines()[0].split(";")[0] if str(error) else type(error).__name__
 
 
 def overrides_name(base: str, overrides: list[str]) -> str:
@@ -151,9 +170,9 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
         if overrides:
             spec["name"] = overrides_name(spec["name"], list(overrides))
     spec["scale"] = scale
+    check_spec(spec)  # everything that needs none of the user's modules, before their code runs
     if "imports" in spec:  # before anything looks up a model or task name they may register
         spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")
-    check_spec(spec)
     if spec.get("paper") is not None:  # its names may be of any scale (or left out by an override): not measured then
         check_paper_names(spec, *spec_names(written + [spec]))
     return spec
@@ -193,6 +212,8 @@ def check_spec(spec: dict) -> None:
         if spec.get(key) is not None and not isinstance(spec[key], dict):
             raise StatetrackError(f"experiment {spec['name']!r}: {key} must be a mapping of settings, got {spec[key]!r}")
     check_train(spec["name"], spec.get("train") or {})
+    for train in _dataset_sizes(spec):  # the training settings' own checks (a task entry's own ones come with the task)
+        TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])})
     if ("task" in spec) == ("tasks" in spec):
         raise StatetrackError(f"experiment {spec['name']!r}: give exactly one of 'task' or 'tasks'")
     if "tasks" in spec and (not isinstance(spec["tasks"], list) or not spec["tasks"]):
@@ -213,11 +234,19 @@ def _positive_number(value) -> bool:
 
 
 def check_train(experiment: str, train: dict) -> None:
-    """The learning rate and the seed of a run come from `lrs` and `seeds`, never from `train`."""
+    """The learning rate and the seed of a run come from `lrs` and `seeds`, never from `train`; a
+    device (`train.device`, the device the experiment trains on) is one torch knows."""
     for key, source in (("lr", "lrs"), ("seed", "seeds")):
         if key in train:
             raise StatetrackError(f"experiment {experiment!r}: train.{key} is not a setting; each run's {key} comes from "
                                   f"the list '{source}' (e.g. {source}=[{'1e-3' if key == 'lr' else '0,1'}])")
+    if "device" in train:
+        try:
+            if not isinstance(train["device"], str):
+                raise StatetrackError(f"unknown device {train['device']!r}; expected one of: auto, cpu, cuda, cuda:N")
+            resolve_device(train["device"])
+        except StatetrackError as error:
+            raise StatetrackError(f"experiment {experiment!r}: train.device: {error}") from None
 
 
 def check_eval(experiment: str, eval_spec: dict) -> None:

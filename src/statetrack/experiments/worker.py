@@ -133,12 +133,14 @@ def prepare_worker(threads: int | None, imports: list[str] = (), driver: tuple[s
 def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
     """Train and evaluate one run; returns its outcome.
 
-    Outcome: {status: 'done', evals, curve, steps, num_parameters, train_seconds, eval_seconds, host};
-    {status: 'diverged', diverged_at, message, evals, curve, steps, num_parameters, train_seconds,
-    eval_seconds, host} when the training loss became non-finite at step diverged_at (an outcome
-    of the setting: evals at chance, `chance_evals`; curve up to there); or {status: 'failed',
-    error, host} for an exception (the grid goes on).
+    Outcome: {status: 'done', evals, curve, steps, num_parameters, train_seconds, eval_seconds, host,
+    threads}; {status: 'diverged', diverged_at, message, evals, curve, steps, num_parameters,
+    train_seconds, eval_seconds, host, threads} when the training loss became non-finite at step
+    diverged_at (an outcome of the setting: evals at chance, `chance_evals`; curve up to there); or
+    {status: 'failed', error, host} for an exception (the grid goes on). `threads`: the torch threads
+    it trained with (a run is bit-identical at a fixed thread count only).
     """
+    threads = torch.get_num_threads()
     try:
         torch.manual_seed(run.seed)  # parameter initialisation
         task = make_task(**run.task)
@@ -151,7 +153,7 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
         except Diverged as diverged:
             return {"status": "diverged", "diverged_at": diverged.step, "message": str(diverged), "evals": chance_evals(run, task),
                     "curve": trainer.curve, "steps": trainer.step, "num_parameters": model.num_parameters(),
-                    "train_seconds": trainer.seconds, "eval_seconds": 0.0, "host": socket.gethostname()}
+                    "train_seconds": trainer.seconds, "eval_seconds": 0.0, "host": socket.gethostname(), "threads": threads}
         start = time.perf_counter()
         e = run.eval
         variants = {"": {}, **(e.get("variants") or {})}  # '' = the training task itself
@@ -166,7 +168,7 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
             evals += [{**row, "variant": variant} for row in rows]
         return {"status": "done", "evals": evals, "curve": trainer.curve, "steps": trainer.step,
                 "num_parameters": model.num_parameters(), "train_seconds": trainer.seconds,
-                "eval_seconds": time.perf_counter() - start, "host": socket.gethostname()}
+                "eval_seconds": time.perf_counter() - start, "host": socket.gethostname(), "threads": threads}
     except KeyboardInterrupt:
         raise
     except Exception as error:  # recorded, and the grid goes on
