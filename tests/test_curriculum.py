@@ -121,7 +121,7 @@ seeds: [0]
 
 def test_repl_accuracy_is_counted_per_reveal():
     task = make_task("repl", n=3, spacing=2)
-    rows = evaluate_lengths(_model(task), task, [6, 10], samples=8)
+    rows = evaluate_lengths(_model(task), task, [6, 10], samples=8, positions=True)
     assert [len(r["position_accuracy"]) for r in rows] == [3, 5]  # reveals, not tokens
     assert all(0 <= v <= 1 for r in rows for v in r["position_accuracy"])
 

@@ -36,7 +36,7 @@ class _WrongFrom(torch.nn.Module):
 
 def test_position_and_sequence_accuracy_on_hand_made_predictions():
     task = make_task("word_problem", group="Z5")
-    row = evaluate_lengths(_WrongFrom(task, start=6), task, [10], samples=64, batch_size=16)[0]
+    row = evaluate_lengths(_WrongFrom(task, start=6), task, [10], samples=64, batch_size=16, positions=True)[0]
     assert row["position_accuracy"] == [1.0] * 6 + [0.5] * 4
     assert row["accuracy"] == pytest.approx(1 - 0.5 * 4 / 10)
     assert row["sequence_accuracy"] == 0.5  # the examples wrong from position 6 on are wrong as sequences
@@ -50,7 +50,7 @@ def test_position_accuracy_skips_unsupervised_positions():
         def forward(self, tokens, state=None):
             return torch.zeros(*tokens.shape, task.num_classes), state
 
-    row = evaluate_lengths(Constant(), task, [4], samples=8)[0]
+    row = evaluate_lengths(Constant(), task, [4], samples=8, positions=True)[0]
     positions = row["position_accuracy"]
     assert len(positions) == 2 * 4 + 3 and positions[:5] == [None] * 5 and positions[-1] is None
     assert all(v is not None for v in positions[5:10])

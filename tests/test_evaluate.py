@@ -68,3 +68,15 @@ def test_sequence_accuracy_counts_whole_strings(wrong):
     assert rows[0]["accuracy"] == pytest.approx(1 - wrong / 2 / 11)
     assert rows[0]["sequence_accuracy"] == (1.0 if wrong == 0 else 0.5)
     assert rows[0]["metrics"] == {}
+
+
+def test_scores_print_as_a_table_and_per_position_figures_come_on_request():
+    task = make_task("copy")
+    rows = evaluate_lengths(_Oracle(task, 1), task, [4, 10], samples=64, batch_size=16)
+    assert str(rows) == repr(rows) == "\n".join([
+        "length  accuracy  scaled accuracy  sequence accuracy",
+        f"     4  {1 - 1 / 2 / 5:8.3f}  {rows[0]['scaled_accuracy']:15.3f}              0.500",
+        f"    10  {1 - 1 / 2 / 11:8.3f}  {rows[1]['scaled_accuracy']:15.3f}              0.500"])
+    assert all("position_accuracy" not in row for row in rows)
+    (row,) = evaluate_lengths(_Oracle(task, 1), task, [4], samples=64, batch_size=16, positions=True)
+    assert row["position_accuracy"][5:10] == [0.5] + [1.0] * 4 and row["accuracy"] == rows[0]["accuracy"]

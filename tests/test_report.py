@@ -203,7 +203,8 @@ def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
     assert "±" not in spread and "| parity | DeltaNet [-1,1] | 0.01 | 1.000 | 0.960 | 0.500 |" in spread
     assert "| :--- | :--- | ---: | ---: | ---: | ---: |" in spread
     runs = md.split("## Runs")[1]
-    assert "| model | task | lr | seed | status |" in runs and "| :--- | :--- | ---: | ---: | :--- |" in runs
+    assert "| run | model | task | lr | seed | status |" in runs and "| :--- | :--- | :--- | ---: | ---: | :--- |" in runs
+    assert all(f"| {r['id']} | " in runs for r in store.runs("parity"))  # the ids `statetrack analyze` and `load_run` take
     _, body = table_rows(summarize(store.results("parity")), "mean")
     assert not any("±" in cell for row in body for cell in row)
     assert markdown_table(["claim", "n"], [["a claim", "3"]]).splitlines()[1] == "| :--- | ---: |"

@@ -70,7 +70,7 @@ def test_an_old_store_gains_the_columns_and_its_rows_read_back(tmp_path):
     assert store.curves("old") == [{"step": 5, "loss": 1.5, "accuracy": 0.25, "metrics": {}}]
     [row] = store.results("fp")
     assert row == {"model": "LSTM", "task": "word_problem(group=A5)", "task_params": {"group": "A5"}, "seed": 0, "lr": 0.01,
-                   "length": 8, "accuracy": 0.75, "scaled_accuracy": 0.7, "diverged": False}
+                   "length": 8, "accuracy": 0.75, "scaled_accuracy": 0.7, "diverged": False, "run_id": "old"}
     # opening it again changes nothing; the migrated store takes the new data
     store = Store(db)
     _add_run(store, "new", "FP-RNN", "A5", 0.01, 0, [_eval(8, 0.9, 0.5, iterations_median=5.0)],
@@ -88,10 +88,10 @@ def test_results_rows_carry_task_params_sequence_accuracy_and_metrics(tmp_path):
     rows = store.results("fp")
     assert rows == [
         {"model": "FP-RNN", "task": "word_problem(group=A5)", "task_params": {"group": "A5"}, "seed": 0, "lr": 0.01, "length": 8,
-         "accuracy": 0.9, "scaled_accuracy": 0.9, "sequence_accuracy": 0.6, "diverged": False, "iterations_max": 9.0,
+         "accuracy": 0.9, "scaled_accuracy": 0.9, "sequence_accuracy": 0.6, "diverged": False, "run_id": "r1", "iterations_max": 9.0,
          "iterations_median": 5.0},
         {"model": "FP-RNN", "task": "word_problem(group=A5)", "task_params": {"group": "A5"}, "seed": 0, "lr": 0.01, "length": 64,
-         "accuracy": 0.5, "scaled_accuracy": 0.5, "sequence_accuracy": 0.0, "diverged": False, "iterations_max": 12.0,
+         "accuracy": 0.5, "scaled_accuracy": 0.5, "sequence_accuracy": 0.0, "diverged": False, "run_id": "r1", "iterations_max": 12.0,
          "iterations_median": 7.0},
     ]
     assert list(rows[0])[:3] == ["model", "task", "task_params"]  # the fixed keys first, in their old order

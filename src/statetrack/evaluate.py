@@ -105,6 +105,21 @@ def _add_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
+class LengthScores(list):
+    """`evaluate_lengths`' rows, one dict per length, printed as a table: accuracy, scaled accuracy,
+    sequence accuracy and the model's metrics per length (the rows hold the rest)."""
+
+    def __str__(self) -> str:
+        metrics = list(dict.fromkeys(name for row in self for name in row.get("metrics", {})))
+        header = ["length", "accuracy", "scaled accuracy", "sequence accuracy", *metrics]
+        body = [[str(r["length"]), *(f"{r[k]:.3f}" for k in ("accuracy", "scaled_accuracy", "sequence_accuracy")),
+                 *(f"{r['metrics'][m]:.4g}" if m in r.get("metrics", {}) else "-" for m in metrics)] for r in self]
+        widths = [max([len(h)] + [len(line[i]) for line in body]) for i, h in enumerate(header)]
+        return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in [header, *body])
+
+    __repr__ = __str__
+
+
 @torch.no_grad()
 def evaluate_lengths(
     model,
@@ -117,8 +132,10 @@ def evaluate_lengths(
     device: str | torch.device = "cpu",
     progress: bool = False,
     traces: int = 0,
-) -> list[dict]:
-    """Scores of `model` on `samples` fresh examples at each length, one row per length:
+    positions: bool = False,
+) -> LengthScores:
+    """Scores of `model` on `samples` fresh examples at each length, one row per length (a list of
+    dicts that prints as a table, `LengthScores`):
 
     `accuracy` over the supervised positions, its `scaled_accuracy`, `sequence_accuracy` (the
     fraction of examples whose supervised positions are all right: string accuracy for copying,
@@ -126,16 +143,16 @@ def evaluate_lengths(
     and maximum over the sequences of what the model's layers record (statetrack.diagnostics; e.g.
     fixed-point iterations), empty for most models.
 
-    `position_accuracy`: accuracy at each input position over the examples supervised there (None
-    where none is), for inputs of at most MAX_POSITIONS tokens; dense tasks (word problems, copy
-    memory) show where along the input a model stops being right. A task whose `position_unit` is
+    With `positions`, `position_accuracy`: accuracy at each input position over the examples
+    supervised there (None where none is), for inputs of at most MAX_POSITIONS tokens; dense tasks
+    (word problems, copy memory) show where along the input a model stops being right. A task whose `position_unit` is
     "supervised" counts positions as the k-th supervised one instead (a REPL trace's k-th reveal).
     A task with its own metrics (`Task.metrics`, e.g. the total-variation distance to the exact
     belief on `pfsa`) adds them to `metrics`, averaged over the supervised positions. With `traces` > 0, `traces`
     holds that many examples' per-position outputs (see `trace`).
     """
     model.eval()
-    results = []
+    results = LengthScores()
     diagnostics.drain(model)  # nothing recorded before this call counts
     for length in tqdm(lengths, desc="evaluate", disable=not progress, leave=False):
         g = eval_generator(seed, length)
@@ -164,7 +181,7 @@ def evaluate_lengths(
             supervised = batch.mask.any(dim=1)
             whole += (right.all(dim=1) & supervised).sum().item()
             examples += supervised.sum().item()
-            hits, counts = _by_position(hits, batch.mask, task.position_unit)
+            hits, counts = _by_position(hits, batch.mask, task.position_unit) if positions else (None, None)
             if hits is not None:
                 by_position = hits if by_position is None else _add_padded(by_position, hits)
                 count_by_position = counts if count_by_position is None else _add_padded(count_by_position, counts)

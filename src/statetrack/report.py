@@ -393,9 +393,9 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         tables.insert(1, ("Data efficiency: scaled accuracy at the test length vs training-set size N",
                           "mean ± std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
                           data_efficiency_rows(efficiency)))
-    run_header = ["model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
+    run_header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
     run_rows = [
-        [run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]),
+        [r["id"], run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]),
          r["status"] if r.get("diverged_at") is None else f"diverged at step {r['diverged_at']}", str(r["steps"] or "-"),
          f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
         for r in runs

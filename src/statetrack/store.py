@@ -108,7 +108,7 @@ SCHEMA_VERSION = 1  # PRAGMA user_version; 0 in stores written before it, which 
 
 # The fixed keys of a `results` row; a model metric of the same name is renamed metric_<name>.
 RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy",
-               "sequence_accuracy", "diverged")
+               "sequence_accuracy", "diverged", "run_id")
 
 # Columns added since the first schema: a store written before them gains them when opened (NULL in old rows).
 ADDED_COLUMNS = {
@@ -484,7 +484,8 @@ class Store:
         Keys: model, task, task_params (the task's parameters, e.g. {"group": "A5"}; {} when none),
         [variant], dataset_size (N of a run on a fixed training set; only in the rows of runs that set it), seed,
         lr, length, accuracy, scaled_accuracy, sequence_accuracy (only where it was measured), diverged
-        (whether the run's training loss became non-finite: its scores are then chance), then
+        (whether the run's training loss became non-finite: its scores are then chance), run_id
+        (what `statetrack.load_run` and `statetrack analyze` take), then
         each of the model's metrics at that length as a key of its own (e.g. iterations_median; a
         metric named like one of the keys above is written as metric_<name>).
         A row that scores an evaluation variant (`eval.variants` of the spec: the trained model on
@@ -516,6 +517,7 @@ class Store:
             if r["sequence_accuracy"] is not None:
                 row["sequence_accuracy"] = r["sequence_accuracy"]
             row["diverged"] = r["diverged_at"] is not None
+            row["run_id"] = r["id"]
             for name, value in _decode_metrics(r["metrics"]).items():
                 row[f"metric_{name}" if name in RESULT_KEYS else name] = value
             out.append(row)

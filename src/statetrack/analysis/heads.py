@@ -25,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from statetrack.analysis.spectrum import find_run, load_run_model, save_figure
+from statetrack.analysis.spectrum import save_figure
 from statetrack.errors import StatetrackError
 from statetrack.evaluate import eval_generator, predict
-from statetrack.paths import under
 from statetrack.layers.deltanet import DeltaProduct
+from statetrack.paths import under
+from statetrack.trained import find_run, load_run_model
 
 SUPPORTED = ("deltanet", "gated_deltanet", "deltaproduct")
 FACTOR = 0.5  # (0, 2) -> (0, 1): eigenvalues 1 - beta from [-1, 1] to [0, 1]
@@ -280,7 +281,7 @@ def analyze_heads(store, run: str, results_dir: str | Path = "results", samples:
                   seed: int = 0, out: str | Path | None = None, model: str | None = None, run_seed: int | None = None,
                   sweep: int = 4) -> tuple[str, list[Path]]:
     """Text report and the three plot paths (OUT_beta.png, OUT_keys.png, OUT_intervention.png; OUT
-    defaults to RESULTS_DIR/EXPERIMENT/heads_RUNID) of a run (`spectrum.find_run`), on `samples` inputs
+    defaults to RESULTS_DIR/EXPERIMENT/heads_RUNID) of a run (`trained.find_run`), on `samples` inputs
     of `length` (default: the run's longest training length), the evaluation set of `seed` at that length."""
     row = find_run(store, run, model, run_seed)
     if samples < 1:

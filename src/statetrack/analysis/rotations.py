@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
-from statetrack.analysis.spectrum import find_run, first_bilinear_mixer, load_run_model, save_figure
+from statetrack.analysis.spectrum import first_bilinear_mixer, save_figure
 from statetrack.errors import StatetrackError
 from statetrack.paths import under
+from statetrack.trained import find_run, load_run_model
 
 
 def _rotation_mixer(model):
@@ -115,7 +116,7 @@ def plot_rotations(rows: list[dict], m: int, title: str, path: str | Path, top: 
 
 def analyze_rotations(store, run: str, results_dir: str | Path = "results", out: str | Path | None = None, model: str | None = None,
                       run_seed: int | None = None, top: int = 20) -> tuple[str, Path]:
-    """Text report (the `top` planes) and plot path for a run (`spectrum.find_run`)."""
+    """Text report (the `top` planes) and plot path for a run (`trained.find_run`)."""
     row = find_run(store, run, model, run_seed)
     net, task = load_run_model(row, results_dir)
     _rotation_mixer(net)

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import torch
 
-from statetrack.analysis.spectrum import find_run, first_bilinear_mixer, load_run_model
+from statetrack.analysis.spectrum import first_bilinear_mixer
 from statetrack.errors import StatetrackError
+from statetrack.trained import find_run, load_run_model
 
 KINDS = {
     "flips on 1": "tracks parity",
@@ -77,7 +78,7 @@ def _diagonal_parity_runs(store, experiment: str) -> list[dict]:
 
 def analyze_signs(store, run: str, results_dir: str | Path = "results", model: str | None = None, run_seed: int | None = None) -> str:
     """Text report: one line per run (`run` a run id, or an experiment: with --model one run as
-    `spectrum.find_run` picks it, without it every finished real-diagonal parity run)."""
+    `trained.find_run` picks it, without it every finished real-diagonal parity run)."""
     if run in store.experiments() and model is None:
         rows = _diagonal_parity_runs(store, run)
         if not rows:

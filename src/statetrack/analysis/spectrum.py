@@ -14,54 +14,11 @@ from pathlib import Path
 
 import torch
 
-from statetrack import zoo
 from statetrack.errors import StatetrackError
-from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import under
-from statetrack.tasks import make_task
-from statetrack.train import UnreadableCheckpoint, read_checkpoint
+from statetrack.trained import find_run, load_run_model
 
 TOLERANCE = 1e-6
-
-
-def find_run(store, run: str, model: str | None = None, seed: int | None = None) -> dict:
-    """The store row (with config) of a finished run: `run` is a run id or a unique prefix of one, or
-    an experiment name together with `model` (its display name, e.g. "DeltaNet [-1,1]") and
-    optionally `seed` (default: the lowest seed)."""
-    experiments = store.experiments()
-    if run in experiments:
-        rows = [r for r in store.runs(run) if r["status"] == "done"]
-        listing = "; ".join(f"{r['id']} = {r['model']} on {r['task']}, seed {r['seed']}, lr {r['lr']:g}" for r in rows)
-        if model is None:
-            raise StatetrackError(f"experiment {run!r} has {len(rows)} finished runs; name one by id or with --model: {listing or 'none'}")
-        chosen = [r for r in rows if r["model"] == model and (seed is None or r["seed"] == seed)]
-        if not chosen:
-            models = sorted({r["model"] for r in rows})
-            raise StatetrackError(f"experiment {run!r} has no finished run of model {model!r} (seed {seed}); models: {', '.join(models) or 'none'}")
-        return min(chosen, key=lambda r: (r["seed"], r["lr"], r["task"]))
-    matches = [r for experiment in experiments for r in store.runs(experiment) if r["id"].startswith(run)]
-    if not matches:
-        raise StatetrackError(
-            f"{run!r} is neither a run id in {store.path} nor an experiment with results ({', '.join(experiments) or 'none'})"
-        )
-    if len(matches) > 1:
-        raise StatetrackError(f"run id prefix {run!r} is ambiguous: {', '.join(sorted(r['id'] for r in matches))}")
-    return matches[0]
-
-
-def load_run_model(row: dict, results_dir: str | Path):
-    """(model in eval mode, task) of a run, from its checkpoint under results_dir/EXPERIMENT/checkpoints."""
-    config = row["config"]
-    path = checkpoint_path(results_dir, row["experiment"], row["id"])
-    if not path.is_file():
-        raise StatetrackError(f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the --results-dir it ran with")
-    task = make_task(**config["task"])
-    model = zoo.build_model(config["model"], task.vocab_size, task.num_classes)
-    try:
-        model.load_state_dict(read_checkpoint(path, "cpu", model)["model"])
-    except UnreadableCheckpoint as error:
-        raise UnreadableCheckpoint(f"run {row['id']}: {error}") from None
-    return model.eval(), task
 
 
 def first_bilinear_mixer(model, structure: str, analysis: str):
