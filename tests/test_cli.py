@@ -156,7 +156,10 @@ def test_models_and_tasks_json(capsys):
     code, out, _ = run_cli(capsys, "models", "--json")
     models = json.loads(out)
     assert code == 0 and [m["name"] for m in models] == list(zoo.MODELS)
-    assert all(set(m) == {"name", "display_name", "summary", "recurrent", "parameters", "presets"} for m in models)
+    assert all(set(m) == {"name", "display_name", "summary", "recurrent", "parameters", "stack_defaults", "presets"} for m in models)
+    stacks = {m["name"]: m["stack_defaults"] for m in models}
+    assert stacks["bilinear"] == {"d_model": 64, "num_layers": 1, "mlp": False} and stacks["deltanet"]["mlp"] is True
+    assert "stack defaults of its own (its published form): mlp=False" in run_cli(capsys, "models", "bilinear")[1]
     deltanet, = json.loads(run_cli(capsys, "models", "--json", "deltanet-neg")[1])  # a preset: its model
     assert deltanet["name"] == "deltanet" and deltanet["parameters"]["eig_range"] == "[0,1]"
     assert deltanet["presets"]["deltanet-neg"] == {"name": "deltanet", "eig_range": "[-1,1]"}

@@ -197,3 +197,18 @@ def test_bad_registrations_are_one_line_errors(registry, name, target, display, 
         zoo.register_model(name, display=display)(target)
     assert "\n" not in str(error.value)
     assert "test_bad" not in MODELS
+
+
+def test_a_family_declares_its_own_stack_defaults_and_a_spec_still_wins(registry):
+    bilinear = zoo.build_model({"name": "bilinear", "d_model": 8}, vocab_size=4, num_classes=2)
+    assert zoo.resolve("bilinear")["mlp"] is False and all(block.mlp is None for block in bilinear.blocks)  # as published
+    with_mlp = zoo.build_model({"name": "bilinear", "d_model": 8, "mlp": True}, vocab_size=4, num_classes=2)
+    assert all(block.mlp is not None for block in with_mlp.blocks) and zoo.resolve("deltanet")["mlp"] is True
+    zoo.register_model("test_doubler", display="D", stack_defaults={"num_layers": 2, "mlp": False})(Doubler)
+    assert zoo.resolve("test_doubler") == {"name": "test_doubler", "d_model": 64, "num_layers": 2, "mlp": False, "factor": 2}
+    assert zoo.resolve({"name": "test_doubler", "num_layers": 3})["num_layers"] == 3
+    for bad, match in (({"heads": 2}, "stack_defaults has 'heads', which is no stack setting; expected some of: d_model, num_layers, mlp"),
+                       (["mlp"], "stack_defaults must be a mapping")):
+        with pytest.raises(StatetrackError, match=match):
+            zoo.register_model("test_bad", display="X", stack_defaults=bad)(Doubler)
+    assert "test_bad" not in MODELS

@@ -190,7 +190,7 @@ def cmd_models(args) -> int:
     if args.json:
         return _print_json([
             {"name": name, "display_name": zoo.display_name(name), "summary": entry.summary, "recurrent": entry.recurrent,
-             "parameters": zoo.mixer_parameters(name),
+             "parameters": zoo.mixer_parameters(name), "stack_defaults": {**zoo.MODEL_DEFAULTS, **entry.stack_defaults},
              "presets": {k: v for k, v in zoo.PRESETS.items() if v["name"] == name}}
             for name, entry in zoo.MODELS.items() if name in names])
     width = max(map(len, zoo.MODELS)) + 2
@@ -199,9 +199,13 @@ def cmd_models(args) -> int:
             continue
         params = ", ".join(f"{k}={v!r}" for k, v in zoo.mixer_parameters(name).items()) or "-"
         print(f"{name:{width}s}{entry.summary}\n{'':{width}s}parameters: {params}")
+        if entry.stack_defaults:
+            own = ", ".join(f"{k}={v!r}" for k, v in entry.stack_defaults.items())
+            print(f"{'':{width}s}stack defaults of its own (its published form): {own}")
     if args.names:
         return 0
-    print(f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())}")
+    print(f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())} "
+          f"(a model's stack defaults of its own, listed with it, replace these)")
     print("presets: " + ", ".join(f"{k} = {v}" for k, v in zoo.PRESETS.items()))
     return 0
 
@@ -553,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="settings", nargs="+", action="extend", default=None, metavar="key=value",
                    help="with --params or --width: model settings, applied to each model that has the key (e.g. mlp=false num_heads=4)")
     p.add_argument("--json", action="store_true", help="a JSON list, one object per model: name, display_name, summary, recurrent, "
-                                                       "parameters (with their defaults), presets")
+                                                       "parameters (with their defaults), stack_defaults (d_model, num_layers, "
+                                                       "mlp for this model), presets")
     p.set_defaults(func=cmd_models)
 
     p = command("experiments", help="list the shipped experiments: planned runs, last measured wall time, description")

@@ -4,7 +4,8 @@ display names, presets, and `build_model`.
 Every mixer in `statetrack.layers` registers itself with `@register_model`, so adding a model never
 touches this file. A model spec is a flat dict: `{"name": "deltanet", "eig_range": "[-1,1]", "d_model": 32,
 "num_layers": 1}`. `d_model`, `num_layers` and `mlp` shape the SequenceModel; every other key is
-passed to the mixer. `resolve` fills in every default, so a resolved spec names the model fully.
+passed to the mixer. `resolve` fills in every default (the family's own stack defaults over
+MODEL_DEFAULTS, e.g. no MLP for bilinear), so a resolved spec names the model fully.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def resolve(spec: dict | str) -> dict:
     if bad:
         valid = ", ".join(list(MODEL_DEFAULTS) + list(mixer_params))
         raise StatetrackError(f"model {spec['name']!r} has no parameter {bad[0]!r}; its parameters: {valid}")
-    spec = {"name": spec["name"], **MODEL_DEFAULTS, **mixer_params, **spec}
+    spec = {"name": spec["name"], **MODEL_DEFAULTS, **get_entry(spec["name"]).stack_defaults, **mixer_params, **spec}
     for key in ("d_model", "num_layers"):
         if isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < 1:
             raise StatetrackError(f"model {spec['name']!r}: {key} must be an integer >= 1, got {spec[key]!r}")

@@ -96,7 +96,7 @@ def _uniform(shape, bound: float) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
 
 
-@register_model("bilinear", display=_display)
+@register_model("bilinear", display=_display, stack_defaults={"mlp": False})  # one cell, linear readout, as published
 class Bilinear(Spectral, nn.Module):
     """Bilinear RNN h_t = A(x_t) h_{t-1}, A linear in x: full, CP, block, rotation or real diagonal (Ebrahimi & Memisevic 2025).
 

@@ -72,14 +72,14 @@ def docs_table() -> str:
     """docs/models.md: every model with its display names, parameters and defaults, and presets."""
     common = ", ".join(f"`{k}={v!r}`" for k, v in zoo.MODEL_DEFAULTS.items())
     lines = [
-        f"Parameters of every model: {common}.",
+        f"Parameters of every model: {common} (a model's own stack defaults, first in its row, replace these).",
         "",
         "| name | display names | parameters (defaults) | recurrent | what it is | departures from the published model |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name in packaged_models():
         entry = zoo.get_entry(name)
-        params = ", ".join(f"`{k}={v!r}`" for k, v in zoo.mixer_parameters(name).items()) or "-"
+        params = ", ".join(f"`{k}={v!r}`" for k, v in {**entry.stack_defaults, **zoo.mixer_parameters(name)}.items()) or "-"
         shown = ", ".join(f"`{n}`" for n in display_names(name))
         lines.append(f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} | {_cell(summary(name))} "
                      f"| {_cell(departures(name))} |")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from torch import nn
@@ -26,24 +26,37 @@ class ModelEntry:
     summary: str
     display: Callable[[dict], str]  # resolved spec -> the name shown in results, e.g. "DeltaNet [-1,1]"
     recurrent: bool = True  # carries a fixed-size state: evaluation runs long inputs in chunks
+    stack_defaults: dict = field(default_factory=dict)  # the family's own d_model / num_layers / mlp defaults
 
 
 MODELS: dict[str, ModelEntry] = {}
 
 
-def register_model(name: str, *, display: str | Callable[[dict], str], summary: str | None = None, recurrent: bool = True):
+def register_model(name: str, *, display: str | Callable[[dict], str], summary: str | None = None, recurrent: bool = True,
+                   stack_defaults: dict | None = None):
     """Class decorator: register the mixer as model `name`.
 
     `display` is a template filled from the resolved spec (`"DeltaProduct_{n_h} {eig_range}"`) or a
     callable spec -> str. `summary` defaults to the first line of the class docstring. `recurrent`:
     the mixer carries a fixed-size state, so evaluation feeds long inputs in chunks.
+    `stack_defaults`: where the family's published form differs from the common stack defaults
+    (`zoo.MODEL_DEFAULTS`), its own (e.g. `{"mlp": False}`: one cell and a linear readout); a spec's
+    settings, `model_defaults` included, still win.
     """
     if not isinstance(name, str) or not name:
         raise StatetrackError(f"register_model: the name must be a non-empty string, got {name!r}")
+    if stack_defaults is not None and not isinstance(stack_defaults, dict):
+        raise StatetrackError(f"register_model({name!r}): stack_defaults must be a mapping, e.g. {{'mlp': False}}, got {stack_defaults!r}")
+    stack_defaults = dict(stack_defaults or {})
+    bad = [k for k in stack_defaults if k not in STACK_KEYS or k == "name"]
+    if bad:
+        raise StatetrackError(f"register_model({name!r}): stack_defaults has {bad[0]!r}, which is no stack setting; "
+                              f"expected some of: {', '.join(STACK_KEYS[1:])}")
 
     def decorate(mixer):
         parameters = _check_mixer(name, mixer)
-        entry = ModelEntry(name, mixer, _summary(name, mixer, summary), _display(name, display, parameters), bool(recurrent))
+        entry = ModelEntry(name, mixer, _summary(name, mixer, summary), _display(name, display, parameters), bool(recurrent),
+                           stack_defaults)
         old = MODELS.get(name)
         if old is not None and _qualified(old.mixer) != _qualified(mixer):
             raise StatetrackError(f"model name {name!r} is taken by {_qualified(old.mixer)}; cannot register {_qualified(mixer)} under it")
