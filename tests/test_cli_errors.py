@@ -280,7 +280,7 @@ def test_reading_leaves_the_store_untouched(tiny_spec, tmp_path, monkeypatch, ca
     monkeypatch.chdir(tmp_path)
     workdir = tmp_path
     spec = str(tiny_spec(seeds="[0]"))
-    assert run_cli(capsys, "run", spec, "--no-progress", "--workers", "1", "train.steps=5")[0] == 0
+    assert run_cli(capsys, "run", spec, "--no-progress", "--workers", "1", "train.steps=5", "--name", "tiny")[0] == 0
     db = workdir / "results" / "statetrack.db"
     state = lambda: (db.read_bytes(), db.stat().st_mtime_ns, sorted(p.name for p in db.parent.glob("statetrack.db*")))  # noqa: E731
     before = state()
