@@ -4,6 +4,7 @@ what was expected, no traceback, and nothing written (the working folder is byte
 import hashlib
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -78,6 +79,19 @@ BAD = [
     (["run", "demo", "train.device=[cpu]"], "train.device: unknown device ['cpu']"),
     (["run", "demo", "train.device=cuda:7", "--device", "cpu"], "sets train.device cuda:7, but --device is cpu; drop one of them"),
     (["run", "demo", "train.device=cuda:99"], "train.device cuda:99: this machine has"),
+    # sizes beyond an estimate of memory or time (lifted by STATETRACK_NO_SIZE_LIMIT=1), Ray's address
+    (["run", "demo", "eval.samples=1000000000000"], "eval.samples 1000000000000 at eval.lengths up to 1000 with d_model 32"),
+    (["run", "demo", "eval.lengths=[100000000]"], "evaluating eval.samples 512 at eval.lengths up to 100000000"),
+    (["run", "demo", "eval.samples=100000000", "eval.batch_size=100000000"], "of memory, more than the"),
+    (["run", "demo", "train.batch_size=100000000"], "train.batch_size 100000000 at train.max_length 40"),
+    (["run", "demo", "model_defaults.d_model=300000"], "d_model 300000"),
+    (["run", "demo", "models=[{name: lstm, d_model: 300000}]"], "set STATETRACK_NO_SIZE_LIMIT=1 to go ahead anyway"),
+    (["run", "demo", "--backend", "ray", "--address", "127.0.0.1:{closed_port}"],
+     "cannot reach the Ray cluster at --address 127.0.0.1:{closed_port}: connection refused"),
+    (["run", "demo", "--backend", "ray", "--address", "127.0.0.1:port"], "expected auto, HOST:PORT or ray://HOST:PORT"),
+    (["tasks", "export", "parity", "--lengths", "8", "--samples", "10000000000", "--out", "x"],
+     "--samples 10000000000 at --lengths up to 8 is an estimated 298 GiB of files"),
+    (["tasks", "export", "parity", "--lengths", "1000000", "--samples", "100000", "--out", "x"], "STATETRACK_NO_SIZE_LIMIT=1"),
     # tasks
     (["tasks", "frob"], "invalid choice: 'frob'"),
     (["tasks", "show", "nope"], "unknown task 'nope'; expected one of: "),
@@ -200,6 +214,7 @@ def _sql(path: Path, *statements: str) -> None:
 def workdir(tmp_path, monkeypatch):
     """The working folder of a bad invocation, with the files its argv names."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("STATETRACK_NO_SIZE_LIMIT", raising=False)
     monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
     Store(tmp_path / "empty.db")
     (tmp_path / "notes.txt").write_text("not a database\n")
@@ -240,8 +255,18 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
+def _closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (one the system just handed out and took back)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+CLOSED_PORT = _closed_port()
+
+
 def _fill(argv: list[str], folder: Path) -> list[str]:
-    values = {"{tmp}": str(folder), "{store}": str(folder / "empty.db"), "{text}": str(folder / "notes.txt"),
+    values = {"{closed_port}": str(CLOSED_PORT), "{tmp}": str(folder), "{store}": str(folder / "empty.db"), "{text}": str(folder / "notes.txt"),
               "{escape}": str(folder / "escape.yaml"), "{read_only}": str(folder / "read_only.db"),
               **{f"{{{name}}}": str(folder / f"{name}.db")
                  for name in ("escaping", "foreign", "foreign_id", "newer", "damaged", "header_only", "trained")}}

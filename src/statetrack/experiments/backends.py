@@ -288,6 +288,43 @@ def experiment_device(experiment: str, runs: list[RunSpec], device: str, backend
     return spec_device
 
 
+RAY_PORTS = {"ray://": 10001, "": 6379}  # Ray's default ports: the client server, the head node's GCS
+
+
+# An HTTP/2 client preface and an empty SETTINGS frame: any gRPC server (Ray's head node, its client
+# server) answers with a SETTINGS frame of its own (RFC 9113, section 3.4).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A one-line error unless the Ray cluster at `address` (host:port, a bare host, or ray://host:port)
+    answers within `timeout` seconds, where Ray itself would wait without end: a TCP connection, then
+    (without TLS, RAY_USE_TLS unset) a gRPC server's HTTP/2 greeting, so a port held by something else
+    (a proxy that accepts every connection) is refused too."""
+    scheme = "ray://" if address.startswith("ray://") else ""
+    rest = address[len(scheme):]
+    host, colon, port = rest.rpartition(":")
+    if not colon:
+        host, port = rest, str(RAY_PORTS[scheme])
+    host = host.strip("[]")  # an IPv6 address in brackets
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise StatetrackError(f"--address {address!r}: expected auto, HOST:PORT or ray://HOST:PORT")
+    problem = None
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout) as connection:
+            if os.environ.get("RAY_USE_TLS", "0") in ("", "0"):
+                connection.sendall(HTTP2_PREFACE)
+                answer = connection.recv(9)
+                if len(answer) < 9 or answer[3] != 0x4:
+                    problem = "something answers there, but not a Ray (gRPC) server"
+    except OSError as error:
+        problem = (f"no answer within {timeout:g} s" if isinstance(error, TimeoutError)
+                   else (error.strerror or type(error).__name__).lower())
+    if problem:
+        raise StatetrackError(f"cannot reach the Ray cluster at --address {address}: {problem} "
+                              "(is its head node running, and is the port open to this machine?)")
+
+
 def check_backend(name: str, workers: int | None = None, address: str | None = None, device: str | None = None,
                   gpus_per_run: float | None = None, lease: float | None = None) -> None:
     """One-line errors for impossible backend options, before anything runs. A CUDA device must be
@@ -298,6 +335,8 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
         raise StatetrackError(f"--workers must be an integer >= 1, got {workers!r}")
     if address and name != "ray":
         raise StatetrackError("--address joins a Ray cluster; use it with --backend ray")
+    if address and address != "auto":  # 'auto' is found by Ray itself, from this machine's running instance
+        check_reachable(address)
     if lease is not None and not lease > 0:
         raise StatetrackError(f"--lease must be a number of seconds > 0, got {lease:g}")
     if gpus_per_run is not None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from statetrack import sizing, zoo
+from statetrack import limits, sizing, zoo
 from statetrack.errors import StatetrackError, unknown
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
@@ -341,17 +341,17 @@ def _task_spec(entry, spec: dict):
     return entry, make_task(**entry), _dataset_sizes({**spec, "train": train}), eval_spec
 
 
-def check_buildable(model: dict, task) -> None:
+def check_buildable(model: dict, task) -> int:
     """Build `model` for `task` without training it, so that a bad setting is one line before any run
-    starts. On the meta device (no memory, no arithmetic); a mixer whose construction needs real
-    numbers is built on the CPU instead."""
+    starts; returns its parameter count. On the meta device (no memory, no arithmetic); a mixer whose
+    construction needs real numbers is built on the CPU instead."""
     import torch
 
     for device in ("meta", "cpu"):
         try:
             with torch.device(device):
-                zoo.build_model(model, task.vocab_size, task.num_classes)
-            return
+                built = zoo.build_model(model, task.vocab_size, task.num_classes)
+            return sum(p.numel() for p in built.parameters())
         except StatetrackError as error:
             raise StatetrackError(f"model {model['name']!r}: {error}") from None
         except Exception as error:
@@ -388,7 +388,8 @@ def model_labels(models: list[dict]) -> list[str]:
 
 def expand(spec: dict) -> list[RunSpec]:
     """Every (task, model, dataset size, lr, seed) of the spec as a RunSpec, validated: each distinct
-    model is built for each task, and every training and evaluation length is checked against the task."""
+    model is built for each task, every training and evaluation length is checked against the task, and
+    each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
     tasks = [_task_spec(t, spec) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
     defaults = spec.get("model_defaults") or {}
     if not isinstance(defaults, dict):
@@ -413,13 +414,16 @@ def expand(spec: dict) -> list[RunSpec]:
                     raise StatetrackError(f"{overrides} changes the task's tokens or answers, so the trained model cannot read it")
             except StatetrackError as error:
                 raise StatetrackError(f"experiment {spec['name']!r}: eval variant {name!r}: {error}") from None
-    built = set()
-    for _, task, _, _ in tasks:
+    params = {}  # parameter count by (model, task's vocabulary and classes)
+    for _, task, trains, eval_spec in tasks:
         for model in models:
             key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
-            if key not in built:
-                check_buildable(model, task)
-                built.add(key)
+            if key not in params:
+                params[key] = check_buildable(model, task)
+            for train in trains:
+                config = TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])})
+                limits.check_run_sizes(spec["name"], params[key], {**zoo.MODEL_DEFAULTS, **model}, config, eval_spec,
+                                       len(eval_spec.get("variants") or {}))
     runs = {}  # by id: a value listed twice is one run
     labels = model_labels(models)
     for task, _, trains, eval_spec in tasks:

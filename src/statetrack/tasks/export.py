@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from statetrack.errors import StatetrackError
+from statetrack.limits import check_export_size
 from statetrack.tasks.base import Batch, Task
 
 CHUNK = 1024
@@ -56,6 +57,7 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
         raise StatetrackError("lengths must name at least one length")
     for length in lengths:
         task.check_length(length)
+    check_export_size(samples, lengths, out_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     word_problem = task.name == "word_problem"

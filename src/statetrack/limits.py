@@ -1,0 +1,100 @@
+"""Upper bounds on sizes, checked before anything is written or trained: a run whose estimated memory
+exceeds what this machine has available, or whose estimated arithmetic would take a day or more,
+and a task export larger than 10 GiB or the free disk space, are refused with one line. The
+estimates are rough and leave out attention's quadratic terms and torch's own overheads, so they err
+low; `STATETRACK_NO_SIZE_LIMIT=1` in the environment lifts every bound."""
+
+import os
+import shutil
+from pathlib import Path
+
+from statetrack.errors import StatetrackError
+
+LIFT = "STATETRACK_NO_SIZE_LIMIT"
+HOW_TO_LIFT = f"lower one of these, or set {LIFT}=1 to go ahead anyway"
+# Floating-point operations per run: a day or more on one GPU, 20 times every shipped spec's largest.
+MAX_OPERATIONS = 1e18
+MAX_EXPORT_BYTES = 10 * 2**30  # hours of writing CSV from Python
+# Floats kept per token and d_model unit: every layer's intermediate activations for the backward
+# pass (training, per layer), only the current layer's (evaluation, without gradients).
+TRAIN_ACTIVATIONS, EVAL_ACTIVATIONS = 16, 8
+
+
+def lifted() -> bool:
+    return os.environ.get(LIFT, "") not in ("", "0")
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new processes: MemAvailable from /proc/meminfo, else the free
+    physical pages."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 2**62  # unknown: no bound
+
+
+def _gib(size: float) -> str:
+    return f"{size / 2**30:,.0f} GiB" if size >= 1000 * 2**30 else f"{size / 2**30:.3g} GiB"
+
+
+def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int) -> dict:
+    """Estimated bytes of training and of evaluation and floating-point operations of one run.
+    `train` is its TrainConfig, `params` the model's parameter count."""
+    width = model["d_model"] * 4  # float32 bytes per token and layer
+    layers = model.get("num_layers", 1)
+    train_bytes = 16 * params + train.batch_size * train.max_length * width * layers * TRAIN_ACTIVATIONS  # weights, grads, Adam
+    longest = max(eval_spec["lengths"])
+    batch = min(eval_spec["batch_size"], eval_spec["samples"])
+    chunk = min(longest, eval_spec["chunk_size"] or longest)
+    eval_bytes = 4 * params + batch * longest * 3 * 8 + batch * chunk * width * EVAL_ACTIVATIONS  # inputs, targets, predictions
+    train_tokens = train.steps * train.batch_size * (train.min_length + train.max_length) / 2
+    eval_tokens = eval_spec["samples"] * sum(eval_spec["lengths"]) * (1 + variants)
+    return {"train_bytes": train_bytes, "eval_bytes": eval_bytes, "operations": params * (6 * train_tokens + 2 * eval_tokens)}
+
+
+def check_run_sizes(experiment: str, params: int, model: dict, train, eval_spec: dict, variants: int = 0,
+                    memory: int | None = None) -> None:
+    """A one-line error naming the settings when one run's estimated memory exceeds `memory` (default:
+    what this machine has available) or its arithmetic exceeds MAX_OPERATIONS."""
+    if lifted():
+        return
+    sizes = run_sizes(params, model, train, eval_spec, variants)
+    memory = available_memory() if memory is None else memory
+    shape = f"d_model {model['d_model']}, num_layers {model.get('num_layers', 1)}"
+    if sizes["train_bytes"] > memory:
+        raise StatetrackError(
+            f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} with {shape} "
+            f"needs an estimated {_gib(sizes['train_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}")
+    if sizes["eval_bytes"] > memory:
+        raise StatetrackError(
+            f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} "
+            f"with {shape} needs an estimated {_gib(sizes['eval_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}")
+    if sizes["operations"] > MAX_OPERATIONS:
+        raise StatetrackError(
+            f"experiment {experiment!r}: one run of train.steps {train.steps}, train.batch_size {train.batch_size}, eval.samples "
+            f"{eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} with {shape} ({params} parameters) is an "
+            f"estimated {sizes['operations']:.2g} floating-point operations, beyond the limit of {MAX_OPERATIONS:.0g} "
+            f"(a day or more of computing); {HOW_TO_LIFT}")
+
+
+def check_export_size(samples: int, lengths: list[int], out_dir: str | Path) -> None:
+    """A one-line error when an export of `samples` examples at each of `lengths` would take more than
+    the free space at `out_dir` or MAX_EXPORT_BYTES: at least 4 bytes a position (an input and a
+    target id, each with a separator)."""
+    if lifted():
+        return
+    size = 4 * samples * sum(lengths)
+    path = Path(out_dir).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    limit, what = (free, f"the {_gib(free)} free at {existing}") if free < MAX_EXPORT_BYTES else (MAX_EXPORT_BYTES, f"the limit of {_gib(MAX_EXPORT_BYTES)}")
+    if size > limit:
+        raise StatetrackError(f"--samples {samples} at --lengths up to {max(lengths)} is an estimated {_gib(size)} of files, "
+                              f"more than {what}; {HOW_TO_LIFT}")
