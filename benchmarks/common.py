@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -41,3 +43,16 @@ def peak_rss_mb() -> float:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def matmul_rate(m: int, k: int, n: int, repeat: int) -> tuple[float, float]:
+    """(median milliseconds, GFLOP/s) of an [m, k] x [k, n] float32 product: the machine's matrix rate."""
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    a @ b
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    seconds = statistics.median(times)
+    return seconds * 1e3, 2 * m * k * n / seconds / 1e9

@@ -28,6 +28,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import matmul_rate  # noqa: E402
 
 from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.ops import (  # noqa: E402
@@ -169,16 +172,9 @@ def peak_memory_mb(fn, leaves, grads):
 
 
 def matmul_peak(repeat):
-    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
-    a @ b
-    times = []
-    for _ in range(max(repeat, 5)):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
-    ms = statistics.median(times) * 1e3
+    ms, gflops = matmul_rate(1024, 1024, 1024, max(repeat, 5))
     return {"op": "matmul_peak", "T": 1024, "impl": "torch.mm", "ms": ms, "speedup_vs_reference": None,
-            "peak_mem_mb": None, "gflops": 2 * 1024**3 / (ms * 1e-3) / 1e9, "threads": torch.get_num_threads()}
+            "peak_mem_mb": None, "gflops": gflops, "threads": torch.get_num_threads()}
 
 
 def bench_op(op, T, repeat, memory, skip_reference_above):

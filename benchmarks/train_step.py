@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import emit, layer_parser  # noqa: E402
+from common import emit, layer_parser, matmul_rate  # noqa: E402
 
 from statetrack import zoo  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
@@ -73,17 +73,6 @@ def step_flops(name: str, task, length: int, layers: int, width: int, batch: int
     return float(counter.get_total_flops())
 
 
-def matmul_gflops(repeat: int) -> float:
-    a, b = torch.randn(4096, 256), torch.randn(256, 256)
-    a @ b
-    times = []
-    for _ in range(max(repeat, 30)):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return 2 * 4096 * 256 * 256 / statistics.median(times) / 1e9
-
-
 def profile(name: str, task, length: int, layers: int, width: int, batch: int, top: int = 8) -> list[dict]:
     """The operators with the most self CPU time over 5 training steps (after 3 unprofiled ones)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
@@ -102,7 +91,7 @@ def profile(name: str, task, length: int, layers: int, width: int, batch: int, t
 def measure(args) -> tuple[list[dict], dict]:
     task = make_task(**TASK)
     names = args.models or list(zoo.MODELS)
-    rate = matmul_gflops(args.repeat)
+    rate = matmul_rate(4096, 256, 256, max(args.repeat, 30))[1]
     rows = []
     for length in args.lengths:
         for layers in args.layers:
