@@ -247,6 +247,13 @@ def _over(lengths) -> str:
 SEED_RULE_TEXT = {"majority": "in most seeds", "all": "in every seed", "best": "in the best seed (the paper reports a best-of)"}
 
 
+def _seed_range(figures: list[float], measure: str) -> str:
+    """The lowest and highest seed's figure ("0.473..1.000 (3 seeds)"); "-" for fewer than two seeds."""
+    if len(figures) < 2:
+        return "-"
+    return f"{_figure(min(figures), measure)}..{_figure(max(figures), measure)} ({len(figures)} seeds)"
+
+
 def claim_test(claim: dict) -> str:
     """A claim's test in words: "scaled acc. at each length in 40..256 >= 0.9, in most seeds"."""
     name = MEASURE_SHORT.get(claim["measure"], claim["measure"].removeprefix("metric:").replace("_", " "))
@@ -316,9 +323,9 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
     if any(paper["figures"].values()):
         rows = paper_figures(paper, summary, planned)
         with_task = len({r["task"] for r in rows}) > 1
-        header = (["task"] if with_task else []) + ["model", "paper", "measured"]
+        header = (["task"] if with_task else []) + ["model", "paper", "measured", "seeds (lowest..highest)"]
         body = [([r["task"] or "-"] if with_task else []) + [model_label(r["model"], r["dataset_size"]), _figure(r["paper"], paper["measure"]),
-                _figure(r["measured"], paper["measure"]) if r["run"] else "not run"]
+                _figure(r["measured"], paper["measure"]) if r["run"] else "not run", _seed_range(r["seeds"], paper["measure"])]
                 for r in rows]
         note = (f"Paper: {paper['source']}" + (f"; {paper['metric']}" if paper["metric"] else "") + f". Measured: {measured_text}{scale_text}.")
         sections.append(("Paper vs measured", note, (header, body)))

@@ -454,11 +454,21 @@ def measured(entry: dict, measure: str = "scaled", lengths=None, planned: dict |
     return statistics.mean(values[n] for n in picked)
 
 
+def seed_spread(entry: dict, paper: dict, planned: dict | None = None) -> list[float]:
+    """Each seed's own figure for the paper's measure over its lengths (the mean over the lengths;
+    for `extrapolation` the length it extrapolates to), for the seeds that measured all of them."""
+    lengths, _ = claim_lengths(entry, paper["measure"], paper["lengths"], planned)
+    if lengths is None:
+        return []
+    figures = [seed_figure(r, paper["measure"], lengths, "beats", entry["selection"]["threshold"]) for r in entry["per_seed"].values()]
+    return [f for f in figures if f is not None]
+
+
 def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
     """One row per (task, model) entry of the summary, with the paper's figure where it gives one and
     the measured figure (`paper.measure` over `paper.lengths`); then the paper's figures for models
     and tasks the plan does not run or has not finished (measured None; run False when the plan does
-    not run them). Row: task, model, dataset_size, paper, measured, run."""
+    not run them). Row: task, model, dataset_size, paper, measured, run, seeds (`seed_spread`)."""
     rows, used = [], set()
     for e in summary:
         figure = None
@@ -469,12 +479,14 @@ def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None)
                 figure = paper["figures"][key][names[0]]
                 break
         rows.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "paper": figure,
-                     "measured": measured(e, paper["measure"], paper["lengths"], planned), "run": True})
+                     "measured": measured(e, paper["measure"], paper["lengths"], planned), "run": True,
+                     "seeds": seed_spread(e, paper, planned)})
     for task, by_model in paper["figures"].items():
         for model, figure in by_model.items():
             if (task, model) not in used:
                 run = _planned("model", model, planned) and (task is None or _planned("task", task, planned))
-                rows.append({"task": task or "", "model": model, "dataset_size": None, "paper": figure, "measured": None, "run": run})
+                rows.append({"task": task or "", "model": model, "dataset_size": None, "paper": figure, "measured": None, "run": run,
+                             "seeds": []})
     return rows
 
 
