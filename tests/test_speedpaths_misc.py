@@ -1,0 +1,118 @@
+"""The fused training paths of Panini, the NRU, Bedouin, the sLSTM and GLA against their reference
+forms: the same outputs, final states and gradients (float64 to rounding, float32 to float tolerance)."""
+
+import pytest
+import torch
+
+from statetrack.layers import panini as P
+from statetrack.layers.rnn import NRU, nru_recurrence_fused
+from statetrack.ops.nonlinear import nru_recurrence_reference
+
+
+def close(a, b, dtype):
+    tol = 1e-10 if dtype == torch.float64 else 2e-4
+    torch.testing.assert_close(a, b, atol=tol * max(1.0, float(b.detach().abs().max())), rtol=tol, equal_nan=True)
+
+
+def grads(outputs, inputs, seed=0):
+    """Gradients of a random linear function of `outputs` with respect to `inputs`."""
+    g = torch.Generator().manual_seed(seed)
+    total = sum((o * torch.randn(o.shape, generator=g, dtype=o.dtype)).sum() for o in outputs)
+    return torch.autograd.grad(total, inputs, allow_unused=True)
+
+
+# ---- NRU -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("hidden, memory, heads, normalize", [(6, 5, 1, True), (9, 7, 3, True), (4, 3, 2, False), (8, 32, 1, True)])
+def test_nru_fused_equals_the_reference(dtype, hidden, memory, heads, normalize):
+    torch.manual_seed(0)
+    B, T = 3, 9
+    O = hidden + 2 * heads * (1 + memory)
+    pre = (torch.randn(B, T, O, dtype=dtype) * 0.5 + 0.1).requires_grad_()
+    W = (torch.randn(hidden + memory, O, dtype=dtype) * 0.4 / (hidden + memory) ** 0.5).requires_grad_()
+    h0 = torch.randn(B, hidden, dtype=dtype).relu().requires_grad_()
+    m0 = torch.randn(B, memory, dtype=dtype).requires_grad_()
+    results = []
+    for f in (nru_recurrence_reference, nru_recurrence_fused):
+        y, (h, m) = f(pre, W, hidden, heads, normalize, (h0, m0))
+        results.append((y, h, m) + grads((y, h, m), (pre, W, h0, m0)))
+    for a, b in zip(*results):
+        close(a, b, dtype)
+
+
+def test_nru_layer_trains_the_same_with_and_without_the_fused_path():
+    torch.manual_seed(0)
+    layer = NRU(6, hidden=5, memory=7, heads=2).double()
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn_like(p) * 0.4 / p.shape[-1] ** 0.5)
+    x = torch.randn(2, 11, 6, dtype=torch.float64, requires_grad=True)
+    results = []
+    for fused in (False, True):
+        layer.fused_training = fused
+        y, (h, m) = layer(x)
+        results.append((y, h, m) + grads((y, h, m), (x, *layer.parameters())))
+    layer.fused_training = True
+    for a, b in zip(*results):
+        close(a, b, torch.float64)
+
+
+# ---- Panini --------------------------------------------------------------------------------------
+def panini_pair(layer, x, state=None):
+    """(outputs, state, gradients) of the layer with the fused recurrence, then with the reference."""
+    results = []
+    for fast in (True, False):
+        saved = P.panini_recurrence, P.sinkhorn
+        if not fast:
+            P.panini_recurrence, P.sinkhorn = P.panini_recurrence_reference, P.sinkhorn_reference
+        try:
+            y, s = layer(x, state)
+            results.append((y, s) + grads((y, s), (x, *layer.parameters())))
+        finally:
+            P.panini_recurrence, P.sinkhorn = saved
+    return results
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-6), (torch.float32, 1e-4)])
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_panini_fused_equals_the_reference(dtype, tol, renormalize):
+    torch.manual_seed(0)
+    layer = P.Panini(8, n=4, num_heads=2, renormalize=renormalize, sinkhorn_tol=tol).to(dtype)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    x = torch.randn(5, 12, 8, dtype=dtype, requires_grad=True)
+    state = torch.softmax(torch.randn(5, 2, 4, 4, dtype=dtype), -1)
+    for s in (None, state):
+        fast, ref = panini_pair(layer, x, s)
+        for a, b in zip(fast, ref):
+            close(a, b, dtype)
+
+
+def test_sinkhorn_fused_equals_the_reference_with_degenerate_matrices():
+    g = torch.Generator().manual_seed(0)
+    H = torch.rand(9, 4, 4, generator=g, dtype=torch.float64) + 0.1
+    H[2] = torch.full((4, 4), 0.25, dtype=torch.float64)  # already doubly stochastic
+    H[4, 1] = 0.0  # a zero row
+    H[6, :, 3] = 0.0  # a zero column
+    H.requires_grad_()
+    for max_iter, tol in ((20, 1e-6), (3, 1e-12)):
+        fast, ref = P.sinkhorn(H, max_iter, tol), P.sinkhorn_reference(H, max_iter, tol)
+        assert torch.equal(fast, ref)
+        close(grads((fast,), (H,))[0], grads((ref,), (H,))[0], torch.float64)
+    with torch.no_grad():
+        assert torch.equal(P.sinkhorn(H, 20, 1e-6), P.sinkhorn_reference(H, 20, 1e-6))
+
+
+def test_panini_table_fused_equals_the_reference():
+    from statetrack.tasks import make_task
+
+    task = make_task("pfsa", n=3, noise=0.2, reveal_prob=0.3, belief="marginal")
+    table = P.exact_panini(task)
+    tokens = task.sample(4, 30, torch.Generator().manual_seed(0)).inputs
+    A_l, A_r, B = table.A_l[tokens], table.A_r[tokens], table.B[tokens]
+    H0 = torch.eye(3, dtype=torch.float64).repeat(4, 1, 1)
+    fast = P.panini_recurrence(A_l, A_r, B, H0, True, 100, 1e-6)
+    ref = P.panini_recurrence_reference(A_l, A_r, B, H0, True, 100, 1e-6)
+    for a, b in zip(fast, ref):
+        close(a, b, torch.float64)
