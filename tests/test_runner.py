@@ -157,3 +157,16 @@ def test_a_specs_device_is_the_device_the_runs_train_on(tiny_spec):
     mixed = runs + expand(load_spec(str(tiny_spec()), overrides=["train.device=cuda"]))
     with pytest.raises(StatetrackError, match="different train.device values"):
         experiment_device("tiny", mixed, "auto")
+
+
+def test_a_backend_that_cannot_start_records_no_plan(tiny_spec, tmp_path, monkeypatch):
+    """A cluster that answers but refuses the join fails before the plan is written: the store
+    holds nothing of the experiment."""
+    def refuse(*args, **kwargs):
+        raise ConnectionError("the cluster refused the join")
+
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", refuse)
+    with pytest.raises(ConnectionError):
+        run_experiment(str(tiny_spec()), results_dir=tmp_path / "r", progress=False, log=lambda *a: None)
+    store = Store(tmp_path / "r" / "statetrack.db")
+    assert store.plan("tiny") is None and store.runs("tiny") == []

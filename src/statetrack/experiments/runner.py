@@ -232,7 +232,6 @@ def run_experiment(
     imports = list(dict.fromkeys(imports + spec.get("imports", [])))
     results_dir = Path(results_dir)
     store = Store(store_path or results_dir / "statetrack.db")
-    store.set_plan(spec["name"], spec, [plan_entry(r) for r in runs])
     git_rev = git_revision()
     status = {r.id: store.status(r.id) for r in runs}
     finished = {"done"} if retry_failed else {"done", "failed"}
@@ -243,11 +242,12 @@ def run_experiment(
     summary = (f"experiment {spec['name']} ({scale}): {len(runs)} runs, {sum(s == 'done' for s in status.values())} already done"
                + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
                + (f", {held} in training by other drivers" if held else ""))
+    # the backend first (a Ray cluster that refuses to be joined fails here), then the plan
+    pool = make_backend(backend, workers, results_dir, device, address, gpus_per_run, imports, runs=len(todo), progress=progress) if todo else None
+    store.set_plan(spec["name"], spec, [plan_entry(r) for r in runs])
     if not todo:
         log(summary)
         return spec, runs
-
-    pool = make_backend(backend, workers, results_dir, device, address, gpus_per_run, imports, runs=len(todo), progress=progress)
     log(f"{summary}; {pool.describe()}")
     pending, in_flight, elsewhere, started = list(todo), {}, [], 0
     heartbeat = Heartbeat(store, lease)
