@@ -26,6 +26,58 @@ from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
 
 
+S4D_CHUNK = 64  # S4D's chunk length: the in-chunk convolution costs O(Q) per token and channel
+
+
+class _InputDependentZOH(torch.autograd.Function):
+    """IDS4's (a, b = Bbar u) [B, T, d, modes] complex, with a hand-written backward in complex arithmetic.
+
+    lambda = lam_re + i (A_im + phi_t), a = exp(dt lambda), Bbar = (a - 1) / lambda * B, b = Bbar u.
+    Autograd's backward of these ops ran on strided real and imaginary views (unvectorised loops)
+    and through complex division; this one is a dozen contiguous complex products. Gradients follow
+    torch's convention (dL/dRe + i dL/dIm): for holomorphic w = f(z), grad_z = grad_w conj(f'(z)).
+    """
+
+    @staticmethod
+    def forward(ctx, dt, phi, lam_re, A_im, B_ri, u):
+        # dt, u [B, T, d]; phi [B, T, n]; lam_re, A_im [d, n]; B_ri [d, n, 2] (real view of complex B)
+        dt4, u4 = dt[..., None], u[..., None]
+        lam_im = phi[:, :, None, :] + A_im  # [B, T, d, n]
+        lam = torch.complex(lam_re.expand_as(lam_im), lam_im)
+        # exp(dt lambda) as |a| (cos + i sin): torch's complex exp is not vectorised (40x slower)
+        mag = torch.exp(lam_re * dt4)
+        angle = lam_im.mul_(dt4)
+        a = torch.complex(torch.cos(angle).mul_(mag), torch.sin_(angle).mul_(mag))
+        inv = lam.reciprocal()  # 1 / lambda
+        Bc = torch.view_as_complex(B_ri)
+        q = inv * Bc  # B / lambda
+        B_bar = (a - 1).mul_(q)
+        b = B_bar * u4
+        ctx.save_for_backward(dt, u, a, lam, inv, q, B_bar, Bc)
+        return a, b
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_a, grad_b):
+        dt, u, a, lam, inv, q, B_bar, Bc = ctx.saved_tensors
+        dt4, u4 = dt[..., None], u[..., None]
+        grad_a = torch.zeros_like(a) if grad_a is None else grad_a
+        grad_b = torch.zeros_like(a) if grad_b is None else grad_b
+        grad_u = (torch.view_as_real(grad_b) * torch.view_as_real(B_bar)).sum((-1, -2))  # Re(sum_n grad_b conj(Bbar))
+        g_bar = grad_b * u4  # dL/dBbar
+        g_z = g_bar * q.conj()  # Bbar = (a - 1) q: dL/da gets g_bar conj(q) ...
+        g_z.add_(grad_a).mul_(a.conj())  # ... then a = exp(z): dL/dz = dL/da conj(a), z = dt lambda
+        g_q = g_bar.mul_((a - 1).conj_physical())  # dL/dq = g_bar conj(a - 1)
+        grad_B = (g_q * inv.conj()).sum((0, 1))  # q = inv B
+        g_lam = g_q.mul_(Bc.conj()).mul_((inv * inv).conj_physical()).neg_()  # inv = 1 / lambda: -conj(inv^2)
+        g_lam.add_(g_z * dt4)
+        grad_dt = (torch.view_as_real(g_z) * torch.view_as_real(lam)).sum((-1, -2))  # Re(sum_n g_z conj(lambda))
+        g_ri = torch.view_as_real(g_lam)
+        grad_lam_re = g_ri[..., 0].sum((0, 1))
+        g_im = g_ri[..., 1]
+        return grad_dt, g_im.sum(2), grad_lam_re, g_im.sum((0, 1)), torch.view_as_real(grad_B), grad_u
+
+
 @register_model("s4d", display="S4D")
 class S4D(Spectral, nn.Module):
     """Time-invariant complex diagonal SSM: S4D-Lin init, zero-order hold (Gu et al. 2022).
@@ -59,28 +111,115 @@ class S4D(Spectral, nn.Module):
             self.log_dt = nn.Parameter(log_uniform_dt(d_model).log())
         self.out_proj = nn.Linear(d_model, 2 * d_model)
 
-    def _discretize(self, x):
-        """a, Bbar [B or 1, T or 1, d_model, modes] (complex) for input x [B, T, d_model]."""
+    def _parts(self, x):
+        """dt ([B, T, d, 1] or [d, 1]) and Re, Im of lambda ([B, T, d, modes] or [d, modes]), real."""
         lam_re = -self.A_re_log.exp()
         if self.input_dependent:
             dt = F.softplus(self.dt_proj(x))[..., None]  # [B, T, d, 1]
-            lam_re, lam_im = lam_re.expand(x.shape[:2] + lam_re.shape), self.A_im + self.phi_proj(x)[:, :, None, :]
-        else:
-            dt = self.log_dt.exp()[None, None, :, None]  # [1, 1, d, 1]
-            lam_re, lam_im = lam_re[None, None], self.A_im[None, None]
+            return dt, lam_re, self.A_im + self.phi_proj(x)[:, :, None, :]
+        return self.log_dt.exp()[:, None], lam_re, self.A_im
+
+    def _discretize_real(self, x):
+        """Re and Im of a and Bbar (module docstring), in real arithmetic: ([..., d, modes] x 4)."""
+        dt, lam_re, lam_im = self._parts(x)
         # a = exp(dt lambda) = exp(dt Re lambda) (cos(dt Im lambda) + i sin(dt Im lambda)): torch's complex
         # exp is not vectorised, and on IDS4's [B, T, d, modes] it took 3x longer, forward and backward
         mag, angle = torch.exp(dt * lam_re), dt * lam_im
-        a = torch.complex(mag * torch.cos(angle), mag * torch.sin(angle))
-        return a, (a - 1) / torch.complex(lam_re, lam_im) * torch.view_as_complex(self.B)
+        a_re, a_im = mag * torch.cos(angle), mag * torch.sin(angle)
+        # Bbar = (a - 1) / lambda * B with 1 / lambda = conj(lambda) / |lambda|^2 (complex division is
+        # slow in torch, 30x a complex product on IDS4's [B, T, d, modes])
+        B_re, B_im = self.B.unbind(-1)
+        den = lam_re * lam_re + lam_im * lam_im
+        q_re, q_im = (B_re * lam_re + B_im * lam_im) / den, (B_im * lam_re - B_re * lam_im) / den  # B / lambda
+        am1 = a_re - 1
+        return a_re, a_im, am1 * q_re - a_im * q_im, am1 * q_im + a_im * q_re
+
+    def _discretize(self, x):
+        """a, Bbar [B or 1, T or 1, d_model, modes] (complex) for input x [B, T, d_model]."""
+        a_re, a_im, Bb_re, Bb_im = self._discretize_real(x)
+        if not self.input_dependent:
+            a_re, a_im, Bb_re, Bb_im = (v[None, None] for v in (a_re, a_im, Bb_re, Bb_im))
+        return torch.complex(a_re, a_im), torch.complex(Bb_re, Bb_im)
 
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
-        a, B_bar = self._discretize(x)
-        b = B_bar * x[..., None]  # [B, T, d, modes] complex
-        h, h_last = diagonal_scan(a.expand_as(b), b, state)
-        y = 2 * torch.einsum("btdn,dn->btd", h, torch.view_as_complex(self.C)).real + self.D * x
+        if self.input_dependent:
+            dt = F.softplus(self.dt_proj(x))  # [B, T, d]
+            a, b = _InputDependentZOH.apply(dt, self.phi_proj(x), -self.A_re_log.exp(), self.A_im, self.B, x)
+            h, h_last = diagonal_scan(a, b, state)
+            # 2 Re(sum_n C h) = sum_n (2 Re C) (Re h) + (-2 Im C) (Im h), on the real view of h
+            y = (torch.view_as_real(h) * (self.C * x.new_tensor([2.0, -2.0]))).sum((-1, -2))
+        else:
+            y, h_last = self._convolve(x, state)
+        y = y + self.D * x
         return F.glu(self.out_proj(F.gelu(y)), dim=-1), h_last
+
+    def _convolve(self, x, state):
+        """S4D's output 2 Re(C h_t) and final state, with h never materialised over time.
+
+        The transition does not depend on the input, so inside a chunk of Q steps the output is a
+        causal convolution of u with the kernel K_k = 2 Re(sum_n C a^k Bbar) (one [Q, Q] Toeplitz
+        product per channel), each chunk's state at its end is sum_j a^(Q-1-j) Bbar u_j (a product with
+        [Q, modes]), the state crosses chunks through the diagonal scan with a^Q, and the state entering
+        a chunk reaches step i as a^(i+1). Powers a^k = exp(k dt lambda), evaluated directly.
+        Returns (y [B, T, d] without the D skip, h_T [B, d, modes] complex).
+        """
+        Bsz, T, d = x.shape
+        n = self.modes
+        if T == 0:
+            zeros = x.new_zeros(Bsz, d, n)
+            return x.new_zeros(Bsz, 0, d), (state.clone() if state is not None else torch.complex(zeros, zeros))
+        Q = max(1, min(T, S4D_CHUNK))
+        K = -(-T // Q)
+        r = T - (K - 1) * Q  # steps in the last chunk
+        dt, lam_re, lam_im = self._parts(x)  # [d, 1], [d, n], [d, n]
+        a_re, a_im, Bb_re, Bb_im = self._discretize_real(x)  # [d, n]
+        k = torch.arange(Q + 1, dtype=x.dtype, device=x.device)
+        mag = torch.exp((dt * lam_re)[..., None] * k)  # [d, n, Q + 1]: |a|^k
+        angle = (dt * lam_im)[..., None] * k
+        p_re, p_im = mag * torch.cos(angle), mag * torch.sin(angle)  # a^k
+        C_re, C_im = self.C.unbind(-1)
+        W_re, W_im = C_re * Bb_re - C_im * Bb_im, C_re * Bb_im + C_im * Bb_re  # C Bbar [d, n]
+        kernel = 2 * (W_re[..., None] * p_re[..., :Q] - W_im[..., None] * p_im[..., :Q]).sum(1)  # [d, Q]
+        i = torch.arange(Q, device=x.device)
+        lag = i[:, None] - i[None, :]
+        toeplitz = kernel[:, lag.clamp(min=0)] * (lag >= 0).to(x.dtype)  # [d, Q(i), Q(j)] = K_{i-j}
+        u = F.pad(x, (0, 0, 0, K * Q - T)) if K * Q != T else x
+        u = u.view(Bsz, K, Q, d).permute(3, 0, 1, 2).reshape(d, Bsz * K, Q)  # [d, B K, Q]
+        y = u @ toeplitz.transpose(1, 2)  # [d, B K, Q]: the in-chunk convolution
+
+        def ends(steps):  # the state that `steps` inputs of a chunk leave at its end, [d, B K, 2n] (re, im)
+            e = (steps - 1 - i).clamp(min=0)  # a^(steps-1-j), zero for j >= steps
+            keep = (i < steps).to(x.dtype)[None, :, None]
+            w_re = (Bb_re[:, None] * p_re[..., e].transpose(1, 2) - Bb_im[:, None] * p_im[..., e].transpose(1, 2)) * keep
+            w_im = (Bb_re[:, None] * p_im[..., e].transpose(1, 2) + Bb_im[:, None] * p_re[..., e].transpose(1, 2)) * keep
+            return w_re, w_im  # [d, Q, n]
+
+        def as_complex(re_im):  # [d, B, K', 2n] -> complex [B, K', d, n]
+            return torch.view_as_complex(re_im.unflatten(-1, (2, n)).permute(1, 2, 0, 4, 3).contiguous())
+
+        h0 = state
+        starts = None
+        if K > 1:  # states at chunk ends, then the state entering each chunk
+            w_re, w_im = ends(Q)
+            full = u.view(d, Bsz, K, Q)[:, :, :-1] @ torch.cat([w_re, w_im], -1)[:, None]  # [d, B, K-1, 2n]
+            aQ = torch.complex(p_re[..., Q], p_im[..., Q])  # [d, n]
+            starts, _ = diagonal_scan(aQ.expand(Bsz, K - 1, d, n), as_complex(full), h0)  # S_1 .. S_{K-1}
+            starts = torch.cat([h0[:, None] if h0 is not None else torch.zeros_like(starts[:, :1]), starts], 1)
+        elif h0 is not None:
+            starts = h0[:, None]
+        w_re, w_im = ends(r)
+        last = u.view(d, Bsz, K, Q)[:, :, -1:] @ torch.cat([w_re, w_im], -1)[:, None]  # [d, B, 1, 2n]
+        h_last = as_complex(last)[:, 0]
+        if starts is not None:
+            s = torch.view_as_real(starts).permute(2, 0, 1, 4, 3).reshape(d, Bsz * K, 2 * n)  # [d, B K, (re, im) n]
+            Ca_re = C_re[..., None] * p_re[..., 1:] - C_im[..., None] * p_im[..., 1:]  # C a^(i+1), [d, n, Q]
+            Ca_im = C_re[..., None] * p_im[..., 1:] + C_im[..., None] * p_re[..., 1:]
+            y = y + s @ torch.cat([2 * Ca_re, -2 * Ca_im], 1)  # 2 Re(C a^(i+1) S)
+            last_start = starts[:, -1]
+            h_last = h_last + torch.complex(p_re[..., r], p_im[..., r]) * last_start
+        y = y.view(d, Bsz, K * Q).permute(1, 2, 0)
+        return (y[:, :T] if K * Q != T else y), h_last
 
     def transition_eigenvalues(self, x):
         """The complex diagonal transitions a_t [B, T, d_model, modes]."""
