@@ -116,3 +116,91 @@ def test_panini_table_fused_equals_the_reference():
     ref = P.panini_recurrence_reference(A_l, A_r, B, H0, True, 100, 1e-6)
     for a, b in zip(fast, ref):
         close(a, b, torch.float64)
+
+
+# ---- sLSTM ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("B, T, H, D, with_state", [(3, 7, 2, 4, True), (4, 9, 1, 5, False), (2, 1, 3, 2, True)])
+def test_slstm_fused_equals_the_reference(dtype, B, T, H, D, with_state):
+    from statetrack.layers.xlstm import slstm_recurrence_fused
+    from statetrack.ops.nonlinear import slstm_recurrence_reference
+
+    torch.manual_seed(0)
+    pre = torch.randn(B, T, 4, H, D, dtype=dtype, requires_grad=True)
+    R = (torch.randn(H, D, 4 * D, dtype=dtype) / D**0.5).requires_grad_()
+    inputs, state = [pre, R], None
+    if with_state:
+        h, c, n, m = (torch.randn(B, H, D, dtype=dtype) for _ in range(4))
+        state = tuple(s.requires_grad_() for s in (h, c, n.abs() + 0.5, m))
+        inputs += list(state)
+    results = []
+    for f in (slstm_recurrence_reference, slstm_recurrence_fused):
+        y, s = f(pre, R, state)
+        results.append((y, *s) + grads((y, *s), inputs))
+    for a, b in zip(*results):
+        close(a, b, dtype)
+
+
+def test_slstm_fused_splits_the_gradient_of_a_tied_maximum_as_torch_does():
+    """m_1 = max(log f_1 + m_0, i~_1) with the two equal (m_0 = 0, R = 0): torch.maximum gives each
+    side half the gradient, and so does the fused backward."""
+    from statetrack.layers.xlstm import slstm_recurrence_fused
+    from statetrack.ops.nonlinear import slstm_recurrence_reference
+
+    pre = torch.randn(2, 3, 4, 1, 3, dtype=torch.float64)
+    pre[:, 0, 1] = torch.nn.functional.logsigmoid(pre[:, 0, 2])  # i~_1 = log f_1 exactly
+    pre.requires_grad_()
+    R = torch.zeros(1, 3, 12, dtype=torch.float64, requires_grad=True)
+    results = []
+    for f in (slstm_recurrence_reference, slstm_recurrence_fused):
+        y, s = f(pre, R)
+        results.append((y, *s) + grads((y, *s), (pre, R)))
+    for a, b in zip(*results):
+        close(a, b, torch.float64)
+
+
+def test_slstm_layer_trains_the_same_with_and_without_the_fused_path():
+    from statetrack.layers.xlstm import sLSTM
+
+    torch.manual_seed(0)
+    layer = sLSTM(8, num_heads=2).double()
+    x = torch.randn(3, 10, 8, dtype=torch.float64, requires_grad=True)
+    results = []
+    for fused in (False, True):
+        layer.fused_training = fused
+        y, s = layer(x)
+        results.append((y, *s) + grads((y, *s), (x, *layer.parameters())))
+    layer.fused_training = True
+    for a, b in zip(*results):
+        close(a, b, torch.float64)
+
+
+# ---- GLA -----------------------------------------------------------------------------------------
+def test_gla_is_its_recurrence_step_by_step():
+    """S_t = diag(alpha_t) S_{t-1} + k_t v_t^T, o_t = S_t^T q_t per head (the layer reads S out
+    elementwise): outputs, final state and gradients against a loop with a batched product."""
+    from statetrack.layers.gla import GLA
+
+    torch.manual_seed(0)
+    layer = GLA(8, num_heads=2).double()
+    x = torch.randn(3, 9, 8, dtype=torch.float64, requires_grad=True)
+    S0 = torch.randn(3, 2, 4, 4, dtype=torch.float64)
+
+    def reference(x, S):
+        B, T, _ = x.shape
+        heads = (B, T, 2, 4)
+        q = layer.q_proj(x).view(heads) * 4**-0.5
+        k, v, alpha = layer.k_proj(x).view(heads), layer.v_proj(x).view(heads), layer.decay(x)
+        outs = []
+        for t in range(T):
+            S = alpha[:, t, ..., None] * S + k[:, t, ..., :, None] * v[:, t, ..., None, :]
+            outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+        o = layer.o_norm(torch.stack(outs, 1)).reshape(B, T, -1) * torch.nn.functional.silu(layer.g_proj(x))
+        return layer.o_proj(o), S
+
+    results = []
+    for f in (layer, reference):
+        y, S = f(x, S0)
+        results.append((y, S) + grads((y, S), (x, *layer.parameters())))
+    for a, b in zip(*results):
+        close(a, b, torch.float64)
