@@ -204,3 +204,39 @@ def test_gla_is_its_recurrence_step_by_step():
         results.append((y, S) + grads((y, S), (x, *layer.parameters())))
     for a, b in zip(*results):
         close(a, b, torch.float64)
+
+
+# ---- Bedouin -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape", [(3, 5), (7,), (2, 70)])
+def test_bedouin_decay_equals_its_broadcast_form(dtype, shape, monkeypatch):
+    from statetrack.layers.fixedpoint import _GatedDecay
+
+    monkeypatch.setattr(_GatedDecay, "SLICE", 3 * 4 * 6)  # several slices, the last one short
+    torch.manual_seed(0)
+    rate = (-torch.rand(6, 4, dtype=dtype) * 3).requires_grad_()
+    delta = torch.rand(*shape, 6, dtype=dtype, requires_grad=True)
+    results = []
+    for f in (lambda r, d: torch.exp(r * d[..., None]), _GatedDecay.apply):
+        lam = f(rate, delta)
+        results.append((lam,) + grads((lam,), (rate, delta)))
+    for a, b in zip(*results):
+        close(a, b, dtype)
+
+
+def test_bedouin_joint_mixing_equals_the_split_form(monkeypatch):
+    from statetrack.layers.fixedpoint import Bedouin
+
+    torch.manual_seed(0)
+    layer = Bedouin(8, d_state=4, reflections=2, max_iter=6).double()
+    x = torch.randn(3, 7, 8, dtype=torch.float64, requires_grad=True)
+    results = []
+    for joint in (True, False):
+        if not joint:
+            def split(self, y_shifted, x_parts):
+                return self._mixing(y_shifted, *x_parts.split(self.y_sizes, dim=-1))
+            monkeypatch.setattr(Bedouin, "_mixing_joint", split)
+        y, (h, y_last) = layer(x)
+        results.append((y, h, y_last) + grads((y, h, y_last), (x, *layer.parameters())))
+    for a, b in zip(*results):
+        close(a, b, torch.float64)

@@ -251,6 +251,42 @@ class FixedPointRNN(_FixedPoint):
         return torch.linalg.eigvals(self.transition_matrices(x))
 
 
+class _GatedDecay(torch.autograd.Function):
+    """lambda = exp(rate[E, N] * Delta[..., E, None]) [..., E, N], Bedouin's decays: the same
+    numbers as the two broadcast operations, as one autograd node. lambda is the largest tensor of
+    a step ([B, T, E, N]), and autograd's backward of the two operations makes three more of its
+    size (dL/dlambda * lambda, then each times a factor, then summed): at the quick scale they took
+    a third of a training step, mostly in first touches of fresh memory. Here the backward runs
+    over slices of about `SLICE` numbers, in buffers reused from slice to slice."""
+
+    SLICE = 1 << 16
+
+    @staticmethod
+    def forward(ctx, rate, delta):
+        lam = torch.mul(rate, delta[..., None]).exp_()
+        ctx.save_for_backward(rate, delta, lam)
+        return lam
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        rate, delta, lam = ctx.saved_tensors
+        E, N = rate.shape
+        grad = grad.reshape(-1, E, N)
+        lam, delta = lam.view(-1, E, N), delta.reshape(-1, E)
+        rows = lam.shape[0]
+        step = max(1, _GatedDecay.SLICE // (E * N))
+        grad_delta = delta.new_empty(rows, E)
+        grad_rate = rate.new_zeros(E, N)
+        g = lam.new_empty(min(step, rows), E, N)
+        for start in range(0, rows, step):
+            part = slice(start, start + step)
+            g_part = torch.mul(grad[part], lam[part], out=g[: min(step, rows - start)])  # dL/d(rate * Delta)
+            torch.linalg.vecdot(g_part, rate, out=grad_delta[part])
+            grad_rate += g_part.mul_(delta[part, :, None]).sum(0)
+        return grad_rate, grad_delta.view(ctx.saved_tensors[1].shape)
+
+
 @register_model("bedouin", display="Bedouin r={reflections}")
 class Bedouin(_FixedPoint):
     """Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan (Movahedi et al. 2025, Sec. 5)."""
@@ -296,17 +332,34 @@ class Bedouin(_FixedPoint):
     def _inputs(self, x):
         """What depends on x alone: the input branch u [B, T, E], the x-parts of B, C, u_i, alpha_i
         and G, Delta [B, T, E] and lambda [B, T, E, N]."""
-        u_in = F.silu(self.in_proj(x))
-        Bx, Cx, ux, ax, delta, gx = self.x_proj(u_in).split(self.x_sizes, dim=-1)
-        delta = torch.sigmoid(delta)
-        lam = torch.exp(-LAMBDA_C * F.softplus(self.omega) * delta[..., None])
+        u_in, x_parts, delta, gx, lam = self._inputs_joint(x)
+        Bx, Cx, ux, ax = x_parts.split(self.y_sizes, dim=-1)
         return u_in, Bx, Cx, ux, ax, delta, gx, lam
+
+    def _inputs_joint(self, x):
+        """`_inputs` with the x-parts of B, C, u_i and alpha_i as one tensor [B, T, 2N + rE + r]
+        (the forward's `_mixing_joint` takes them so)."""
+        u_in = F.silu(self.in_proj(x))
+        x_parts, delta, gx = self.x_proj(u_in).split([sum(self.y_sizes), self.inner, self.inner], dim=-1)
+        delta = torch.sigmoid(delta)
+        lam = _GatedDecay.apply(-LAMBDA_C * F.softplus(self.omega), delta)  # exp(rate * Delta) [B, T, E, N]
+        return u_in, x_parts, delta, gx, lam
 
     def _mixing(self, y_shifted, Bx, Cx, ux, ax):
         """Bbar, Cbar [..., N] and the reflections u [..., r, E], alpha [..., r] given y_{t-1}."""
         By, Cy, uy, ay = self.y_proj(y_shifted).split(self.y_sizes, dim=-1)
         u = F.normalize((ux + uy).unflatten(-1, (self.reflections, self.inner)), dim=-1)
         return F.normalize(Bx + By, dim=-1), F.normalize(Cx + Cy, dim=-1), u, torch.sigmoid(ax + ay)
+
+    def _mixing_joint(self, y_shifted, x_parts):
+        """`_mixing` with the x-parts of B, C, u_i and alpha_i as one tensor x_parts [..., 2N + rE + r]
+        (a slice of x_proj's output): the same numbers in fewer operations (one sum with y_proj's
+        output, one normalisation for Bbar and Cbar together), for the solver's iterations."""
+        N, E, r = self.d_state, self.inner, self.reflections
+        z = x_parts + self.y_proj(y_shifted)
+        BC = F.normalize(z[..., : 2 * N].unflatten(-1, (2, N)), dim=-1)
+        u = F.normalize(z[..., 2 * N : 2 * N + r * E].unflatten(-1, (r, E)), dim=-1)
+        return BC[..., 0, :], BC[..., 1, :], u, torch.sigmoid(z[..., 2 * N + r * E :])
 
     def _output(self, y, y_shifted, u_in, gx):
         gate = gx + self.gate_y(y_shifted)  # G_t from x_t and y*_{t-1}
@@ -315,14 +368,14 @@ class Bedouin(_FixedPoint):
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
         h0, y_before = state if state is not None else (None, None)
-        u_in, Bx, Cx, ux, ax, delta, gx, lam = self._inputs(x)
+        u_in, x_parts, delta, gx, lam = self._inputs_joint(x)
 
         def step(y_prev):  # eq. 12: mix channels with Q, then one diagonal scan over time
-            Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)
+            Bbar, Cbar, u, alpha = self._mixing_joint(self._shift(y_prev, y_before), x_parts)
             return bedouin_iteration(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
 
         def fast_step(y_prev):  # the same without autograd, fused into one pass on CPU
-            Bbar, Cbar, u, alpha = self._mixing(self._shift(y_prev, y_before), Bx, Cx, ux, ax)
+            Bbar, Cbar, u, alpha = self._mixing_joint(self._shift(y_prev, y_before), x_parts)
             return bedouin_iteration_nograd(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
 
         y, h_last = self.solve(step, torch.zeros_like(u_in), fast_step)
