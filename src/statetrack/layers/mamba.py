@@ -114,7 +114,7 @@ class _SelectiveInputs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, dt, A_log, u, B_t, scale):
         A = A_log.exp()  # [E, N]
-        a = torch.exp(dt[..., None] * -A)  # [B, T, E, N]
+        a = (dt[..., None] * -A).exp_()  # [B, T, E, N]
         if scale != 1:
             a.mul_(scale).sub_(scale - 1)
         xdt = dt * u  # [B, T, E]
@@ -146,7 +146,11 @@ class _SelectiveInputs(torch.autograd.Function):
             else:
                 g.addcmul_(g, a, value=1.0 / (ctx.scale - 1)).mul_(ctx.scale - 1)  # g (a + scale - 1)
             g = g.view(BT, E, N)
-            grad_A = torch.bmm(dt.reshape(BT, E).T[:, None, :], g.transpose(0, 1))[:, 0]  # sum_bt g dt: d/d(-A)
+            # sum_bt g dt (the gradient in -A), a few hundred tokens at a time: one temporary, reused
+            grad_A = A.new_zeros(E, N)
+            dt3 = dt.reshape(BT, E, 1)
+            for r in range(0, BT, 256):
+                grad_A += (g[r : r + 256] * dt3[r : r + 256]).sum(0)
             grad_A_log = -grad_A * A
             grad_dt = grad_dt - g.mul_(A).sum(-1).view(Bsz, T, E)
         return grad_dt, grad_A_log, grad_u, grad_B, None

@@ -48,34 +48,40 @@ class _InputDependentZOH(torch.autograd.Function):
         mag = torch.exp(lam_re * dt4)
         angle = lam_im.mul_(dt4)
         a = torch.complex(torch.cos(angle).mul_(mag), torch.sin_(angle).mul_(mag))
-        inv = lam.reciprocal()  # 1 / lambda
+        del mag, angle, lam_im
         Bc = torch.view_as_complex(B_ri)
-        q = inv * Bc  # B / lambda
-        B_bar = (a - 1).mul_(q)
+        inv = lam.reciprocal()  # 1 / lambda
+        P = (a - 1).mul_(inv)  # (a - 1) / lambda
+        q = inv.mul_(Bc)  # B / lambda
+        B_bar = P * Bc
         b = B_bar * u4
-        ctx.save_for_backward(dt, u, a, lam, inv, q, B_bar, Bc)
+        # the backward multiplies by their conjugates: conjugated once here, in place (a product
+        # with a lazily conjugated operand materialises it, a fresh buffer every time)
+        ctx.save_for_backward(dt, u, a, lam, q.conj_physical_(), P.conj_physical_(), B_bar)
         return a, b
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_a, grad_b):
-        dt, u, a, lam, inv, q, B_bar, Bc = ctx.saved_tensors
+        dt, u, a, lam, q_conj, P_conj, B_bar = ctx.saved_tensors
         dt4, u4 = dt[..., None], u[..., None]
         grad_a = torch.zeros_like(a) if grad_a is None else grad_a
         grad_b = torch.zeros_like(a) if grad_b is None else grad_b
-        grad_u = (torch.view_as_real(grad_b) * torch.view_as_real(B_bar)).sum((-1, -2))  # Re(sum_n grad_b conj(Bbar))
-        g_bar = grad_b * u4  # dL/dBbar
-        g_z = g_bar * q.conj()  # Bbar = (a - 1) q: dL/da gets g_bar conj(q) ...
-        g_z.add_(grad_a).mul_(a.conj())  # ... then a = exp(z): dL/dz = dL/da conj(a), z = dt lambda
-        g_q = g_bar.mul_((a - 1).conj_physical())  # dL/dq = g_bar conj(a - 1)
-        grad_B = (g_q * inv.conj()).sum((0, 1))  # q = inv B
-        g_lam = g_q.mul_(Bc.conj()).mul_((inv * inv).conj_physical()).neg_()  # inv = 1 / lambda: -conj(inv^2)
-        g_lam.add_(g_z * dt4)
-        grad_dt = (torch.view_as_real(g_z) * torch.view_as_real(lam)).sum((-1, -2))  # Re(sum_n g_z conj(lambda))
+        # b = Bbar u: dL/du = Re(sum_n grad_b conj(Bbar)), dL/dBbar = grad_b u =: G
+        grad_u = (torch.view_as_real(grad_b) * torch.view_as_real(B_bar)).sum((-1, -2))
+        # Bbar = (a - 1) q: dL/da += G conj(q); a = exp(z), z = dt lambda: dL/dz = dL/da conj(a),
+        # taken as conj(conj(dL/da) a) on our own buffer (grad_a: the scan's fresh one, nothing else holds it)
+        M = (grad_b * q_conj).mul_(u4)  # G conj(q)
+        g_z = grad_a.add_(M).conj_physical_().mul_(a).conj_physical_()
+        # dL/dq = G conj(a - 1), q = B / lambda: dL/dB = sum_bt G conj(P) (P = (a - 1) / lambda), and
+        # dL/dlambda gets dL/dq conj(-B / lambda^2) = -G conj(q) conj(P), plus dL/dz dt
+        g_lam = g_z * dt4
+        g_lam.sub_(M.mul_(P_conj))
+        grad_B = grad_b.mul_(P_conj).mul_(u4).sum((0, 1))
+        grad_dt = (torch.view_as_real(g_z) * torch.view_as_real(lam)).sum((-1, -2))  # Re(sum_n dL/dz conj(lambda))
         g_ri = torch.view_as_real(g_lam)
-        grad_lam_re = g_ri[..., 0].sum((0, 1))
         g_im = g_ri[..., 1]
-        return grad_dt, g_im.sum(2), grad_lam_re, g_im.sum((0, 1)), torch.view_as_real(grad_B), grad_u
+        return grad_dt, g_im.sum(2), g_ri[..., 0].sum((0, 1)), g_im.sum((0, 1)), torch.view_as_real(grad_B), grad_u
 
 
 @register_model("s4d", display="S4D")
