@@ -99,46 +99,58 @@ def panini_recurrence_reference(
 # per-operation overhead, autograd's included. The fused forms below run the loops without a graph
 # (each Sinkhorn sweep recorded), and their backward replays them in reverse by hand; the
 # gradients of A_l, A_r and B are then matrix products over all steps at once.
+def _sum_matrix(n: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """[n * n, 2n] of zeros and ones: a flattened n x n matrix times it gives its row sums, then its
+    column sums, in one product (each sum adds the same n numbers as S.sum does, exactly rounded
+    products of ones)."""
+    eye = torch.eye(n, dtype=dtype, device=device)
+    return torch.cat((eye.repeat_interleave(n, 0), eye.repeat(n, 1)), 1)
+
+
 def _sinkhorn_forward(S: torch.Tensor, max_iter: int, tol: float, record: list | None) -> torch.Tensor:
-    """`sinkhorn_reference` on [M, n, n] without autograd, the same operations in the same order
-    (so the same numbers and stopping decisions); `record` (a list, or None) receives each sweep's
-    (stopped [M] or None, rows, clamped rows, R, column sums, clamped column sums, result)."""
+    """`sinkhorn_reference` on [M, n, n] without autograd: the same sweeps and stopping rule in fewer
+    operations (the row and column sums of the check from one product, which the row normalisation
+    reuses; masks kept at [M, 1, 1]). `record` (a list, or None) receives each sweep's
+    (stopped [M, 1, 1] or None, rows, clamped rows [M, n, 1], R, column sums, clamped column sums
+    [M, 1, n], result)."""
+    M, n = S.shape[0], S.shape[-1]
     tiny = torch.finfo(S.dtype).tiny
-    M = S.shape[0]
+    ones = _sum_matrix(n, S.dtype, S.device)
     for _ in range(max_iter):
-        rows, columns = S.sum(-1), S.sum(-2)
-        error = torch.cat((rows, columns), -1).sub_(1).abs_().amax(-1)  # margin_error(S)
+        sums = torch.mm(S.view(M, n * n), ones)  # [M, 2n]: row sums, then column sums
+        error = (sums - 1).abs_().amax(-1, keepdim=True)  # margin_error(S)
         done = error <= tol
-        stopped = int(done.sum())
+        stopped = int(torch.count_nonzero(done))
         if stopped == M:
             break
+        rows = sums[:, :n].view(M, n, 1)
         rows_c = rows.clamp_min(tiny)
-        R = S / rows_c[..., None]
-        sums = R.sum(-2, keepdim=True)
-        sums_c = sums.clamp_min(tiny)
-        swept = R / sums_c
-        S = torch.where(done[..., None, None], S, swept) if stopped else swept
+        R = S / rows_c
+        column_sums = R.sum(-2, keepdim=True)
+        columns_c = column_sums.clamp_min(tiny)
+        swept = R / columns_c
+        done = done.view(M, 1, 1) if stopped else None
+        S = swept if done is None else torch.where(done, S, swept)
         if record is not None:
-            record.append((done if stopped else None, rows, rows_c, R, sums, sums_c, swept))
+            record.append((done, rows, rows_c, R, column_sums, columns_c, swept))
     return S
 
 
 def _sinkhorn_backward(grad: torch.Tensor, record: list, masks: bool) -> torch.Tensor:
     """The gradient with respect to the input of `_sinkhorn_forward` from that of its result, the
     sweeps of `record` in reverse. `masks`: some sum was clamped (the clamp passes no gradient there)."""
-    tiny = None
-    for done, rows, rows_c, R, sums, sums_c, swept in reversed(record):
+    tiny = torch.finfo(grad.dtype).tiny
+    for done, rows, rows_c, R, column_sums, columns_c, swept in reversed(record):
         # swept = R / c with c the column sums of R; R = S / r with r the row sums of S
         inner = (grad * swept).sum(-2, keepdim=True)
         if masks:
-            tiny = torch.finfo(grad.dtype).tiny
-            inner = inner * (sums >= tiny)
-        grad_R = (grad - inner) / sums_c
+            inner = inner * (column_sums >= tiny)
+        grad_R = (grad - inner) / columns_c
         inner = (grad_R * R).sum(-1, keepdim=True)
         if masks:
-            inner = inner * (rows >= tiny)[..., None]
-        grad_S = (grad_R - inner) / rows_c[..., None]
-        grad = grad_S if done is None else torch.where(done[..., None, None], grad, grad_S)
+            inner = inner * (rows >= tiny)
+        grad_S = (grad_R - inner) / rows_c
+        grad = grad_S if done is None else torch.where(done, grad, grad_S)
     return grad
 
 
@@ -147,7 +159,7 @@ def _clamped(record: list) -> bool:
     if not record:
         return False
     tiny = torch.finfo(record[0][1].dtype).tiny
-    sums = torch.cat([torch.cat((r[1], r[4].flatten(1)), -1) for r in record], 0)
+    sums = torch.cat([torch.cat((r[1].flatten(1), r[4].flatten(1)), -1) for r in record], 0)
     return not bool((sums >= tiny).all())
 
 
