@@ -29,6 +29,39 @@ from statetrack.ops import diagonal_scan
 S4D_CHUNK = 64  # S4D's chunk length: the in-chunk convolution costs O(Q) per token and channel
 
 
+class _ReadOut(torch.autograd.Function):
+    """y [B, T, d] = 2 Re(sum_n C h) = sum_n (2 Re C) (Re h) + (-2 Im C) (Im h) for complex h [B, T, d, n]
+    and C_ri [d, n, 2] (real view), on the real view of h, a few hundred tokens at a time: one
+    reused temporary instead of a fresh [B, T, d, n] one each way."""
+
+    ROWS = 256
+
+    @staticmethod
+    def forward(ctx, h, C_ri):
+        Bsz, T, d, n = h.shape
+        sign = C_ri.new_tensor([2.0, -2.0])
+        Cv = (C_ri * sign).view(d, 2 * n)
+        hr = torch.view_as_real(h).view(Bsz * T, d, 2 * n)
+        y = hr.new_empty(Bsz * T, d)
+        for r in range(0, Bsz * T, _ReadOut.ROWS):
+            torch.sum(hr[r : r + _ReadOut.ROWS] * Cv, -1, out=y[r : r + _ReadOut.ROWS])
+        ctx.save_for_backward(h, Cv, sign)
+        return y.view(Bsz, T, d)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        h, Cv, sign = ctx.saved_tensors
+        Bsz, T, d, n = h.shape
+        g = g.reshape(Bsz * T, d, 1)
+        grad_h = torch.view_as_complex((g * Cv).view(Bsz, T, d, n, 2))
+        hr = torch.view_as_real(h).view(Bsz * T, d, 2 * n)
+        grad_Cv = Cv.new_zeros(d, 2 * n)
+        for r in range(0, Bsz * T, _ReadOut.ROWS):
+            grad_Cv += (hr[r : r + _ReadOut.ROWS] * g[r : r + _ReadOut.ROWS]).sum(0)
+        return grad_h, grad_Cv.view(d, n, 2) * sign
+
+
 class _InputDependentZOH(torch.autograd.Function):
     """IDS4's (a, b = Bbar u) [B, T, d, modes] complex, with a hand-written backward in complex arithmetic.
 
@@ -153,8 +186,7 @@ class S4D(Spectral, nn.Module):
             dt = F.softplus(self.dt_proj(x))  # [B, T, d]
             a, b = _InputDependentZOH.apply(dt, self.phi_proj(x), -self.A_re_log.exp(), self.A_im, self.B, x)
             h, h_last = diagonal_scan(a, b, state)
-            # 2 Re(sum_n C h) = sum_n (2 Re C) (Re h) + (-2 Im C) (Im h), on the real view of h
-            y = (torch.view_as_real(h) * (self.C * x.new_tensor([2.0, -2.0]))).sum((-1, -2))
+            y = _ReadOut.apply(h, self.C)
         else:
             y, h_last = self._convolve(x, state)
         y = y + self.D * x
