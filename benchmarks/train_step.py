@@ -13,7 +13,8 @@ in-run yardstick (`x_lstm`). `gflop` is the step's arithmetic as torch's FLOP co
 `arith_ms` is that arithmetic at the matmul rate measured in the same run (a [4096, 256] x [256, 256]
 product), so `ms / arith_ms` is how far a step is from the cost of its matrix arithmetic.
 `--profile N` prints, for the N slowest models at the first shape, the operators where a step's
-time goes (torch.profiler, self CPU time). Figures only, no assertions: timings are noisy on
+time goes (torch.profiler, self CPU time). malloc keeps freed memory for reuse, as `statetrack` runs do
+(`--malloc system` for glibc's defaults). Figures only, no assertions: timings are noisy on
 shared machines.
 """
 
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import emit, layer_parser, matmul_rate  # noqa: E402
 
 from statetrack import zoo  # noqa: E402
+from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
 from statetrack.train import Trainer, TrainConfig  # noqa: E402
 
@@ -112,7 +114,7 @@ def measure(args) -> tuple[list[dict], dict]:
         first = [r for r in rows if (r["T"], r["layers"]) == (args.lengths[0], args.layers[0])]
         for r in sorted(first, key=lambda r: r["ms"], reverse=True)[: args.profile]:
             profiles[r["model"]] = profile(r["model"], task, r["T"], r["layers"], args.width, args.batch)
-    return rows, {"matmul_gflops": rate, "threads": torch.get_num_threads(), "profiles": profiles}
+    return rows, {"matmul_gflops": rate, "threads": torch.get_num_threads(), "malloc": args.malloc, "profiles": profiles}
 
 
 def _fmt(value, spec: str) -> str:
@@ -120,7 +122,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def table(rows: list[dict], args) -> str:
-    lines = [f"matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s); "
+    lines = [f"matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s), malloc {args.info['malloc']}; "
              f"batch {args.batch}, d_model {args.width}, task {TASK['name']}({TASK['group']})"]
     for (length, layers) in dict.fromkeys((r["T"], r["layers"]) for r in rows):
         lines.append(f"\nT {length}, {layers} layer(s)")
@@ -135,7 +137,7 @@ def table(rows: list[dict], args) -> str:
 def markdown(rows: list[dict], args) -> str:
     shapes = list(dict.fromkeys((r["T"], r["layers"]) for r in rows))
     header = "| model | " + " | ".join(f"T {t}, {n} layer{'s' if n > 1 else ''}: ms (x LSTM)" for t, n in shapes) + " | GFLOP (T %d, 1 layer) | x arith |" % shapes[0][0]
-    lines = [f"Matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s); batch {args.batch}, "
+    lines = [f"Matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s), malloc {args.info['malloc']}; batch {args.batch}, "
              f"d_model {args.width}, {TASK['name']}({TASK['group']}).", "", header, "| --- |" + " ---: |" * (len(shapes) + 2)]
     by = {(r["model"], r["T"], r["layers"]): r for r in rows}
     for model in sorted({r["model"] for r in rows}, key=lambda m: by[(m, *shapes[0])]["ms"]):
@@ -162,8 +164,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile the N slowest models at the first shape")
+    parser.add_argument("--malloc", choices=["keep", "system"], default="keep",
+                        help="keep: glibc keeps freed memory for reuse, as `statetrack` runs do (statetrack.allocator); "
+                             "system: glibc's defaults, every large tensor faulted in fresh")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.malloc == "keep" and not keep_freed_memory():
+        print("note: could not change malloc's settings (not glibc); measuring with the system's", file=sys.stderr)
     rows, args.info = measure(args)
     if args.json:
         print(__import__("json").dumps({"rows": rows, **args.info}, indent=1))
