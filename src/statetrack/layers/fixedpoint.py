@@ -255,11 +255,12 @@ class _GatedDecay(torch.autograd.Function):
     """lambda = exp(rate[E, N] * Delta[..., E, None]) [..., E, N], Bedouin's decays: the same
     numbers as the two broadcast operations, as one autograd node. lambda is the largest tensor of
     a step ([B, T, E, N]), and autograd's backward of the two operations makes three more of its
-    size (dL/dlambda * lambda, then each times a factor, then summed): at the quick scale they took
-    a third of a training step, mostly in first touches of fresh memory. Here the backward runs
-    over slices of about `SLICE` numbers, in buffers reused from slice to slice."""
+    size (dL/dlambda * lambda, then each times a factor, then summed): with glibc's default malloc
+    they took a third of a training step at the quick scale, mostly in first touches of fresh
+    memory. Here the backward runs over slices of about `SLICE` numbers (1 MiB in float32), in
+    buffers reused from slice to slice, multiplying in place where autograd allocates."""
 
-    SLICE = 1 << 16
+    SLICE = 1 << 18
 
     @staticmethod
     def forward(ctx, rate, delta):
