@@ -81,7 +81,8 @@ class NRU(nn.Module):
 
     Every pre-activation comes from one fused linear map of z_t; its x_t part is computed for the
     whole sequence at once, the rest in a loop over time (`ops.nru_recurrence`: a compiled loop at
-    inference on the CPU). The output is h_t, mapped back to d_model
+    inference on the CPU; in training `nru_recurrence_fused`, one autograd node with a hand-written
+    backward). The output is h_t, mapped back to d_model
     by a linear map when `hidden` differs. State: (h [B, hidden], m [B, memory]), zeros at the start.
 
     The authors' released implementation of Chandar et al. 2019 differs from eq. 5 (`departures`):

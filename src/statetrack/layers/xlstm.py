@@ -118,7 +118,8 @@ class sLSTM(nn.Module):  # noqa: N801
         c_t = f' c_{t-1} + i' z_t,  n_t = f' n_{t-1} + i',  h_t = o * c_t / n_t
 
     with log f = logsigmoid(f~). Nonlinear in h, so it runs as a loop over time
-    (`ops.slstm_recurrence`: a compiled loop at inference on the CPU). Output: RMSNorm per head,
+    (`ops.slstm_recurrence`: a compiled loop at inference on the CPU; in training
+    `slstm_recurrence_fused`, one autograd node with a hand-written backward). Output: RMSNorm per head,
     out-projection. State: (h, c, n, m), each [B, d_model].
     """
 
