@@ -6,7 +6,7 @@ import pytest
 from torch import nn
 
 from statetrack import zoo
-from statetrack.layers.catalog import (
+from statetrack.catalog import (
     BEGIN,
     COMMAND,
     END,
@@ -75,3 +75,19 @@ def test_render_replaces_only_the_marked_block(tmp_path):
     assert set(targets(ROOT)) == {ROOT / "docs" / "models.md", ROOT / "README.md"}
     with pytest.raises(SystemExit, match="expected one"):
         render("no markers", "NEW", tmp_path / "x.md")
+
+
+def test_no_layer_module_imports_the_zoo():
+    """The layers sit below the zoo: a module under statetrack/layers importing statetrack.zoo
+    (or anything else above it) would run the dependency back up the layers."""
+    import ast
+
+    layers = Path(__file__).resolve().parents[1] / "src" / "statetrack" / "layers"
+    upward = []
+    for path in sorted(layers.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            upward += [f"{path.name}: {n}" for n in names if n == "statetrack.zoo" or n.startswith("statetrack.zoo.")]
+    assert upward == []

@@ -1,5 +1,5 @@
 """The models catalogue: the models tables of docs/models.md and README.md are generated from the
-registry, between the markers below. Rewrite both with `python -m statetrack.layers.catalog --write`;
+registry, between the markers below. Rewrite both with `python -m statetrack.catalog --write`;
 a test fails when either is stale.
 """
 
@@ -15,10 +15,10 @@ from statetrack import zoo
 from statetrack.layers.common import EIG_RANGES
 from statetrack.layers.transformer import POSITIONAL
 
-COMMAND = "python -m statetrack.layers.catalog --write"
+COMMAND = "python -m statetrack.catalog --write"
 BEGIN = f"<!-- generated: models table ({COMMAND}) -->"
 END = "<!-- end generated -->"
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 # parameters with a fixed set of values: each value can give a different display name
 CHOICES = {"eig_range": tuple(EIG_RANGES), "positional": POSITIONAL}
@@ -27,7 +27,7 @@ CHOICES = {"eig_range": tuple(EIG_RANGES), "positional": POSITIONAL}
 def packaged_models() -> list[str]:
     """Names of the models defined in this package, sorted; user models registered from outside
     (`imports:`, `--import`) are not part of its documentation."""
-    return sorted(name for name, entry in zoo.MODELS.items() if entry.mixer.__module__.startswith(f"{__package__}."))
+    return sorted(name for name, entry in zoo.MODELS.items() if entry.mixer.__module__.startswith("statetrack.layers."))
 
 
 def display_names(name: str) -> list[str]:
@@ -117,7 +117,7 @@ def stale(root: Path = ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m statetrack.layers.catalog", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m statetrack.catalog", description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite the tables of docs/models.md and README.md in place")
     parser.add_argument("--check", action="store_true", help="exit 1 if either file is stale")
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository root (default: %(default)s)")
