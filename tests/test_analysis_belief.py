@@ -97,9 +97,9 @@ def test_cli_prints_the_table_and_writes_the_plot(tmp_path, capsys):
     (["nope"], "unknown task 'nope'"),
 ])
 def test_cli_bad_input_is_one_line(tmp_path, capsys, argv, message):
-    code, out, err = run_cli(capsys, "analyze", "belief", *argv, "--out", str(tmp_path / "p.png"))
+    code, out, err = run_cli(capsys, "analyze", "belief", *argv, "--out", str(tmp_path / "plots"))
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
-    assert not (tmp_path / "p.png").exists()
+    assert not (tmp_path / "plots").exists()
 
 
 def test_flush_to_zero_is_detected_and_reported():

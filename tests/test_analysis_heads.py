@@ -81,12 +81,12 @@ def test_cli_prints_the_table_and_writes_three_plots(trained, tmp_path, capsys):
     model, task, _ = trained
     save_run(tmp_path, model, SPEC, TASK)
     code, out, err = run_cli(capsys, "analyze", "heads", "feedc0", "--results-dir", str(tmp_path), "--samples", "32",
-                             "--sweep", "2", "--out", str(tmp_path / "plots" / "h"))
+                             "--sweep", "2", "--out", str(tmp_path / "plots"))
     assert code == 0, err
     assert "DeltaNet [-1,1]" in out and "state-tracking head: layer" in out
     assert "beta median" in out and "keys 90%" in out and out.count("+0.") + out.count("-0.") >= 4
     for kind in ("beta", "keys", "intervention"):
-        path = tmp_path / "plots" / f"h_{kind}.png"
+        path = tmp_path / "plots" / f"heads_feedc0ffee123456_{kind}.png"
         assert path.is_file() and path.stat().st_size > 0 and f"plot: {path}" in out
     # default plot paths sit next to the experiment's report
     code, out, _ = run_cli(capsys, "analyze", "heads", "exp", "--model", "DeltaNet [-1,1]", "--results-dir", str(tmp_path),

@@ -40,9 +40,9 @@ def test_spectrum_of_a_deltanet_run_shows_negative_eigenvalues_only_for_minus_on
 
 def test_cli_by_experiment_and_model_name(tmp_path, capsys):
     fake_run(tmp_path, {"name": "mamba", "eig_range": "[-1,1]", "d_model": 8, "d_state": 4})
-    out = tmp_path / "plot.png"
+    out = tmp_path / "plots"
     code = main(["analyze", "spectrum", "exp", "--model", "Mamba [-1,1]", "--results-dir", str(tmp_path), "--samples", "2", "--out", str(out)])
-    assert code == 0 and out.is_file()
+    assert code == 0 and len(list(out.glob("spectrum_*.png"))) == 1
     assert "plot:" in capsys.readouterr().out
 
 

@@ -600,11 +600,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--samples", type=int, default=64, help="input sequences (default: 64)")
     a.add_argument("--length", type=int, default=None, help="input length (default: the run's longest training length)")
     a.add_argument("--seed", type=int, default=0, help="seed of the inputs")
-    a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/spectrum_RUNID.png)")
+    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot spectrum_RUNID.png (default: RESULTS_DIR/EXPERIMENT)")
     a = of_a_run("rotations", "a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted",
                  "Bilinear rotation")
     a.add_argument("--top", type=int, default=20, help="planes printed (default: 20; the plot shows every plane)")
-    a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/EXPERIMENT/rotations_RUNID.png)")
+    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot rotations_RUNID.png (default: RESULTS_DIR/EXPERIMENT)")
     of_a_run("signs", "a real-diagonal bilinear parity run's dominant coordinate and whether its sign tracks parity at long lengths "
              "(every such run of an EXPERIMENT without --model)", "Bilinear diagonal frozen norm")
     a = of_a_run("heads", "a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, "
@@ -613,8 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--length", type=int, default=None, help="input length (default: the run's longest training length)")
     a.add_argument("--seed", type=int, default=0, help="seed of the inputs (the evaluation set of that seed at --length)")
     a.add_argument("--sweep", type=int, default=4, help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)")
-    a.add_argument("--out", default=None, help="plot file prefix: PREFIX_beta.png, PREFIX_keys.png, PREFIX_intervention.png "
-                                               "(default: RESULTS_DIR/EXPERIMENT/heads_RUNID)")
+    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plots heads_RUNID_beta.png, heads_RUNID_keys.png and "
+                                                             "heads_RUNID_intervention.png (default: RESULTS_DIR/EXPERIMENT)")
     a = asub.add_parser("belief",
                         help="a PFSA-SR task's unnormalised belief recurrence: predicted vs observed float32/float64 underflow, printed and plotted")
     a.add_argument("task", metavar="TASK", help="a task with a belief recurrence: pfsa")
@@ -623,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--samples", type=int, default=64, help="sequences (default: 64)")
     a.add_argument("--seed", type=int, default=0, help="seed of the sequences")
     a.add_argument("--results-dir", default="results", help="folder for the plot (default: results)")
-    a.add_argument("--out", default=None, help="plot file (default: RESULTS_DIR/belief/belief_TASK_PARAMS.png)")
+    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot belief_TASK_PARAMS.png (default: RESULTS_DIR/belief)")
     a.set_defaults(func=cmd_analyze)
 
     p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")

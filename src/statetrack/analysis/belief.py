@@ -247,5 +247,5 @@ def analyze_belief(task_name: str, params: dict | None = None, length: int = 400
     decay = belief_decay(task, batch.inputs)
     title = f"{task!r}: {samples} sequences x {length} tokens, seed {seed}"
     slug = re.sub(r"[^\w.=-]+", "_", "_".join(f"{k}={v}" for k, v in task.params.items()))
-    path = Path(out) if out else Path(results_dir) / "belief" / f"belief_{task.name}_{slug}.png"
+    path = (Path(out) if out else Path(results_dir) / "belief") / f"belief_{task.name}_{slug}.png"
     return title + "\n" + format_decay(decay), plot_decay(decay, title, path)

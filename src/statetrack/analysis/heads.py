@@ -295,7 +295,7 @@ def analyze_heads(store, run: str, results_dir: str | Path = "results", samples:
         raise StatetrackError(f"the {samples} inputs of length {length} have no supervised position; use more --samples or another --length")
     result = head_analysis(net, batch, layers, sweep)
     title = f"{row['model']} on {row['task']} (run {row['id']}, {samples} inputs of length {length})"
-    prefix = str(out) if out else str(under(results_dir, row["experiment"], f"heads_{row['id']}"))
+    prefix = str((Path(out) if out else under(results_dir, row["experiment"])) / f"heads_{row['id']}")
     prefix = prefix[:-4] if prefix.endswith(".png") else prefix
     paths = [plot_betas(result, f"beta per head: {title}", f"{prefix}_beta.png"),
              plot_keys(result, f"keys' explained variance: {title}", f"{prefix}_keys.png"),

@@ -126,5 +126,5 @@ def analyze_rotations(store, run: str, results_dir: str | Path = "results", out:
     title = f"{row['model']} on {row['task']} (run {row['id']}): rotation angles for Z_{m}"
     text = (f"{title}\n{len(rows)} planes, {exact} within 0.05 of a multiple of 2 pi / {m}; "
             f"top {min(top, len(rows))} by readout weight:\n{format_table(rows, top)}")
-    path = Path(out) if out else under(results_dir, row["experiment"], f"rotations_{row['id']}.png")
+    path = (Path(out) if out else under(results_dir, row["experiment"])) / f"rotations_{row['id']}.png"
     return text, plot_rotations(rows, m, title, path)

@@ -165,5 +165,5 @@ def analyze_run(store, run: str, results_dir: str | Path = "results", samples: i
     text = title + "\n" + format_stats(spectra, batch.inputs, getattr(task, "vocab", None))
     if all(s["eigenvalues"] is None for s in spectra):
         return text, None
-    path = Path(out) if out else under(results_dir, row["experiment"], f"spectrum_{row['id']}.png")
+    path = (Path(out) if out else under(results_dir, row["experiment"])) / f"spectrum_{row['id']}.png"
     return text, plot_spectra(spectra, title, path)
