@@ -11,7 +11,7 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 ROOT = Path(__file__).resolve().parents[1]
 # distribution name -> the module it provides, where they differ
-MODULE = {"pyyaml": "yaml", "fla-core": "fla"}
+MODULE = {"pyyaml": "yaml", "fla-core": "fla", "mlflow-skinny": "mlflow"}
 
 
 def _imported(folder: Path) -> set[str]:
@@ -45,7 +45,7 @@ def test_every_third_party_import_of_the_package_is_declared():
     optional = {MODULE.get(n, n) for extra in project["optional-dependencies"].values() for n in _names(extra)}
     third_party = {m for m in _imported(ROOT / "src" / "statetrack")
                    if m not in sys.stdlib_module_names and m not in ("statetrack", "__future__")}
-    # optional backends (ray, tensorboard) are imported lazily behind a clear error
+    # optional backends and loggers (ray, tensorboard, wandb, mlflow) are imported lazily behind a clear error
     assert third_party <= declared | optional, f"imported but not declared: {sorted(third_party - declared - optional)}"
 
 

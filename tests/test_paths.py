@@ -4,7 +4,7 @@ TensorBoard path resolves inside its root folder (symbolic links followed)."""
 import pytest
 
 from statetrack.errors import StatetrackError
-from statetrack.experiments.runner import tensorboard_dir
+from statetrack.loggers import tensorboard_dir
 from statetrack.experiments.spec import RunSpec, load_spec, overrides_name, shipped_specs
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import NAME_MAX, check_name, under

@@ -203,7 +203,7 @@ def test_tensorboard_gets_sequence_accuracy_and_metrics(tiny_spec, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from statetrack.experiments import expand, load_spec
-    from statetrack.experiments.runner import log_tensorboard
+    from statetrack.loggers import replay, run_loggers, tensorboard_dir
 
     run = expand(load_spec(str(tiny_spec())))[0]
     store = Store(tmp_path / "s.db")
@@ -211,7 +211,8 @@ def test_tensorboard_gets_sequence_accuracy_and_metrics(tiny_spec, tmp_path):
     store.finish_run(run.id, [_eval(5, 0.9, 0.7, iterations_median=4.0), _eval(9, 0.6, 0.2, iterations_median=6.0)],
                      [{"step": 5, "loss": 1.0, "accuracy": 0.5, "metrics": {"iterations_max": 8.0}}, {"step": 10, "loss": 0.5, "accuracy": 0.6}],
                      10, 100, 1.0, 0.5)
-    events = EventAccumulator(str(log_tensorboard(tmp_path / "tb", run, store)))
+    replay(run_loggers(run, {"tensorboard": str(tmp_path / "tb")}), store.curves(run.id), store.evals(run.id))
+    events = EventAccumulator(str(tensorboard_dir(tmp_path / "tb", run)))
     events.Reload()
     scalars = lambda tag: [(e.step, e.value) for e in events.Scalars(tag)]  # noqa: E731
     assert scalars("eval/sequence_accuracy") == [(5, pytest.approx(0.7)), (9, pytest.approx(0.2))]

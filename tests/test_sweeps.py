@@ -9,7 +9,8 @@ import pytest
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.runner import run_experiment, tensorboard_dir
+from statetrack.experiments.runner import run_experiment
+from statetrack.loggers import tensorboard_dir
 from statetrack.report import missing_runs, write_index, write_report
 from statetrack.scoring import extrapolation_length, summarize
 from statetrack.store import Store

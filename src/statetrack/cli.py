@@ -14,7 +14,7 @@ from pathlib import Path
 from statetrack import __version__
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
-from statetrack.paths import check_name
+from statetrack.paths import check_name, check_writable
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS
 
@@ -53,7 +53,7 @@ def cmd_run(args) -> int:
     spec, runs = run_experiment(
         args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
         progress=not args.no_progress, workers=args.workers, backend=args.backend, address=args.address,
-        gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, retry_failed=not args.skip_failed,
+        gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, wandb=args.wandb, mlflow=args.mlflow, retry_failed=not args.skip_failed,
         imports=_imports(args), lease=args.lease, name=args.name,
     )
     store = _store(args)
@@ -342,6 +342,27 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    import os
+
+    from statetrack.loggers import export_runs
+    from statetrack.paths import under
+
+    check_name(args.experiment)
+    if args.kind == "mlflow":
+        target = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if not target:
+            raise StatetrackError("export mlflow needs a tracking URI: --tracking-uri URI or MLFLOW_TRACKING_URI")
+    elif args.kind == "wandb":
+        target = args.project
+    else:
+        target = args.out or str(under(args.results_dir, args.experiment, "csv") if args.kind == "csv" else Path(args.results_dir) / "tensorboard")
+        check_writable(target, "--out folder")
+    count, where = export_runs(_store(args, read_only=True), args.experiment, args.kind, target)
+    print(f"exported {count} runs of {args.experiment} to {args.kind}: {where}")
+    return 0
+
+
 def cmd_results(args) -> int:
     from statetrack.report import (extrapolation_caption, extrapolation_rows, metric_rows, metrics_by_length, sequence_rows,
                                    table_rows, text_table)
@@ -490,7 +511,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')")
     p.add_argument("--address", default=None, help="ray: join the cluster at this address (e.g. auto, or HEAD_IP:6379); default: a local Ray instance")
     p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)")
-    p.add_argument("--tensorboard", default=None, metavar="DIR", help="also write each finished run's curves as TensorBoard events under DIR")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT (pip install 'statetrack[tensorboard]')")
+    p.add_argument("--wandb", default=None, metavar="PROJECT",
+                   help="log each run to Weights & Biases while it trains, in PROJECT (WANDB_MODE=offline works offline; "
+                        "pip install 'statetrack[wandb]')")
+    p.add_argument("--mlflow", default=None, metavar="URI",
+                   help="log each run to MLflow while it trains, at the tracking URI (e.g. http://host:5000), in an MLflow "
+                        "experiment of the experiment's name (pip install 'statetrack[mlflow]')")
     p.add_argument("--skip-failed", action="store_true", help="on a re-run, leave runs that failed before as they are (default: retry them)")
     p.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
                    help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
@@ -584,6 +612,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment", metavar="EXPERIMENT")
     p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
     p.set_defaults(func=cmd_results)
+
+    p = with_store(command("export", help="an experiment's finished runs (curves and evaluations) as CSV, TensorBoard events, "
+                                          "W&B runs or MLflow runs"))
+    p.add_argument("kind", choices=["csv", "tensorboard", "wandb", "mlflow"], metavar="KIND", help="csv, tensorboard, wandb or mlflow")
+    p.add_argument("experiment", metavar="EXPERIMENT")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="csv, tensorboard: the folder (default: RESULTS_DIR/EXPERIMENT/csv, RESULTS_DIR/tensorboard)")
+    p.add_argument("--project", default="statetrack", help="wandb: the project (default: statetrack; WANDB_MODE=offline works offline)")
+    p.add_argument("--tracking-uri", default=None, metavar="URI",
+                   help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), runs in an MLflow experiment of the experiment's name")
+    p.set_defaults(func=cmd_export)
 
     p = command("analyze", help="analyses of trained runs (spectrum, rotations, signs, heads) and of a task's belief recurrence (belief)")
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")

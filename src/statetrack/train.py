@@ -9,6 +9,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -284,9 +285,11 @@ def read_checkpoint(path: Path, map_location="cpu", model=None) -> dict:
 class Trainer:
     """Trains `model` on `task`. Saves a checkpoint every `checkpoint_every` steps and at the end;
     a run restarted with the same checkpoint path continues where it stopped. A checkpoint that
-    cannot be read is moved aside (`<name>.corrupt`, with a warning) and the run starts again."""
+    cannot be read is moved aside (`<name>.corrupt`, with a warning) and the run starts again.
+    `loggers` (statetrack.loggers) get each point of the training curve as it is written."""
 
-    def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True):
+    def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True,
+                 loggers: Sequence = ()):
         config.validate()
         self.plan, self.tasks = config.stages(), curriculum_tasks(task, config)  # one stage without a curriculum
         self.model, self.task, self.config = model, task, config
@@ -294,6 +297,7 @@ class Trainer:
         self.model.to(self.device)
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
         self.progress = progress
+        self.loggers = list(loggers)  # statetrack.loggers.Logger: each curve point as it is written
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
         )
@@ -405,6 +409,11 @@ class Trainer:
             point["stage"] = stage
         return point if self.training_set is None else {**point, "epochs": self.epochs}
 
+    def _add_point(self, point: dict) -> None:
+        self.curve.append(point)
+        for logger in self.loggers:
+            logger.log_point(point)
+
     def _validation_loss(self) -> float:
         """The loss on a fixed batch at the longest length of the current stage."""
         g = torch.Generator().manual_seed(self.config.seed + 7919)
@@ -446,7 +455,7 @@ class Trainer:
             window_loss, window_acc, window_n = window_loss + loss.item(), window_acc + accuracy.item(), window_n + 1
             # a stage's last step closes the logging window too, so no curve point mixes two stages
             if self.step % c.log_every == 0 or self.step == self.plan[stage]["end"]:
-                self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, stage))
+                self._add_point(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, stage))
                 bar.set_postfix(loss=f"{window_loss / window_n:.4f}", acc=f"{window_acc / window_n:.3f}")
                 window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}
             # early stopping ends the run, so only in the last stage of a curriculum
@@ -458,7 +467,7 @@ class Trainer:
             bar.update(1)
         bar.close()
         if window_n:
-            self.curve.append(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, self.stage))
+            self._add_point(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, self.stage))
         self.model.eval()
         self.save()
         return self

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import queue
 import socket
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -91,9 +92,9 @@ class InProcessBackend:
     slots = 1
     in_process = True
 
-    def __init__(self, results_dir: Path, device: str, progress: bool = True):
+    def __init__(self, results_dir: Path, device: str, progress: bool = True, log_to: dict | None = None):
         prepare_worker(None)  # the driver already imported the user's modules
-        self.results_dir, self.device, self.progress = results_dir, device, progress
+        self.results_dir, self.device, self.progress, self.log_to = results_dir, device, progress, log_to
         self.threads = torch.get_num_threads()  # the most it takes (OMP_NUM_THREADS, else one per core)
         self.handles = itertools.count()
         self.runs: dict[int, RunSpec] = {}
@@ -117,7 +118,7 @@ class InProcessBackend:
 
     def wait(self, handles: list, timeout: float | None = None) -> list:
         handle = handles[0]  # trains it now, whatever the timeout
-        self.outcomes[handle] = train_and_evaluate(self.runs.pop(handle), self.results_dir, self.device, self.progress)
+        self.outcomes[handle] = train_and_evaluate(self.runs.pop(handle), self.results_dir, self.device, self.progress, self.log_to)
         return [handle]
 
     def outcome(self, handle) -> dict:
@@ -127,8 +128,18 @@ class InProcessBackend:
         pass
 
 
-def _run_in_worker(run: RunSpec, results_dir: str, device: str) -> dict:
-    return train_and_evaluate(run, results_dir, device, progress=False)
+_PROGRESS = None  # in a pool worker: the queue its runs report their steps to (`LocalBackend.reports`)
+
+
+def _prepare_pool_worker(threads: int, imports: list[str], driver: tuple, progress) -> None:
+    global _PROGRESS
+    prepare_worker(threads, imports, driver)
+    progress.cancel_join_thread()  # a worker never waits on unread reports to exit
+    _PROGRESS = progress
+
+
+def _run_in_worker(run: RunSpec, results_dir: str, device: str, log_to: dict | None = None) -> dict:
+    return train_and_evaluate(run, results_dir, device, progress=False, log_to=log_to, progress_queue=_PROGRESS)
 
 
 class LocalBackend:
@@ -137,18 +148,31 @@ class LocalBackend:
     name = "local"
     in_process = False
 
-    def __init__(self, workers: int, results_dir: Path, device: str, imports: list[str] = ()):
+    def __init__(self, workers: int, results_dir: Path, device: str, imports: list[str] = (), log_to: dict | None = None):
         self.slots = workers
         self.threads = max(1, available_cores() // workers)
-        self.results_dir, self.device = str(results_dir), device
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=prepare_worker, initargs=(self.threads, list(imports), driver_identity()))
+        self.results_dir, self.device, self.log_to = str(results_dir), device, log_to
+        context = multiprocessing.get_context("spawn")
+        self.queue = context.Queue()  # (run id, step, total) from the workers' runs, at each curve point
+        self.pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_prepare_pool_worker,
+                                        initargs=(self.threads, list(imports), driver_identity(), self.queue))
 
     def describe(self) -> str:
         return f"local pool, {self.slots} workers x {self.threads} threads"
 
     def submit(self, run: RunSpec):
-        return self.pool.submit(_run_in_worker, run, self.results_dir, self.device)
+        return self.pool.submit(_run_in_worker, run, self.results_dir, self.device, self.log_to)
+
+    def reports(self) -> dict[str, tuple[int, int]]:
+        """run id -> (step, total steps) of the latest reports since the last call."""
+        latest = {}
+        try:
+            while True:
+                run_id, step, total = self.queue.get_nowait()
+                latest[run_id] = (step, total)
+        except (queue.Empty, OSError, ValueError):
+            pass
+        return latest
 
     def wait(self, handles: list, timeout: float | None = None) -> list:
         """The finished handles: at least one, or none when `timeout` seconds pass first."""
@@ -168,6 +192,8 @@ class LocalBackend:
             for process in list((getattr(self.pool, "_processes", None) or {}).values()):
                 process.terminate()
         self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        self.queue.close()
+        self.queue.cancel_join_thread()
 
 
 def _checkpoint_root(results_dir: str) -> str:
@@ -184,9 +210,9 @@ def _checkpoint_root(results_dir: str) -> str:
         return str(Path(tempfile.gettempdir()) / "statetrack-results")
 
 
-def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int, imports: list[str], driver: tuple) -> dict:
+def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int, imports: list[str], driver: tuple, log_to: dict | None = None) -> dict:
     prepare_worker(threads, imports, driver)  # a Ray worker process may serve many runs: imports are loaded once
-    return _run_in_worker(run, _checkpoint_root(results_dir), device)
+    return _run_in_worker(run, _checkpoint_root(results_dir), device, log_to)
 
 
 class RayBackend:
@@ -198,7 +224,7 @@ class RayBackend:
     in_process = False
 
     def __init__(self, address: str | None, num_cpus: int | None, results_dir: Path, device: str,
-                 cpus_per_run: float = 1, gpus_per_run: float | None = None, imports: list[str] = ()):
+                 cpus_per_run: float = 1, gpus_per_run: float | None = None, imports: list[str] = (), log_to: dict | None = None):
         try:
             import ray
         except ImportError:
@@ -233,7 +259,7 @@ class RayBackend:
         self.task = ray.remote(_ray_task).options(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=2)
         self.results_dir, self.device = str(Path(results_dir).resolve()), device
         self.threads = max(1, int(cpus_per_run))
-        self.imports = list(imports)
+        self.imports, self.log_to = list(imports), log_to
         self.slots = float("inf")  # every run goes to Ray's scheduler at once (an autoscaler sees the demand)
 
     def describe(self) -> str:
@@ -241,7 +267,7 @@ class RayBackend:
                 f"{self.cpus_per_run:g} CPU and {self.gpus_per_run:g} GPU per run")
 
     def submit(self, run: RunSpec):
-        return self.task.remote(run, self.results_dir, self.device, self.threads, self.imports, driver_identity())
+        return self.task.remote(run, self.results_dir, self.device, self.threads, self.imports, driver_identity(), self.log_to)
 
     def wait(self, handles: list, timeout: float | None = None) -> list:
         return self.ray.wait(handles, num_returns=1, timeout=timeout)[0]
@@ -351,16 +377,18 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
 
 
 def make_backend(name: str, workers: int | None, results_dir: Path, device: str, address: str | None = None,
-                 gpus_per_run: float | None = None, imports: list[str] = (), runs: int | None = None, progress: bool = True):
+                 gpus_per_run: float | None = None, imports: list[str] = (), runs: int | None = None, progress: bool = True,
+                 log_to: dict | None = None):
     """The backend for `runs` runs. local: `workers` at a time (default one per core; one on CUDA) on a
     process pool, or in this process when that is one; ray: one Ray task per run on the cluster at
-    `address`, or on a local Ray instance with `workers` CPUs."""
+    `address`, or on a local Ray instance with `workers` CPUs. `log_to`: the loggers each run writes
+    to while it trains (statetrack.loggers.run_loggers)."""
     check_backend(name, workers, address)
     if name == "ray":
-        return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports)
+        return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports, log_to=log_to)
     workers = workers or default_workers(device)
     if runs:  # no more workers than runs
         workers = min(workers, runs)
     if workers == 1:
-        return InProcessBackend(results_dir, device, progress)
-    return LocalBackend(workers, results_dir, device, imports)
+        return InProcessBackend(results_dir, device, progress, log_to)
+    return LocalBackend(workers, results_dir, device, imports, log_to)

@@ -20,7 +20,6 @@ stops a driver like Ctrl-C: its pool's workers are stopped and its claims releas
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import threading
@@ -30,10 +29,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_backend, experiment_device, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
-from statetrack.paths import check_writable, under
+from statetrack.loggers import check_log_to
+from statetrack.paths import check_writable
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS, Store
 from statetrack.train import TrainConfig
@@ -53,45 +52,6 @@ def git_revision() -> str:
 
 
 # ---- TensorBoard ---------------------------------------------------------------------------------
-def tensorboard_writer_class():
-    """torch's SummaryWriter, or a clear error when the `tensorboard` package is missing."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        raise StatetrackError("--tensorboard needs the tensorboard package: pip install 'statetrack[tensorboard]'") from None
-    return SummaryWriter
-
-
-def tensorboard_dir(root: str | Path, run: RunSpec) -> Path:
-    label = f"{run.model_name}_{run.task_name}_lr{run.lr:g}_seed{run.seed}_{run.id[:8]}"
-    return under(root, run.experiment, re.sub(r"[^A-Za-z0-9.=,+-]+", "_", label).strip("_"))
-
-
-def log_tensorboard(root: str | Path, run: RunSpec, store: Store) -> Path:
-    """Write a finished run's training curve (train/loss, train/accuracy and train/<metric> for each
-    of the model's metrics, per step) and its evaluation (eval/accuracy, eval/scaled_accuracy,
-    eval/sequence_accuracy where measured and eval/<metric>, with the length as step) from the store
-    as TensorBoard events. Written by the driver when the run finishes, so it works the same for every backend."""
-    folder = tensorboard_dir(root, run)
-    writer = tensorboard_writer_class()(log_dir=str(folder))
-    try:
-        for point in store.curves(run.id):
-            writer.add_scalar("train/loss", point["loss"], point["step"])
-            writer.add_scalar("train/accuracy", point["accuracy"], point["step"])
-            for name, value in point["metrics"].items():
-                writer.add_scalar(f"train/{name}", value, point["step"])
-        for row in store.evals(run.id):
-            writer.add_scalar("eval/accuracy", row["accuracy"], row["length"])
-            writer.add_scalar("eval/scaled_accuracy", row["scaled_accuracy"], row["length"])
-            if row.get("sequence_accuracy") is not None:
-                writer.add_scalar("eval/sequence_accuracy", row["sequence_accuracy"], row["length"])
-            for name, value in row["metrics"].items():
-                writer.add_scalar(f"eval/{name}", value, row["length"])
-    finally:
-        writer.close()
-    return folder
-
-
 # ---- the driver ----------------------------------------------------------------------------------
 POLL_SECONDS = 1.0  # how often a driver looks in the store for the runs other drivers hold
 
@@ -177,6 +137,11 @@ def describe(run: RunSpec) -> str:
     return f"{run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}"
 
 
+def short(run: RunSpec) -> str:
+    """A run in the progress bar's one line: its model and seed."""
+    return f"{run.model_name} s{run.seed}"
+
+
 def record(store: Store, run: RunSpec, outcome: dict) -> str:
     """Write a worker's outcome to the store (the run must have been started); returns its status:
     'done', 'diverged' (stored done, with `diverged_at` and its evaluations at chance) or 'failed'."""
@@ -203,6 +168,8 @@ def run_experiment(
     address: str | None = None,
     gpus_per_run: float | None = None,
     tensorboard: str | Path | None = None,
+    wandb: str | None = None,
+    mlflow: str | None = None,
     retry_failed: bool = True,
     imports: list[str] = (),
     lease: float = LEASE_SECONDS,
@@ -222,8 +189,10 @@ def run_experiment(
     store is opened, so a bad setting trains nothing and writes nothing.
     """
     check_backend(backend, workers, address, device, gpus_per_run, lease)
+    log_to = {k: v for k, v in {"tensorboard": str(Path(tensorboard).resolve()) if tensorboard else None,
+                                "wandb": wandb, "mlflow": mlflow}.items() if v is not None}
+    check_log_to(log_to)  # fail now, not after the first run
     if tensorboard:
-        tensorboard_writer_class()  # fail now, not after the first run
         check_writable(tensorboard, "--tensorboard folder")
     imports = load_imports(imports, origin="--import")  # before the spec names what they register
     spec = load_spec(name_or_path, scale, overrides, name)
@@ -243,13 +212,15 @@ def run_experiment(
                + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
                + (f", {held} in training by other drivers" if held else ""))
     # the backend first (a Ray cluster that refuses to be joined fails here), then the plan
-    pool = make_backend(backend, workers, results_dir, device, address, gpus_per_run, imports, runs=len(todo), progress=progress) if todo else None
+    pool = make_backend(backend, workers, results_dir, device, address, gpus_per_run, imports, runs=len(todo), progress=progress,
+                        log_to=log_to) if todo else None
     store.set_plan(spec["name"], spec, [plan_entry(r) for r in runs])
     if not todo:
         log(summary)
         return spec, runs
     log(f"{summary}; {pool.describe()}")
     pending, in_flight, elsewhere, started = list(todo), {}, [], 0
+    steps, by_id = {}, {r.id: r for r in todo}  # run id -> (step, total) as pool workers report it
     heartbeat = Heartbeat(store, lease)
     cancel = True
     try:
@@ -275,7 +246,8 @@ def run_experiment(
                     in_flight[pool.submit(run)] = run
                 if not in_flight and not pending:
                     time.sleep(POLL_SECONDS)  # only other drivers' runs are left
-                for handle in pool.wait(list(in_flight), timeout=POLL_SECONDS if elsewhere else None) if in_flight else []:
+                reports = hasattr(pool, "reports")  # pool workers report their steps: wake up to show them
+                for handle in pool.wait(list(in_flight), timeout=POLL_SECONDS if elsewhere or reports else None) if in_flight else []:
                     run = in_flight.pop(handle)
                     outcome = pool.outcome(handle)
                     outcome_status = record(store, run, outcome)
@@ -286,9 +258,12 @@ def run_experiment(
                         say(f"  diverged: {describe(run)} at step {outcome['diverged_at']} (scored as chance)")
                     elif not pool.in_process:
                         say(f"done    {describe(run)}")
-                    if outcome_status != "failed" and tensorboard:
-                        log_tensorboard(tensorboard, run, store)
+                    steps.pop(run.id, None)
                     bar.update(1)
+                if reports:
+                    steps.update(pool.reports())
+                    if steps and progress:
+                        bar.set_postfix_str("; ".join(f"{short(by_id[i])} {s}/{n}" for i, (s, n) in steps.items() if i in by_id), refresh=True)
                 still = []
                 for run in elsewhere:  # finished by their driver, or free again (that driver was killed)
                     if store.status(run.id) != "running":

@@ -29,6 +29,7 @@ from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.spec import RunSpec
 from statetrack.paths import under
 from statetrack.plugins import load_imports
+from statetrack.loggers import ProgressLogger, run_loggers
 from statetrack.tasks import make_task
 from statetrack.train import Diverged, Trainer, TrainConfig
 
@@ -130,7 +131,8 @@ def prepare_worker(threads: int | None, imports: list[str] = (), driver: tuple[s
     load_imports(list(imports))
 
 
-def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "auto", progress: bool = True) -> dict:
+def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "auto", progress: bool = True,
+                       log_to: dict | None = None, progress_queue=None) -> dict:
     """Train and evaluate one run; returns its outcome.
 
     Outcome: {status: 'done', evals, curve, steps, num_parameters, train_seconds, eval_seconds, host,
@@ -141,13 +143,17 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
     it trained with (a run is bit-identical at a fixed thread count only).
     """
     threads = torch.get_num_threads()
+    loggers = []
     try:
         torch.manual_seed(run.seed)  # parameter initialisation
         task = make_task(**run.task)
         model = zoo.build_model(run.model, task.vocab_size, task.num_classes)
         config = TrainConfig.from_dict({**run.train, "device": device})
         path = checkpoint_path(results_dir, run.experiment, run.id)
-        trainer = Trainer(model, task, config, path, progress=progress)
+        loggers = run_loggers(run, log_to or {})
+        if progress_queue is not None:
+            loggers.append(ProgressLogger(progress_queue, run.id, config.steps))
+        trainer = Trainer(model, task, config, path, progress=progress, loggers=loggers)
         try:
             trainer.fit()
         except Diverged as diverged:
@@ -166,6 +172,8 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
                 device=trainer.device, progress=progress, traces=e.get("traces", 0), positions=True,
             )
             evals += [{**row, "variant": variant} for row in rows]
+        for logger in loggers:
+            logger.log_eval(evals)
         return {"status": "done", "evals": evals, "curve": trainer.curve, "steps": trainer.step,
                 "num_parameters": model.num_parameters(), "train_seconds": trainer.seconds,
                 "eval_seconds": time.perf_counter() - start, "host": socket.gethostname(), "threads": threads}
@@ -173,3 +181,6 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
         raise
     except Exception as error:  # recorded, and the grid goes on
         return failed_outcome(f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=5)}", socket.gethostname())
+    finally:
+        for logger in loggers:
+            logger.close()

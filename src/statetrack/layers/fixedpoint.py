@@ -55,7 +55,6 @@ depend on the previous iterate, Bedouin's fixed point need not be unique (the pa
 
 from __future__ import annotations
 
-import math
 
 import torch
 import torch.nn.functional as F
