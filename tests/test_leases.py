@@ -225,6 +225,36 @@ def test_kill_9_of_a_driver_leaves_none_of_its_processes_alive(tiny_spec, tmp_pa
             pass
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+def test_kill_9_of_a_driver_with_a_local_ray_instance_leaves_none_of_rays_processes(tiny_spec, tmp_path):
+    """The same with `--backend ray` and no address: the local Ray instance the driver started (GCS,
+    raylet, its agents, the workers) is gone within seconds of the driver's kill -9."""
+    pytest.importorskip("ray")
+    spec = tiny_spec(steps=100000, seeds="[0, 1]")
+    results = tmp_path / "r"
+    driver = _driver(spec, results, "--backend", "ray", "--workers", "2")
+    try:
+        deadline = time.time() + 180
+        while len(list((results / "tiny" / "checkpoints").glob("*.pt"))) < 2:  # both Ray workers are training
+            assert time.time() < deadline and driver.poll() is None, "the runs never started"
+            time.sleep(0.1)
+        time.sleep(1)  # the reaper has seen every Ray process
+        started = _descendants(driver.pid)
+        names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] for pid in _live(started)}
+        assert any(b"raylet" in n for n in names) and any(n.startswith(b"ray::") for n in names), names
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        deadline = time.time() + 15
+        while _live(started):
+            assert time.time() < deadline, f"processes outlived their driver: {sorted(_live(started))}"
+            time.sleep(0.2)
+    finally:
+        try:
+            os.killpg(driver.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_a_worker_that_is_not_the_drivers_child_watches_for_it():
     """The watchdog (a Ray worker's case, whose parent is Ray's): a process told to die with another
     that is not its parent ends within seconds of that one's kill -9."""

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from statetrack.errors import StatetrackError
+from statetrack.experiments.reaper import start_reaper
 from statetrack.experiments.spec import RunSpec
 from statetrack.experiments.worker import driver_identity, failed_outcome, prepare_worker, train_and_evaluate
 from statetrack.train import resolve_device
@@ -236,6 +237,7 @@ class RayBackend:
                 if address:
                     ray.init(address=address, log_to_driver=False)
                 else:
+                    start_reaper()  # Ray's processes end with this driver, kill -9 included
                     ray.init(num_cpus=num_cpus or available_cores(), include_dashboard=False, log_to_driver=False)
             except ConnectionError as error:
                 raise StatetrackError(
