@@ -62,7 +62,8 @@ def _store(tmp_path, paper=PAPER, seeds=(0, 1)) -> Store:
 def test_report_sets_the_papers_figures_beside_ours_with_verdicts(tmp_path):
     out = write_report("parity", _store(tmp_path), tmp_path)
     md = (out / "report.md").read_text()
-    assert md.index("## Paper vs measured") < md.index("## Claims: did it reproduce?") < md.index("## Headline")
+    # verdicts first, then the accuracy plot, then the figures
+    assert md.index("## Claims: did it reproduce?") < md.index("![accuracy_vs_length]") < md.index("## Paper vs measured") < md.index("## Headline")
     assert "Did it reproduce? 2/6 claims ✓, 1 ✗, 2 not measured, 1 not run at this scale" in md
     figures = md.split("## Paper vs measured")[1].split("\n## ")[0]
     # measured: mean over seeds (the selection) of the mean over lengths 40..256
@@ -200,9 +201,11 @@ def test_index_shows_each_experiments_verdicts(tmp_path):
 def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
     store = _store(tmp_path, seeds=(0,))
     md = (write_report("parity", store, tmp_path) / "report.md").read_text()
-    spread = md.split("## Scaled accuracy, mean ± std over seeds")[1].split("\n## ")[0]
-    assert "±" not in spread and "| parity | DeltaNet [-1,1] | 0.01 | 1.000 | 0.960 | 0.500 |" in spread
-    assert "| :--- | :--- | ---: | ---: | ---: | ---: |" in spread
+    assert "## Scaled accuracy, mean ± std over seeds" not in md and "## Per seed" not in md  # one seed: the headline is all
+    headline = md.split("## Headline")[1].split("\n## ")[0]
+    cells = "\n".join(line for line in headline.splitlines() if line.startswith("|"))
+    assert "±" not in cells and "| DeltaNet [-1,1] | 0.820 | 1.000 | 0.960 | 0.500 |" in cells
+    assert "| :--- | ---: | ---: | ---: | ---: |" in headline and "task parity; lr 0.01" in headline  # one task, one lr: named once
     runs = md.split("## Runs")[1]
     assert "| run | model | task | lr | seed | status |" in runs and "| :--- | :--- | :--- | ---: | ---: | :--- |" in runs
     assert all(f"| {r['id']} | " in runs for r in store.runs("parity"))  # the ids `statetrack analyze` and `load_run` take
@@ -276,3 +279,13 @@ def test_curves_stay_distinguishable_and_loss_ticks_read_plainly():
     labels = {t.get_text() for t in ax.get_yticklabels()}
     plt.close(fig)
     assert {"0.01", "0.1", "1"} <= labels and not any("10^" in t or "$" in t for t in labels)
+
+
+def test_models_with_the_same_figures_are_named_as_answering_alike():
+    from statetrack.report import alike_lines
+
+    rows = [{"model": m, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": 0.5 + v / 2}
+            for m, shift in (("LSTM", 0.0), ("DeltaNet [0,1]", 0.0), ("DeltaNet [-1,1]", 0.5)) for s in (0, 1)
+            for n, v in ((40, 0.01 * s + shift), (256, -0.02 + shift))]
+    lines = alike_lines(summarize(rows))
+    assert len(lines) == 1 and lines[0].startswith("DeltaNet [0,1] and LSTM have the same figures at every length and seed")

@@ -50,15 +50,19 @@ def train_ranges(runs: list[dict]) -> dict:
     return out
 
 
-def _mark_training(ax, lengths: tuple[int, int] | None) -> None:
-    """Shade the training lengths (a dashed line when there is one), labelled for the legend."""
-    if not lengths:
+def _mark_training(ax, lengths: tuple[int, int] | None, shown: list[int]) -> None:
+    """Mark the training lengths on an axis that spans the evaluated lengths `shown`: the part of the
+    training range inside it shaded, and a dashed line at the longest training length when that lies
+    inside it or at its left edge, labelled for the legend."""
+    if not lengths or not shown:
         return
     lo, hi = lengths
-    if lo == hi:
-        ax.axvline(lo, color="0.55", ls="--", lw=1, zorder=0, label=f"training length {lo}")
-    else:
-        ax.axvspan(lo, hi, color="0.93", zorder=0, label=f"training lengths {lo}..{hi}")
+    left, right = min(shown), max(shown)
+    label = f"training length {hi}" if lo == hi else f"training lengths {lo}..{hi}"
+    if lo < hi and hi > left:
+        ax.axvspan(max(lo, left), min(hi, right), color="0.93", zorder=0)
+    if hi <= right:
+        ax.axvline(max(hi, left), color="0.45", ls="--", lw=1, zorder=1, label=label)
 
 
 def _shared_legend(fig, axes) -> None:
@@ -71,30 +75,40 @@ def _shared_legend(fig, axes) -> None:
 
 
 def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | None = None) -> Path:
-    """Per task: each model's headline line, its mean ± std band and faint per-seed lines; the chance
-    level and the training lengths (`training`: {run task: (shortest, longest)}) marked."""
+    """Per task, over the evaluated lengths: each model's headline (the aggregate the tables report,
+    bold with markers), each seed as a thin line of the model's colour, and the mean ± std over seeds
+    as a band, all three in the legend; the chance level and the training lengths (`training`: {run
+    task: (shortest, longest)}) marked at the axis's edge."""
+
     tasks = sorted({e["task"] for e in summary})
     models = list(dict.fromkeys(entry_label(e) for e in summary))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 2) / 3), squeeze=False,
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 4) / 3), squeeze=False,
                              layout="constrained")
+    several = any(len(e["seeds"]) > 1 for e in summary)
     for ax, task in zip(axes[0], tasks):
         entries = [e for e in summary if e["task"] == task]
         for e in entries:
             xs = e["lengths"]
             style = curve_style(models.index(entry_label(e)))
-            ax.plot(xs, [e["headline"][n] for n in xs], label=entry_label(e), zorder=3, **style)
-            for r in e["per_seed"].values():
-                if len(e["per_seed"]) > 1:
-                    ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=style["color"], lw=0.6, alpha=0.35)
+            ax.plot(xs, [e["headline"][n] for n in xs], label=entry_label(e), zorder=3, **{**style, "lw": 2.2})
+            if len(e["per_seed"]) > 1:
+                for r in e["per_seed"].values():
+                    ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=style["color"], ls="-", lw=0.7, alpha=0.45, zorder=2)
             if len(e["seeds"]) > 1:
                 lo = [e["mean"][n] - e["std"][n] for n in xs]
                 hi = [e["mean"][n] + e["std"][n] for n in xs]
-                ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.12)
-        _mark_training(ax, (training or {}).get(entries[0].get("run_task", task)))
-        ax.set_xscale("log")
+                ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.12, lw=0)
         lengths = sorted({n for e in entries for n in e["lengths"]})
+        ax.set_xscale("log")
+        if len(lengths) > 1:
+            pad = (lengths[-1] / lengths[0]) ** 0.04
+            ax.set_xlim(lengths[0] / pad, lengths[-1] * pad)
+        _mark_training(ax, (training or {}).get(entries[0].get("run_task", task)), lengths)
         headline = "mean over seeds" if entries[0]["selection"]["seeds"] == "mean" else "best seed"
-        _score_axes(ax, lengths, "evaluation length", f"scaled accuracy ({headline})", task)
+        _score_axes(ax, lengths, "evaluation length", f"scaled accuracy (bold: {headline})", task)
+    if several:  # how to read the thin lines and the bands, once
+        axes[0][-1].plot([], [], color="0.4", lw=0.7, alpha=0.6, label="one seed (thin)")
+        axes[0][-1].fill_between([], [], [], color="0.4", alpha=0.15, lw=0, label="mean ± std over seeds")
     _shared_legend(fig, axes[0])
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -169,21 +183,43 @@ def stage_starts(store: Store, runs: list[dict]) -> list[tuple[int, int]]:
     return []
 
 
+def chance_loss(runs: list[dict]) -> float | None:
+    """ln C, the cross-entropy of a uniform guess over the C classes of the runs' task, when every run
+    has the same C; None otherwise (or when the task cannot be built here)."""
+    from statetrack.tasks import make_task
+
+    classes = set()
+    for run in runs:
+        try:
+            classes.add(make_task(**((run.get("config") or {}).get("task") or {})).num_classes)
+        except Exception:
+            return None
+    return math.log(classes.pop()) if len(classes) == 1 else None
+
+
 def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
-    """Training loss against step (log scale, plain tick labels), one line per run: the model's
-    colour and style (`curve_style`), seeds of one model in the same colour; dotted lines where
-    curriculum stages begin."""
+    """Training loss against step (log scale, plain tick labels): every run a thin line in its
+    model's colour and style (`curve_style`), one legend entry per model with its number of runs;
+    the loss of a uniform guess (ln C) dotted; dotted lines where curriculum stages begin."""
     models = list(dict.fromkeys(run_label(r) for r in runs))
-    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.2 * (len(runs) + 2) / 3), layout="constrained")
+    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.2 * (len(models) + 3) / 3), layout="constrained")
     low, high = math.inf, 0.0
+    counts = {m: sum(1 for r in runs if run_label(r) == m) for m in models}
+    labelled = set()
     for run in runs:
         curve = [c for c in store.curves(run["id"]) if c["loss"] > 0]
         if curve:
-            style = curve_style(models.index(run_label(run)))
+            model = run_label(run)
+            style = curve_style(models.index(model))
             losses = [c["loss"] for c in curve]
             low, high = min(low, *losses), max(high, *losses)
-            ax.plot([c["step"] for c in curve], losses, color=style["color"], ls=style["ls"], lw=1,
-                    label=f"{run_label(run)} seed {run['seed']} lr {run['lr']:g}")
+            label = None if model in labelled else f"{model} ({counts[model]} run{'s' if counts[model] > 1 else ''})"
+            labelled.add(model)
+            ax.plot([c["step"] for c in curve], losses, color=style["color"], ls=style["ls"], lw=1.1, alpha=0.8, label=label)
+    chance = chance_loss(runs)
+    if chance and high > 0:
+        ax.axhline(chance, color="0.35", ls=":", lw=1, label=f"uniform guess (ln C = {chance:.3g})")
+        low, high = min(low, chance), max(high, chance)
     ax.set_yscale("log")
     if high > 0:
         log_axis(ax.yaxis, low, high)
@@ -193,7 +229,7 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (log scale)")
     ax.grid(axis="y", which="major", color="0.92", lw=0.6)
-    fig.legend(loc="outside lower center", ncol=3, fontsize=7, frameon=False)
+    fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

@@ -339,6 +339,32 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
     return sections, verdicts
 
 
+def _without_constant_columns(note: str, table: tuple) -> tuple[str, tuple]:
+    """The table without its `task` and `lr` columns where every row holds the same value (two rows
+    or more), each such value named in the note instead."""
+    header, body = table
+    dropped = [i for i, name in enumerate(header) if name in ("task", "lr") and len(body) > 1 and len({row[i] for row in body}) == 1]
+    if not dropped:
+        return note, table
+    named = "; ".join(f"{header[i]} {body[0][i]}" for i in dropped)
+    keep = [i for i in range(len(header)) if i not in dropped]
+    return (f"{note}; {named}" if note else named[0].upper() + named[1:]), ([header[i] for i in keep], [[row[i] for i in keep] for row in body])
+
+
+def alike_lines(summary: list[dict]) -> list[str]:
+    """A line for each group of models whose figures are the same at every length and seed on one
+    task: they answer alike on the shared evaluation inputs, as models that give one class for every
+    input do, which would otherwise read like a bug."""
+    groups: dict[tuple, list[str]] = {}
+    for e in summary:
+        figures = tuple(sorted((seed, tuple(sorted(r["scaled"].items()))) for seed, r in e["per_seed"].items()))
+        groups.setdefault((e["task"], figures), []).append(entry_label(e))
+    return [f"{', '.join(names[:-1])} and {names[-1]} have the same figures at every length and seed"
+            + (f" on {task}" if len({e['task'] for e in summary}) > 1 else "")
+            + ": they answer alike on the shared evaluation inputs (typically one class for every input)"
+            for (task, _), names in groups.items() if len(names) > 1]
+
+
 def write_report(experiment: str, store: Store, results_dir: str | Path = "results", description: str = "",
                  selection: dict | None = None, paper: dict | None = None) -> Path:
     """Write results/<experiment>/report.md, report.html and the PNG plots; returns the folder.
@@ -380,14 +406,16 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         train_length = ((plan or {}).get("spec", {}).get("train") or {}).get("max_length")
         plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", train_length))
     plots += plot_traces(store, summary, runs, answer_labels(runs), out)
-    rule = describe_selection(selection)
-    tables = [
-        ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline")),
-        ("Scaled accuracy, best seed", "", table_rows(summary, "best")),
-        ("Scaled accuracy, mean ± std over seeds", "", table_rows(summary, "mean")),
-        ("Per seed at the selected lr", "* marks the best seed", seed_rows(summary)),
-        ("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)),
-    ]
+    rule = describe_selection(selection) + "".join(f". {line}" for line in alike_lines(summary))
+    several_seeds = any(len(e["per_seed"]) > 1 for e in summary)
+    mean_headline = bool(summary) and summary[0]["selection"]["seeds"] == "mean"
+    tables = [("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))]
+    if several_seeds and not mean_headline:  # the best seed is the headline, or a row of the per-seed table
+        tables.append(("Scaled accuracy, mean ± std over seeds", "", table_rows(summary, "mean")))
+    if several_seeds:
+        tables.append(("Per seed at the selected lr", "* marks the best seed", seed_rows(summary)))
+    if any(len(e["lr_scores"]) > 1 for e in summary):
+        tables.append(("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)))
     if any(e["sequence_differs"] for e in summary):
         tables.insert(3, ("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
                           "mean ± std over seeds at the selected lr", sequence_rows(summary)))
@@ -420,26 +448,35 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         tables = sections + tables
     if verdicts:
         status_line += f". Did it reproduce? {verdict_line(verdicts)}"
+    # verdicts first, then the accuracy plot, then the tables (columns that hold one value named in the note), then the other plots
+    tables = [(title, *_without_constant_columns(note, table)) for title, note, table in tables]
+    claims_first = sorted(range(len(tables)), key=lambda i: not tables[i][0].startswith("Claims"))
+    tables = [tables[i] for i in claims_first]
+    lead = 1 if tables and tables[0][0].startswith("Claims") else 0
+    first_plots, other_plots = plots[:1], plots[1:]
     md = [f"# {experiment}", "", description.strip(), "", status_line, ""]
-    for title, note, table in tables:
+    for number, (title, note, table) in enumerate(tables):
+        if number == lead:
+            md += [f"![{p.stem}]({p.name})" for p in first_plots] + [""]
         md += [f"## {title}", ""] + ([note, ""] if note else []) + ([markdown_table(*table), ""] if table[0] else [])
-    md += [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    md += [f"![{p.stem}]({p.name})" for p in other_plots] + [""]
     if missing:
         md += [f"## Missing runs ({len(missing)})", ""] + [f"- {_missing_line(r)}" for r in missing] + [""]
     md += ["## Runs", "", markdown_table(run_header, run_rows), ""]
     (out / "report.md").write_text("\n".join(md))
 
-    images = "".join(
-        f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in plots
-    )
-    sections = "".join(f"<h2>{html.escape(title)}</h2>" + (f"<p>{html.escape(note)}</p>" if note else "")
-                       + (html_table(*table) if table[0] else "") for title, note, table in tables)
+    def images(paths):
+        return "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in paths)
+
+    sections = "".join((images(first_plots) if number == lead else "") + f"<h2>{html.escape(title)}</h2>"
+                       + (f"<p>{html.escape(note)}</p>" if note else "") + (html_table(*table) if table[0] else "")
+                       for number, (title, note, table) in enumerate(tables))
     missing_html = "".join(f"<li>{html.escape(_missing_line(r))}</li>" for r in missing)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(experiment)}</title>
 <style>{STYLE}</style></head><body>
 <h1>{html.escape(experiment)}</h1><p>{html.escape(description)}</p><p>{html.escape(status_line)}</p>
 {sections}
-{images}
+{images(other_plots)}
 {f"<h2>Missing runs ({len(missing)})</h2><ul>" + missing_html + "</ul>" if missing else ""}
 <h2>Runs</h2>{html_table(run_header, run_rows)}
 </body></html>"""
