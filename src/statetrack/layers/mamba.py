@@ -1,7 +1,10 @@
 """Selective state-space mixers: Mamba (S6; Gu & Dao 2023) and Mamba-2 (Dao & Gu 2024), both with
 the eigenvalue-range switch of Grazzi et al. 2025.
 
-Mamba runs its recurrence through the diagonal scan op h_t = a_t * h_{t-1} + b_t. Mamba-2, whose
+Mamba runs its recurrence h_t = a_t * h_{t-1} + b_t, with its read-out, through the selective
+scan op (`statetrack.ops.selective`): on CPU one fused compiled loop per (batch row, channel) that
+never forms the [B, T, E, N] transitions, inputs or states; elsewhere those tensors and the
+diagonal scan op. Mamba-2, whose
 decay is one scalar per head, runs the same recurrence in its chunked matrix form (`ssd_scan`, the
 state-space duality of Dao & Gu 2024): inside a chunk of Q steps the output is a masked, decayed
 product of C and B (matrix products, no [B, T, H, P, N] tensor), and the state crosses chunks
@@ -30,6 +33,7 @@ from statetrack.layers.common import (
 )
 from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
+from statetrack.ops.selective import native_applies, selective_scan
 
 
 SSD_CHUNK = 16  # Mamba-2's chunk length: the in-chunk form costs O(Q) per token, the chunk states O(P N / Q)
@@ -229,9 +233,15 @@ class Mamba(Spectral, nn.Module):
         check_input(x, self.d_model, type(self).__name__)
         conv_state, h0 = state if state is not None else (None, None)
         u, z, dt, B_t, C_t, conv_state = self._projections(x, conv_state)
-        a, b = _SelectiveInputs.apply(dt, self.A_log, u, B_t, EIG_RANGES[self.eig_range])  # [B, T, E, N]
-        h, h_last = diagonal_scan(a, b, h0)
-        y = _ReadOut.apply(h, C_t) + self.D * u
+        scale = EIG_RANGES[self.eig_range]
+        if native_applies(u, dt, B_t, C_t, self.A_log, *(() if h0 is None else (h0,))):
+            # the fused loop (statetrack.ops.selective): no [B, T, E, N] tensor either way
+            y, h_last = selective_scan(u, dt, self.A_log.exp(), B_t, C_t, h0, scale=scale, impl="native")
+        else:  # CUDA, no C compiler, other dtypes: the materialised form
+            a, b = _SelectiveInputs.apply(dt, self.A_log, u, B_t, scale)  # [B, T, E, N]
+            h, h_last = diagonal_scan(a, b, h0)
+            y = _ReadOut.apply(h, C_t)
+        y = y + self.D * u
         return self.out_proj(y * F.silu(z)), (conv_state, h_last)
 
     def transition_eigenvalues(self, x):

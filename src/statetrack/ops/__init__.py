@@ -19,6 +19,7 @@ from statetrack.ops.fixed_point import (
     fixed_point_iteration_reference,
 )
 from statetrack.ops.nonlinear import nru_recurrence, nru_recurrence_reference, slstm_recurrence, slstm_recurrence_reference
+from statetrack.ops.selective import selective_scan, selective_scan_reference
 
 __all__ = [
     "bedouin_iteration",
@@ -37,6 +38,8 @@ __all__ = [
     "fixed_point_iteration_reference",
     "nru_recurrence",
     "nru_recurrence_reference",
+    "selective_scan",
+    "selective_scan_reference",
     "slstm_recurrence",
     "slstm_recurrence_reference",
 ]

@@ -14,7 +14,9 @@ cells (sLSTM, NRU) must step token by token; `nonlinear.c` runs their inference 
 pays a dozen op dispatches per token for a few thousand multiply-adds. One iteration of the fixed-point
 RNNs (`fixed_point.c`) is a Householder product per token and a diagonal scan (for Bedouin with a
 matrix state and its read-out), a dozen PyTorch passes over memory fused into one, and so is its
-backward.
+backward. Mamba's selective scan (`selective_scan.c`) fuses its discretisation, the diagonal scan and
+the read-out over the [B, T, E, N] state per (batch row, channel), so neither direction writes a
+tensor of that size.
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
@@ -48,7 +50,7 @@ from pathlib import Path
 import torch
 
 SOURCES = [Path(__file__).with_name(name) for name in (
-    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c")]
+    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c", "selective_scan.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 LIBS = ["-lm"]  # after the sources: expf, tanhf, ... of nonlinear.c
 OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
@@ -120,6 +122,9 @@ def _declare(library):
         getattr(library, f"fixed_point_{suffix}_backward").argtypes = [P] * 16 + [I] * 5
         getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 12 + [I] * 6
         getattr(library, f"bedouin_{suffix}_backward").argtypes = [P] * 20 + [I] * 6
+    for suffix, S in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
+        getattr(library, f"selective_scan_{suffix}_forward").argtypes = [P] * 9 + [S] + [I] * 5
+        getattr(library, f"selective_scan_{suffix}_backward").argtypes = [P] * 14 + [S] + [I] * 5
     return library
 
 
