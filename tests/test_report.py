@@ -289,3 +289,14 @@ def test_models_with_the_same_figures_are_named_as_answering_alike():
             for n, v in ((40, 0.01 * s + shift), (256, -0.02 + shift))]
     lines = alike_lines(summarize(rows))
     assert len(lines) == 1 and lines[0].startswith("DeltaNet [0,1] and LSTM have the same figures at every length and seed")
+
+
+def test_an_extrapolation_report_of_one_task_and_lr_names_them_once(tmp_path):
+    """The check-mark table carries its count of text columns: dropping the one-valued task and lr
+    columns keeps it right (a model column of text, then figures)."""
+    store = _store(tmp_path)
+    md = (write_report("parity", store, tmp_path, selection={"criterion": "extrapolation"}) / "report.md").read_text()
+    table = md.split("## Extrapolation")[1].split("\n## ")[0]
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    assert lines[0].startswith("| model |") and "task" not in lines[0] and lines[1].startswith("| :--- | ---: |")
+    assert "task parity" in table

@@ -341,14 +341,17 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
 
 def _without_constant_columns(note: str, table: tuple) -> tuple[str, tuple]:
     """The table without its `task` and `lr` columns where every row holds the same value (two rows
-    or more), each such value named in the note instead."""
-    header, body = table
+    or more), each such value named in the note instead; a table's count of leading text columns
+    (its third item, when it has one) shrinks with them."""
+    header, body, *left = table  # (header, body) or (header, body, the number of text columns first)
     dropped = [i for i, name in enumerate(header) if name in ("task", "lr") and len(body) > 1 and len({row[i] for row in body}) == 1]
     if not dropped:
         return note, table
     named = "; ".join(f"{header[i]} {body[0][i]}" for i in dropped)
     keep = [i for i in range(len(header)) if i not in dropped]
-    return (f"{note}; {named}" if note else named[0].upper() + named[1:]), ([header[i] for i in keep], [[row[i] for i in keep] for row in body])
+    left = [n - sum(1 for i in dropped if i < n) for n in left]
+    return (f"{note}; {named}" if note else named[0].upper() + named[1:]), \
+        ([header[i] for i in keep], [[row[i] for i in keep] for row in body], *left)
 
 
 def alike_lines(summary: list[dict]) -> list[str]:
