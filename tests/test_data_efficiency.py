@@ -224,8 +224,8 @@ def test_report_plots_accuracy_against_n(spec_file, tmp_path, capsys):
     out = write_report("dataeff", store, results)
     assert (out / "accuracy_vs_dataset_size.png").stat().st_size > 0
     md = (out / "report.md").read_text()
-    assert "## Data efficiency" in md and "| task | model | length | N=2 | N=16 |" in md
-    assert md.count("| modadd(m=3) | LSTM | 9 |") == 1  # one row per model, figures at length 9
+    assert "## Data efficiency" in md and "| model | length | N=2 | N=16 |" in md and "task modadd(m=3)" in md  # one task: named once
+    assert md.count("| LSTM | 9 |") == 1  # one row per model, figures at length 9
     headline = md.split("## Headline")[1].split("##")[0]
     for model in ("LSTM", "DeltaNet [-1,1]"):  # runs differing only in N stay apart
         assert f"| {model} N=2 |" in headline and f"| {model} N=16 |" in headline
