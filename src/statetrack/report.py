@@ -228,13 +228,14 @@ def spec_paper(experiment: str, scale: str | None = None) -> dict | None:
 
 
 def _figure(value, measure: str) -> str:
-    """A paper's or a measured figure: text as given, a length as an integer ("none" for 0), else 3 decimals."""
+    """A paper's or a measured figure: text as given, a length as an integer ("none" for 0; a mean of
+    lengths over seeds to one decimal), else 3 decimals."""
     if value is None:
         return "-"
     if isinstance(value, str):
         return value
     if measure == "extrapolation":
-        return f"{value:g}" if value else "none"
+        return ("none" if not value else f"{value:g}" if float(value).is_integer() else f"{value:.1f}")
     return f"{value:.3f}"
 
 
