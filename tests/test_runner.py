@@ -170,3 +170,18 @@ def test_a_backend_that_cannot_start_records_no_plan(tiny_spec, tmp_path, monkey
         run_experiment(str(tiny_spec()), results_dir=tmp_path / "r", progress=False, log=lambda *a: None)
     store = Store(tmp_path / "r" / "statetrack.db")
     assert store.plan("tiny") is None and store.runs("tiny") == []
+
+
+def test_a_plan_relabels_its_stored_runs(tiny_spec, tmp_path):
+    """A label follows the latest plan: a run stored as 'LSTM' that a later plan calls 'LSTM (d_model=8)'
+    (another LSTM beside it) is reported under the new label, with its results unchanged."""
+    path = str(tiny_spec())
+    run_experiment(path, results_dir=tmp_path / "r", progress=False, log=lambda *a: None)
+    store = Store(tmp_path / "r" / "statetrack.db")
+    runs = expand(load_spec(path))
+    before = {r["id"]: r["model"] for r in store.runs("tiny")}
+    store.set_plan("tiny", {"name": "tiny"}, [{"id": r.id, "model": f"{r.model_name} (relabelled)", "task": r.task_name,
+                                               "lr": r.lr, "seed": r.seed} for r in runs])
+    after = {r["id"]: r["model"] for r in store.runs("tiny")}
+    assert after == {i: f"{m} (relabelled)" for i, m in before.items()}
+    assert {row["model"] for row in store.results("tiny")} == set(after.values())

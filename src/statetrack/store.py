@@ -385,13 +385,19 @@ class Store:
 
     def set_plan(self, experiment: str, spec: dict, runs: list[dict]) -> None:
         """Record what `statetrack run` expanded: the resolved spec and one {id, model, task, lr, seed} per run.
-        The latest plan of an experiment replaces the earlier one (the report follows the last command)."""
+        The latest plan of an experiment replaces the earlier one (the report follows the last command).
+        A stored run of the plan takes the plan's model and task labels: a label tells models of one
+        plan apart (`Mamba [0,1] (num_layers=2)` beside a one-layer Mamba), so it follows the plan,
+        while the run itself (its id, its configuration) is the same."""
         check_name(experiment)
         with self._connect() as db:
             db.execute(
                 "INSERT OR REPLACE INTO plans (experiment, scale, spec, runs, created_at) VALUES (?, ?, ?, ?, ?)",
                 (experiment, spec.get("scale"), json.dumps(spec, sort_keys=True), json.dumps(runs), time.time()),
             )
+            db.executemany("UPDATE runs SET model = ?, task = ? WHERE id = ? AND experiment = ? AND (model != ? OR task != ?)",
+                           [(r["model"], r["task"], r["id"], experiment, r["model"], r["task"]) for r in runs
+                            if "model" in r and "task" in r and "id" in r])
 
     def finish_run(self, run_id: str, evals: list[dict], curve: list[dict], steps: int, num_parameters: int, train_seconds: float,
                    eval_seconds: float, host: str | None = None, diverged_at: int | None = None, threads: int | None = None) -> None:
