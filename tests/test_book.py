@@ -77,6 +77,10 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
     runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1]", "eval.samples=16"], workers=1, progress=False, name="demo")
     book.write_snapshot(store, "demo", "book", {"seconds": 2.0, "runs": 3, "workers": 1})
     assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 2.0
+    # a plan that adds runs to it (another seed beside): the parts add up
+    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1, 2]", "eval.samples=16"], workers=1, progress=False, name="demo")
+    book.write_snapshot(store, "demo", "book", {"seconds": 4.0, "runs": 3, "workers": 1})
+    assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 6.0
 
 
 def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(monkeypatch, tmp_path):

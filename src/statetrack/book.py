@@ -64,8 +64,9 @@ def describe_machine(info: dict) -> str:
 def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | None = None) -> Path:
     """Export the experiment's latest plan and its finished rows to its snapshot file; `part`
     ({seconds, runs, workers}: the wall time of one `reproduce` of it that trained `runs` runs) is
-    added to the parts of the snapshot it replaces when that one has the same plan (a resumed suite
-    adds up its parts), and starts the list afresh otherwise."""
+    added to the parts of the snapshot it replaces when every run of that one's plan is in this plan
+    (a resumed suite adds up its parts, and so does a plan that adds runs to it), and starts the
+    list afresh otherwise (the earlier time went partly into runs this plan no longer has)."""
     from statetrack.experiments.runner import git_revision
     from statetrack.scoring import planned_ids
 
@@ -78,7 +79,7 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
     parts = []
     if path.exists():
         before = json.loads(path.read_text())
-        if sorted(r["id"] for r in before.get("plan", [])) == sorted(ids):
+        if {r["id"] for r in before.get("plan", [])} <= set(ids):
             parts = before.get("parts", [])
     if part and part.get("runs"):
         parts.append({**part, "finished": time.strftime("%Y-%m-%d"), "machine": machine()})
