@@ -197,24 +197,24 @@ def _live(pids) -> set[int]:
     return live
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
-def test_kill_9_of_a_driver_leaves_none_of_its_processes_alive(tiny_spec, tmp_path):
-    """kill -9 of the driver alone (its workers are in its process group and are not signalled): the
-    pool workers, busy training, and every other process it started are gone within seconds, so
-    none goes on to write a checkpoint that a driver taking the run over also writes."""
-    spec = tiny_spec(steps=100000, seeds="[0, 1]")
-    results = tmp_path / "r"
-    driver = _driver(spec, results, "--workers", "2")
+def _kill_9_once_training(spec, results, *extra, settle: float = 0.0, grace: float = 10, check=None) -> None:
+    """Start a driver on two long runs, wait until both train (their checkpoints exist), kill -9 the
+    driver alone and assert that every process it had started is gone within `grace` seconds;
+    `check(pids)` looks at them first."""
+    driver = _driver(spec, results, *extra)
     try:
         deadline = time.time() + 180
         while len(list((results / "tiny" / "checkpoints").glob("*.pt"))) < 2:  # both workers are training
             assert time.time() < deadline and driver.poll() is None, "the runs never started"
             time.sleep(0.1)
+        time.sleep(settle)
         started = _descendants(driver.pid)
         assert len(started) >= 2, started
+        if check:
+            check(_live(started))
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
-        deadline = time.time() + 10
+        deadline = time.time() + grace
         while _live(started):
             assert time.time() < deadline, f"processes outlived their driver: {sorted(_live(started))}"
             time.sleep(0.1)
@@ -226,33 +226,26 @@ def test_kill_9_of_a_driver_leaves_none_of_its_processes_alive(tiny_spec, tmp_pa
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
+def test_kill_9_of_a_driver_leaves_none_of_its_processes_alive(tiny_spec, tmp_path):
+    """kill -9 of the driver alone (its workers are in its process group and are not signalled): the
+    pool workers, busy training, and every other process it started are gone within seconds, so
+    none goes on to write a checkpoint that a driver taking the run over also writes."""
+    _kill_9_once_training(tiny_spec(steps=100000, seeds="[0, 1]"), tmp_path / "r", "--workers", "2")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
 def test_kill_9_of_a_driver_with_a_local_ray_instance_leaves_none_of_rays_processes(tiny_spec, tmp_path):
     """The same with `--backend ray` and no address: the local Ray instance the driver started (GCS,
     raylet, its agents, the workers) is gone within seconds of the driver's kill -9."""
     pytest.importorskip("ray")
-    spec = tiny_spec(steps=100000, seeds="[0, 1]")
-    results = tmp_path / "r"
-    driver = _driver(spec, results, "--backend", "ray", "--workers", "2")
-    try:
-        deadline = time.time() + 180
-        while len(list((results / "tiny" / "checkpoints").glob("*.pt"))) < 2:  # both Ray workers are training
-            assert time.time() < deadline and driver.poll() is None, "the runs never started"
-            time.sleep(0.1)
-        time.sleep(1)  # the reaper has seen every Ray process
-        started = _descendants(driver.pid)
-        names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] for pid in _live(started)}
+
+    def rays_own(pids):
+        names = {Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] for pid in pids}
         assert any(b"raylet" in n for n in names) and any(n.startswith(b"ray::") for n in names), names
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
-        deadline = time.time() + 15
-        while _live(started):
-            assert time.time() < deadline, f"processes outlived their driver: {sorted(_live(started))}"
-            time.sleep(0.2)
-    finally:
-        try:
-            os.killpg(driver.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+
+    # settle: the reaper has seen every Ray process
+    _kill_9_once_training(tiny_spec(steps=100000, seeds="[0, 1]"), tmp_path / "r", "--backend", "ray", "--workers", "2",
+                          settle=1.0, grace=15, check=rays_own)
 
 
 def test_a_worker_that_is_not_the_drivers_child_watches_for_it():
