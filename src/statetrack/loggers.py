@@ -12,6 +12,7 @@ packages, imported when a logger is made, with an error naming the extra to inst
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -125,18 +126,21 @@ class MLflowLogger(Logger):
     def __init__(self, tracking_uri: str, experiment: str, name: str, params: dict):
         try:
             import mlflow
+            from mlflow.entities import Param
         except ImportError:
             raise StatetrackError("MLflow logging needs the mlflow package: pip install 'statetrack[mlflow]'") from None
         self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
         self.run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
-        for key, value in params.items():
-            self.client.log_param(self.run_id, key, str(value)[:6000])
+        self.client.log_batch(self.run_id, params=[Param(key, str(value)[:6000]) for key, value in params.items()])
 
     def _log(self, values: dict[str, float], step: int) -> None:
-        for key, value in values.items():
-            self.client.log_metric(self.run_id, key, value, step=step)
+        """One request per point, not one per metric."""
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(key, value, stamp, step) for key, value in values.items()])
 
     def log_point(self, point: dict) -> None:
         self._log(scalars("train", point, ("loss", "accuracy")), point["step"])

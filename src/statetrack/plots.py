@@ -5,6 +5,7 @@ them in the page."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -188,10 +189,11 @@ def chance_loss(runs: list[dict]) -> float | None:
     has the same C; None otherwise (or when the task cannot be built here)."""
     from statetrack.tasks import make_task
 
+    tasks = {json.dumps((run.get("config") or {}).get("task") or {}, sort_keys=True) for run in runs}  # each task built once
     classes = set()
-    for run in runs:
+    for task in tasks:
         try:
-            classes.add(make_task(**((run.get("config") or {}).get("task") or {})).num_classes)
+            classes.add(make_task(**json.loads(task)).num_classes)
         except Exception:
             return None
     return math.log(classes.pop()) if len(classes) == 1 else None

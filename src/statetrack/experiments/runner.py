@@ -51,7 +51,6 @@ def git_revision() -> str:
         return "unknown"
 
 
-# ---- TensorBoard ---------------------------------------------------------------------------------
 # ---- the driver ----------------------------------------------------------------------------------
 POLL_SECONDS = 1.0  # how often a driver looks in the store for the runs other drivers hold
 

@@ -27,9 +27,9 @@ from statetrack import zoo
 from statetrack.allocator import keep_freed_memory
 from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.spec import RunSpec
+from statetrack.loggers import ProgressLogger, run_loggers
 from statetrack.paths import under
 from statetrack.plugins import load_imports
-from statetrack.loggers import ProgressLogger, run_loggers
 from statetrack.tasks import make_task
 from statetrack.train import Diverged, Trainer, TrainConfig
 
