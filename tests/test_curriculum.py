@@ -1,6 +1,8 @@
 """Curriculum training (stages of task parameters and lengths), task-defined losses and metrics (the
 PFSA belief KL and total-variation distance), and per-reveal accuracy on REPL traces."""
 
+import re
+
 import pytest
 import torch
 from cli_helpers import run_cli
@@ -64,28 +66,28 @@ def test_a_resumed_run_continues_in_its_stage(tmp_path):
     "curriculum, steps, expected",
     [
         ([], None, "train.curriculum must be a non-empty list of stages"),
-        ([{"steps": 0, "length": 2}], None, "stage 1: steps must be an integer >= 1"),
-        ([{"steps": 5, "lenght": 2}], None, "stage 1: unknown key 'lenght'"),
+        ([{"steps": 0, "length": 2}], None, "train.curriculum[0].steps must be an integer >= 1, got 0"),
+        ([{"steps": 5, "lenght": 2}], None, "train.curriculum[0]: unknown key 'lenght'"),
         ([{"steps": 5, "length": 2, "min_length": 1}], None, "give length, or min_length and max_length"),
         ([{"steps": 5, "min_length": 4, "max_length": 2}], None, "1 <= min_length <= max_length"),
         ([{"steps": 5, "length": 2, "task": 3}], None, "task must be a mapping"),
-        ([{"steps": 5, "length": 2}], 7, "train.steps is 7, but the curriculum's stages add up to 5"),
+        ([{"steps": 5, "length": 2}], 7, "train: steps is 7, but the curriculum's stages add up to 5"),
     ],
 )
 def test_malformed_curricula_are_one_line(curriculum, steps, expected):
     values = {"curriculum": curriculum, **({"steps": steps} if steps else {})}
-    with pytest.raises(StatetrackError, match=expected.replace("[", r"\[").replace("(", r"\(")):
+    with pytest.raises(StatetrackError, match=re.escape(expected)):
         TrainConfig.from_dict(values)
 
 
 def test_stage_tasks_must_share_tokens_and_make_their_lengths():
     task = make_task("repl", n=3)
-    with pytest.raises(StatetrackError, match="stage 1: .* changes the task's tokens"):
+    with pytest.raises(StatetrackError, match="curriculum\\[0\\]: .* changes the task's tokens"):
         Trainer(_model(task), task, _config(curriculum=[{"steps": 2, "length": 2, "task": {"n": 4}}]), progress=False)
-    with pytest.raises(StatetrackError, match="stage 2: task 'repl': length must be an integer >= 4"):
+    with pytest.raises(StatetrackError, match="curriculum\\[1\\]: task 'repl': length must be an integer >= 4"):
         Trainer(_model(task), task, _config(curriculum=[STAGES[0], {"steps": 2, "length": 2, "task": {"spacing": 4}}]),
                 progress=False)
-    with pytest.raises(StatetrackError, match="cannot go with train.dataset_size"):
+    with pytest.raises(StatetrackError, match="train: curriculum draws fresh batches in each stage; it cannot go with dataset_size"):
         TrainConfig.from_dict({"curriculum": STAGES, "dataset_size": 8})
 
 
@@ -115,7 +117,7 @@ seeds: [0]
     bad = spec.read_text().replace("task: {spacing: 1}", "task: {n: 4}")
     spec.write_text(bad)
     code, _, err = run_cli(capsys, "run", str(spec), "--results-dir", str(tmp_path / "r2"))
-    assert code == 2 and "train.curriculum stage 1: {'n': 4} changes the task's tokens or answers" in err
+    assert code == 2 and "train.curriculum[0]: {'n': 4} changes the task's tokens or answers" in err
     assert not (tmp_path / "r2").exists()
 
 

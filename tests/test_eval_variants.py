@@ -164,9 +164,9 @@ def test_variants_are_scored_stored_and_reported(tmp_path):
 
 
 @pytest.mark.parametrize("variants, message", [
-    ([{"pattern": "two_isi"}], "must map names"),
-    ({"two isi": {"pattern": "two_isi"}}, "must map names"),
-    ({"empty": {}}, "must map names"),
+    ([{"pattern": "two_isi"}], "eval.variants must be a mapping from names"),
+    ({"two isi": {"pattern": "two_isi"}}, "eval.variants must be a mapping from names"),
+    ({"empty": {}}, "eval.variants must be a mapping from names"),
     ({"bad": {"pattern": "three_isi"}}, "eval variant 'bad'.*unknown pattern"),
     ({"short": {"pattern": "two_isi", "long_iti": 400}}, "eval variant 'short'.*length"),
     ({"another_preset": {"preset": "long", "isi": 10}}, None),  # keeps the tokens and answers: accepted
@@ -228,7 +228,7 @@ def test_a_task_entry_carries_its_own_train_and_eval_settings(tmp_path):
     bad = text.replace("eval: {lengths: [600]}", "eval: {lengths: [100]}")  # shorter than the phase-alignment patterns need
     with pytest.raises(StatetrackError, match="eval variant 'two_isi'"):
         expand(load_spec(str(_spec(tmp_path, bad))))
-    with pytest.raises(StatetrackError, match="unknown eval setting 'length'"):
+    with pytest.raises(StatetrackError, match="tasks\\[1\\].eval: unknown key 'length'; expected one of: lengths, samples"):
         expand(load_spec(str(_spec(tmp_path, text.replace("eval: {lengths: [600]}", "eval: {length: [600]}")))))
     with pytest.raises(StatetrackError, match="train must be a mapping"):
         expand(load_spec(str(_spec(tmp_path, text.replace("train: {min_length: 600, max_length: 600}", "train: 600")))))

@@ -11,7 +11,7 @@ from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_reachable
 from statetrack.experiments.spec import expand, load_spec, shipped_specs
-from statetrack.scoring import SCALES
+from statetrack.schema import SCALES
 
 
 @pytest.mark.parametrize("scale", SCALES)

@@ -156,7 +156,7 @@ def test_a_claim_naming_an_unplanned_model_or_scale_is_listed_as_not_run():
     assert verdict["verdict"] == NOT_RUN and verdict["unplanned"] == ["Mamba [-1,1]"]
     verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "scale": "paper"}, rows)
     assert verdict["verdict"] == NOT_RUN and verdict["reason"] == "a claim of the paper scale"
-    with pytest.raises(StatetrackError, match="claims\\[0\\].seeds: unknown rule 'most'; expected one of: majority, all, best"):
+    with pytest.raises(StatetrackError, match="unknown paper.claims\\[0\\].seeds 'most'; expected one of: majority, all, best"):
         _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "most"}, rows)
 
 
@@ -215,18 +215,18 @@ def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
 
 
 @pytest.mark.parametrize("paper, message", [
-    ("Grazzi", "paper must be a mapping with keys: source, metric"),
-    ({"figures": {}}, "paper.source must say where the figures come from"),
+    ("Grazzi", "paper must be a mapping of settings, got 'Grazzi'"),
+    ({"figures": {}}, "paper.source is required"),
     ({"source": "x", "table": 1}, "paper: unknown key 'table'; expected one of: source, metric, measure"),
-    ({"source": "x", "measure": "best"}, "paper.measure: unknown measure 'best'; expected one of: scaled, sequence, extrapolation"),
+    ({"source": "x", "measure": "best"}, "paper.measure must be one of: scaled, sequence, extrapolation, or metric:NAME"),
     ({"source": "x", "lengths": [256, 40]}, "paper.lengths must be a test length or [shortest, longest], got [256, 40]"),
     ({"source": "x", "figures": {"LSTM": [1]}}, "the figure of 'LSTM' must be a number or a short text"),
     ({"source": "x", "figures": {"GRU": 1.0}}, "paper.figures: unknown model 'GRU'; expected one of: DeltaNet [-1,1], LSTM"),
     ({"source": "x", "figures": {"copy": {"LSTM": 1.0}}}, "paper.figures: unknown task 'copy'; expected one of: modadd(m=3)"),
-    ({"source": "x", "claims": [{"text": "t", "model": "LSTM"}]}, "claims[0] needs exactly one of at_least, below, beats, got 0"),
+    ({"source": "x", "claims": [{"text": "t", "model": "LSTM"}]}, "paper.claims[0]: needs exactly one of at_least, below, beats, got 0"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "at_least": "high"}]}, "claims[0].at_least must be a number, got 'high'"),
-    ({"source": "x", "claims": [{"model": "LSTM", "below": 0.5}]}, "claims[0].text must state the claim in words"),
-    ({"source": "x", "claims": [{"text": "t", "at_least": 0.5}]}, "claims[0] names no model"),
+    ({"source": "x", "claims": [{"model": "LSTM", "below": 0.5}]}, "paper.claims[0].text is required"),
+    ({"source": "x", "claims": [{"text": "t", "at_least": 0.5}]}, "paper.claims[0].model is required"),
     ({"source": "x", "claims": [{"text": "t", "model": "Mamba", "below": 0.5}]},
      "paper.claims[0]: unknown model 'Mamba'; expected one of: DeltaNet [-1,1], LSTM"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "beats": "GRU"}]}, "paper.claims[0]: unknown model 'GRU'"),

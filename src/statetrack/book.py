@@ -28,9 +28,10 @@ from pathlib import Path
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import shipped_specs
-from statetrack.report import (claim_measured, claim_test, markdown_table, paper_tables, spec_paper, table_rows, verdict_line)
-from statetrack.scoring import (FAIL, NOT_MEASURED, NOT_RUN, PASS, SCALES, claim_verdicts, paper_of, planned_names,
-                                selection_of, summarize)
+from statetrack.report import claim_measured, claim_test, markdown_table, paper_tables, spec_paper, table_rows, verdict_line
+from statetrack.schema import SCALES
+from statetrack.scoring import (FAIL, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, planned_names, selection_of,
+                                summarize)
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1

@@ -1,19 +1,24 @@
-"""The models catalogue: the models tables of docs/models.md and README.md are generated from the
-registry, between the markers below. Rewrite both with `python -m statetrack.catalog --write`;
-a test fails when either is stale.
+"""The catalogue, generated from the registries: the models tables of docs/models.md and README.md
+(between the markers below; rewrite both with `python -m statetrack.catalog --write`, a test fails
+when either is stale), and the JSON Schema of an experiment spec with every registered model's and
+task's parameters (`statetrack schema`).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import itertools
 import json
 import sys
+import types
+import typing
 from pathlib import Path
 
-from statetrack import zoo
+from statetrack import schema, zoo
 from statetrack.layers.common import EIG_RANGES
 from statetrack.layers.transformer import POSITIONAL
+from statetrack.tasks.registry import TASKS
 
 COMMAND = "python -m statetrack.catalog --write"
 BEGIN = f"<!-- generated: models table ({COMMAND}) -->"
@@ -95,6 +100,50 @@ def readme_table() -> str:
         params = ", ".join(f"`{k}`" for k in zoo.mixer_parameters(name)) or "-"
         lines.append(f"| `{name}` | {_cell(' / '.join(display_names(name)))} | {params} | {_cell(summary(name))} |")
     return "\n".join(lines)
+
+
+JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def _parameter_schema(parameter: inspect.Parameter, choices: tuple | None = None) -> dict:
+    """A signature parameter's JSON Schema: `choices` as an enum, else the types its annotation
+    names (int, float, bool, str, None), else its default's type; and its default."""
+    annotation, default = parameter.annotation, parameter.default
+    union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
+    kinds = typing.get_args(annotation) if union else (annotation,)
+    named = sorted({"null" if k is type(None) else JSON_TYPES.get(k) for k in kinds} - {None}) if all(
+        k is type(None) or k in JSON_TYPES for k in kinds) else []
+    if not named and type(default) in JSON_TYPES:
+        named = [JSON_TYPES[type(default)]]
+    out: dict = {"enum": list(choices)} if choices else {"type": named[0] if len(named) == 1 else named} if named else {}
+    if default is not inspect.Parameter.empty:
+        out["default"] = default
+    return out
+
+
+def _signature(cls, skip: tuple) -> dict[str, inspect.Parameter]:
+    try:
+        signature = inspect.signature(cls.__init__, eval_str=True)
+    except (NameError, TypeError):  # an annotation that does not evaluate: the defaults alone say the types
+        signature = inspect.signature(cls.__init__)
+    return {p.name: p for p in signature.parameters.values() if p.name not in ("self", *skip)
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
+def spec_json_schema() -> dict:
+    """The JSON Schema of an experiment spec (statetrack.schema), with every registered model (and
+    preset) and task named with its parameters, read from the signatures."""
+    stack = {"d_model": {"type": "integer", "minimum": 1, "description": "model width"},
+             "width": {"type": "integer", "minimum": 1, "description": "a synonym of d_model"},
+             "params": {"type": "number", "exclusiveMinimum": 0, "description": "a per-layer parameter budget that chooses d_model"},
+             "num_layers": {"type": "integer", "minimum": 1}, "mlp": {"type": "boolean", "description": "an MLP after each mixer"}}
+    models = {}
+    for name, entry in zoo.MODELS.items():
+        models[name] = {**stack, **{k: _parameter_schema(p, CHOICES.get(k)) for k, p in _signature(entry.mixer, ("d_model",)).items()}}
+    for preset, fixed in zoo.PRESETS.items():
+        models[preset] = {k: v for k, v in models[fixed["name"]].items() if k not in fixed}
+    tasks = {name: {k: _parameter_schema(p) for k, p in _signature(cls, ()).items()} for name, cls in TASKS.items()}
+    return schema.json_schema(models, tasks)
 
 
 def targets(root: Path = ROOT) -> dict[Path, str]:

@@ -1,4 +1,4 @@
-"""Command-line interface: `statetrack run | reproduce | book | tasks | models | experiments | report | results | analyze | construct | completion`.
+"""Command-line interface: `statetrack run | reproduce | book | tasks | models | experiments | report | results | analyze | construct | schema | completion`.
 
 Bad input (unknown names, bad values, malformed specs) prints one line naming what is valid and
 exits with status 2.
@@ -295,6 +295,13 @@ def cmd_experiments(args) -> int:
 
 def _print_json(rows: list[dict]) -> int:
     print(json.dumps(rows, indent=1, default=repr))
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from statetrack.catalog import spec_json_schema
+
+    print(json.dumps(spec_json_schema(), indent=1))
     return 0
 
 
@@ -597,6 +604,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="a JSON list, one object per experiment: name, description, scale, "
                                                        "planned_runs, wall_seconds (null where none was measured)")
     p.set_defaults(func=cmd_experiments)
+
+    p = command("schema", help="print the JSON Schema of an experiment spec, every registered model and task with its parameters "
+                               "(statetrack schema > statetrack.schema.json; an editor then completes and checks YAML specs)")
+    p.set_defaults(func=cmd_schema)
 
     p = command("completion", help="print the shell's completion script: commands, options, and the names of experiments, tasks "
                                    "and models (bash: statetrack completion bash > ~/.local/share/bash-completion/completions/statetrack)")

@@ -47,7 +47,8 @@ def train_ranges(runs: list[dict]) -> dict:
     out = {}
     for r in runs:
         train = (r.get("config") or {}).get("train") or {}
-        out.setdefault(r["task"], (train.get("min_length", TrainConfig.min_length), train.get("max_length", TrainConfig.max_length)))
+        out.setdefault(r["task"], (train.get("min_length", TrainConfig.model_fields["min_length"].default),
+                                    train.get("max_length", TrainConfig.model_fields["max_length"].default)))
     return out
 
 

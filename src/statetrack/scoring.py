@@ -33,17 +33,9 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from statetrack.errors import StatetrackError, check_keys
+from statetrack.errors import StatetrackError
+from statetrack.schema import CLAIM_TESTS, SELECTION_DEFAULTS, Paper, Selection
 from statetrack.store import RESULT_KEYS
-
-# Valid values of each selection setting, the default first.
-SELECTION_CHOICES = {
-    "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
-    "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
-    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (see run_score)
-    "metric": ("accuracy", "sequence_accuracy"),  # what the threshold of `extrapolation` applies to
-}
-SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
 
 
 def scaled_accuracy(accuracy: float, chance: float) -> float:
@@ -63,21 +55,8 @@ def extrapolation_length(accuracy: dict, threshold: float = 0.9) -> int:
 
 
 def selection_of(spec: dict) -> dict:
-    """The spec's selection rule with defaults filled in, checked (one-line error naming valid values)."""
-    given = spec.get("selection") or {}
-    if not isinstance(given, dict):
-        raise StatetrackError(f"experiment {spec.get('name')!r}: selection must be a mapping with keys: {', '.join(SELECTION_DEFAULTS)}")
-    bad = [k for k in given if k not in SELECTION_DEFAULTS]
-    if bad:
-        raise StatetrackError(f"unknown selection setting {bad[0]!r}; expected one of: {', '.join(SELECTION_DEFAULTS)}")
-    selection = {**SELECTION_DEFAULTS, **given}
-    for key, choices in SELECTION_CHOICES.items():
-        if selection[key] not in choices:
-            raise StatetrackError(f"unknown selection.{key} {selection[key]!r}; expected one of: {', '.join(choices)}")
-    threshold = selection["threshold"]
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold <= 1:
-        raise StatetrackError(f"selection.threshold must be a number in (0, 1], got {threshold!r}")
-    return selection
+    """The spec's selection rule with defaults filled in (checked by statetrack.schema.Selection)."""
+    return Selection.check(spec.get("selection") or {}, f"experiment {spec.get('name')!r}: ").model_dump()
 
 
 def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
@@ -219,22 +198,6 @@ def experiment_summary(store, experiment: str, selection: dict | None = None) ->
 # ---- the paper's figures and claims beside the measured ones ----------------------------------------
 # A spec's `paper:` states what the paper reports, so that the report answers "did it reproduce?".
 # Like `selection`, it is no part of any run's id: adding or editing it retrains nothing.
-MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is: see `measured`
-PAPER_KEYS = {
-    "source": "where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'",
-    "metric": "what the paper's figures are, in words",
-    "measure": "what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME (see `measured`)",
-    "lengths": "the test lengths the measured figure averages over: one length or [shortest, longest] (default: all)",
-    "figures": "the paper's figure (a number or a short text) per model: {model: figure}, or per task: {task: {model: figure}}",
-    "claims": "the claims tested: a list of {text, model, [task], [dataset_size], [measure], [lengths], [seeds], [scale], [note], at_least|below|beats}",
-    "notes": "what the measured results do and do not show, in a few sentences (printed in the book under the experiment)",
-}
-CLAIM_KEYS = ("text", "model", "task", "dataset_size", "measure", "lengths", "seeds", "scale", "note", "at_least", "below", "beats")
-# How a claim's per-seed outcomes become its verdict: every seed, more than half, or the best seed
-# (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
-SEED_RULES = ("majority", "all", "best")
-SCALES = ("quick", "paper")  # the scales every shipped spec has: `quick` (CPU minutes) and `paper` (the papers' sizes)
-CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
 PASS, FAIL, NOT_MEASURED, NOT_RUN = "✓", "✗", "not measured", "not run at this scale"
 VERDICTS = (PASS, FAIL, NOT_MEASURED, NOT_RUN)
 MEASURE_TEXT = {
@@ -244,109 +207,24 @@ MEASURE_TEXT = {
 }
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _names(value, where: str) -> list[str]:
-    """A name or a non-empty list of names, as a list."""
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-        raise StatetrackError(f"{where} must be a name or a non-empty list of names, got {value!r}")
-    return names
-
-
-def _check_lengths(value, where: str):
-    ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 1) or (
-        isinstance(value, list) and len(value) == 2 and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)
-        and value[0] <= value[1])
-    if value is not None and not ok:
-        raise StatetrackError(f"{where} must be a test length or [shortest, longest], got {value!r}")
-    return value
-
-
-def _check_measure(value, where: str) -> str:
-    if value not in MEASURES and not (isinstance(value, str) and value.startswith("metric:") and len(value) > len("metric:")):
-        raise StatetrackError(f"{where}: unknown measure {value!r}; expected one of: {', '.join(MEASURES)}, "
-                              f"or metric:NAME for a metric the runs report (e.g. metric:tv_distance)")
-    return value
-
-
 def paper_of(spec: dict) -> dict | None:
-    """The spec's `paper` with defaults filled in, checked (one-line errors naming what was expected);
-    None when the spec has none. Figures become {task or None: {model: figure}} (None: every task);
-    each claim gets `models`, `tasks` (None: every task of the experiment), `test` and `bound`."""
-    paper = spec.get("paper")
-    if paper is None:
+    """The spec's `paper` with defaults filled in (checked by statetrack.schema.Paper); None when the
+    spec has none. Figures become {task or None: {model: figure}} (None: every task); each claim gets
+    `models`, `tasks` (None: every task of the experiment), `test` and `bound`."""
+    if spec.get("paper") is None:
         return None
-    where = f"experiment {spec.get('name')!r}: paper"
-    check_keys(paper, PAPER_KEYS, where)
-    if not isinstance(paper.get("source"), str) or not paper["source"].strip():
-        raise StatetrackError(f"{where}.source must say where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'")
-    if not isinstance(paper.get("metric", ""), str):
-        raise StatetrackError(f"{where}.metric must be a text saying what the paper's figures are, got {paper['metric']!r}")
-    measure = _check_measure(paper.get("measure", "scaled"), f"{where}.measure")
-    lengths = _check_lengths(paper.get("lengths"), f"{where}.lengths")
-    figures = paper.get("figures") or {}
-    if not isinstance(figures, dict):
-        raise StatetrackError(f"{where}.figures must map model names to figures (or task names to such mappings), got {figures!r}")
-    per_task = any(isinstance(v, dict) for v in figures.values())
-    grouped = figures if per_task else {None: figures}
-    for task, by_model in grouped.items():
-        if not isinstance(by_model, dict):
-            raise StatetrackError(f"{where}.figures: give every figure per model or every one per task; {task!r} maps to {by_model!r}")
-        for model, figure in by_model.items():
-            if not (_is_number(figure) or (isinstance(figure, str) and figure)):
-                raise StatetrackError(f"{where}.figures: the figure of {model!r} must be a number or a short text, got {figure!r}")
-    claims = paper.get("claims") or []
-    if not isinstance(claims, list):
-        raise StatetrackError(f"{where}.claims must be a list of claims {{text, model, at_least|below|beats, ...}}, got {claims!r}")
-    checked = []
-    for i, claim in enumerate(claims):
-        at = f"{where}.claims[{i}]"
-        check_keys(claim, CLAIM_KEYS, at)
-        if not isinstance(claim.get("text"), str) or not claim["text"].strip():
-            raise StatetrackError(f"{at}.text must state the claim in words")
-        if "model" not in claim:
-            raise StatetrackError(f"{at} names no model; give model: NAME (or a list of names)")
-        tests = [k for k in CLAIM_TESTS if k in claim]
-        if len(tests) != 1:
-            raise StatetrackError(f"{at} needs exactly one of {', '.join(CLAIM_TESTS)}, got {len(tests)}")
-        test, bound = tests[0], claim[tests[0]]
-        if test == "beats":
-            if str(claim.get("measure", measure)).startswith("metric:"):
-                raise StatetrackError(f"{at}: beats compares accuracies (higher is better); with a metric give at_least or below")
-            bound = _names(bound, f"{at}.beats")
-        elif not _is_number(bound):
-            raise StatetrackError(f"{at}.{test} must be a number, got {bound!r}")
-        size = claim.get("dataset_size")
-        if size is not None and not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
-            raise StatetrackError(f"{at}.dataset_size must be a positive integer, got {size!r}")
-        rule = claim.get("seeds", SEED_RULES[0])
-        if rule not in SEED_RULES:
-            raise StatetrackError(f"{at}.seeds: unknown rule {rule!r}; expected one of: {', '.join(SEED_RULES)}")
-        scales = _names(claim["scale"], f"{at}.scale") if "scale" in claim else None
-        for scale in scales or []:
-            if scale not in SCALES:
-                raise StatetrackError(f"{at}.scale: unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
-        checked.append({
-            "text": " ".join(claim["text"].split()), "models": _names(claim["model"], f"{at}.model"),
-            "tasks": _names(claim["task"], f"{at}.task") if "task" in claim else None, "dataset_size": size,
-            "measure": _check_measure(claim.get("measure", measure), f"{at}.measure"),
-            "lengths": _check_lengths(claim.get("lengths", lengths), f"{at}.lengths"), "test": test, "bound": bound,
-            "seeds": rule, "scales": scales, "note": _text(claim.get("note"), f"{at}.note"),
+    paper = Paper.check(spec["paper"], f"experiment {spec.get('name')!r}: ")
+    per_task = any(isinstance(v, dict) for v in paper.figures.values())
+    claims = []
+    for claim in paper.claims:
+        test = next(t for t in CLAIM_TESTS if getattr(claim, t) is not None)
+        claims.append({
+            "text": claim.text, "models": claim.model, "tasks": claim.task, "dataset_size": claim.dataset_size,
+            "measure": claim.measure or paper.measure, "lengths": paper.lengths if claim.lengths is None else claim.lengths,
+            "test": test, "bound": getattr(claim, test), "seeds": claim.seeds, "scales": claim.scale, "note": claim.note or "",
         })
-    return {"source": paper["source"].strip(), "metric": " ".join(paper.get("metric", "").split()), "measure": measure,
-            "lengths": lengths, "figures": grouped, "claims": checked, "notes": _text(paper.get("notes"), f"{where}.notes")}
-
-
-def _text(value, where: str) -> str:
-    """An optional text of the spec (a note), whitespace folded; '' when absent."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise StatetrackError(f"{where} must be a text, got {value!r}")
-    return " ".join(value.split())
+    return {"source": paper.source, "metric": " ".join(paper.metric.split()), "measure": paper.measure, "lengths": paper.lengths,
+            "figures": paper.figures if per_task else {None: paper.figures}, "claims": claims, "notes": paper.notes or ""}
 
 
 def check_paper_names(spec: dict, models, tasks) -> None:

@@ -4,139 +4,20 @@ fresh batches every step, or epochs over a fixed training set (`dataset_size`)."
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import os
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from statetrack import diagnostics
-from statetrack.errors import StatetrackError, check_keys
+from statetrack.errors import StatetrackError
+from statetrack.schema import TrainConfig  # the training settings are a section of the spec schema
 from statetrack.tasks import Batch, Task
-
-
-@dataclass
-class TrainConfig:
-    """Training settings. Lengths are drawn uniformly from [min_length, max_length] per batch.
-
-    `dataset_size`: None draws a fresh batch every step; N trains on one fixed set of N examples,
-    drawn from the seed at the start, for as many epochs as `steps` allows (see FixedTrainingSet)."""
-
-    steps: int = 2000
-    batch_size: int = 64
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    betas: tuple = (0.9, 0.999)
-    clip: float = 1.0
-    min_length: int = 3
-    max_length: int = 40
-    warmup: int = 0
-    schedule: str = "constant"  # "constant" or "cosine" (after warmup)
-    log_every: int = 50
-    val_every: int = 100
-    val_samples: int = 256
-    early_stop_loss: float | None = 1e-3  # stop once validation loss at max_length is below this
-    checkpoint_every: int = 500
-    seed: int = 0
-    device: str = "auto"
-    dataset_size: int | None = None
-    dataset_balanced: bool = False  # the fixed set holds every answer class equally often
-    # stages trained in order: [{steps, length | min_length & max_length, task: {parameter: value}}]
-    curriculum: list | None = None
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        bad = [k for k in values if k not in names]
-        if bad:
-            raise StatetrackError(f"unknown training setting {bad[0]!r}; expected one of: {', '.join(sorted(names))}")
-        if values.get("curriculum") and "steps" not in values:  # the stages' steps add up to the run's
-            stages = values["curriculum"]
-            if isinstance(stages, list) and all(isinstance(st, dict) and isinstance(st.get("steps"), int) for st in stages):
-                values = {**values, "steps": sum(st["steps"] for st in stages)}
-        config = cls(**values)
-        config.validate()
-        return config
-
-    def validate(self) -> None:
-        """Each setting's type and range; a bad one is a one-line error naming it as a spec does (`train.steps`)."""
-
-        def fail(name: str, expected: str):
-            raise StatetrackError(f"train.{name} must be {expected}, got {getattr(self, name)!r}")
-
-        def is_number(value) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-        if self.curriculum is not None:
-            self.stages()  # its own errors first: the run's steps are its stages' steps
-
-        for name, low in (("steps", 1), ("batch_size", 1), ("min_length", 1), ("max_length", 1), ("warmup", 0),
-                          ("log_every", 1), ("val_every", 1), ("val_samples", 1), ("checkpoint_every", 1), ("seed", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                fail(name, f"an integer >= {low}")
-        if self.max_length < self.min_length:
-            raise StatetrackError(
-                f"training lengths must satisfy 1 <= min_length <= max_length, got [{self.min_length}, {self.max_length}]"
-            )
-        for name in ("lr", "clip"):
-            if not is_number(getattr(self, name)) or getattr(self, name) <= 0:
-                fail(name, "a number > 0")
-        if not is_number(self.weight_decay) or self.weight_decay < 0:
-            fail("weight_decay", "a number >= 0")
-        if not isinstance(self.betas, (list, tuple)) or len(self.betas) != 2 or not all(is_number(b) and 0 <= b < 1 for b in self.betas):
-            fail("betas", "two numbers in [0, 1), e.g. [0.9, 0.999]")
-        if self.early_stop_loss is not None and (not is_number(self.early_stop_loss) or self.early_stop_loss < 0):
-            fail("early_stop_loss", "a number >= 0, or null to train every step")
-        if self.schedule not in ("constant", "cosine"):
-            raise StatetrackError(f"unknown train.schedule {self.schedule!r}; expected one of: constant, cosine")
-        if not isinstance(self.dataset_balanced, bool):
-            fail("dataset_balanced", "true or false")
-        n = self.dataset_size
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise StatetrackError(f"dataset_size must be an integer >= 1 (or null for fresh batches every step), got {n!r}")
-        if self.dataset_balanced and n is None:
-            raise StatetrackError("dataset_balanced needs a fixed training set: set dataset_size too")
-
-    def stages(self) -> list[dict]:
-        """The curriculum as stages {end (the step it ends at), min_length, max_length, task (parameter
-        overrides)}; one stage of the whole run when there is none. Each a one-line error when malformed."""
-        if self.curriculum is None:
-            return [{"end": self.steps, "min_length": self.min_length, "max_length": self.max_length, "task": {}}]
-        example = "e.g. [{steps: 500, length: 8, task: {spacing: 1}}, {steps: 500, length: 16, task: {spacing: 2}}]"
-        if not isinstance(self.curriculum, list) or not self.curriculum:
-            raise StatetrackError(f"train.curriculum must be a non-empty list of stages, {example}; got {self.curriculum!r}")
-        if self.dataset_size is not None:
-            raise StatetrackError("train.curriculum draws fresh batches in each stage; it cannot go with train.dataset_size")
-        out, end = [], 0
-        for number, stage in enumerate(self.curriculum, 1):
-            where = f"train.curriculum stage {number}"
-            check_keys(stage, ("steps", "length", "min_length", "max_length", "task"), where,
-                       expected=f"steps, length or min_length/max_length, task ({example})")
-            steps = stage.get("steps")
-            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-                raise StatetrackError(f"{where}: steps must be an integer >= 1, got {steps!r}")
-            if "length" in stage and ("min_length" in stage or "max_length" in stage):
-                raise StatetrackError(f"{where}: give length, or min_length and max_length, not both")
-            low = stage.get("length", stage.get("min_length", self.min_length))
-            high = stage.get("length", stage.get("max_length", self.max_length))
-            if any(isinstance(v, bool) or not isinstance(v, int) for v in (low, high)) or not 1 <= low <= high:
-                raise StatetrackError(f"{where}: lengths must satisfy 1 <= min_length <= max_length, got [{low!r}, {high!r}]")
-            task = stage.get("task", {})
-            if not isinstance(task, dict):
-                raise StatetrackError(f"{where}: task must be a mapping of task parameters, got {task!r}")
-            end += steps
-            out.append({"end": end, "min_length": low, "max_length": high, "task": task})
-        if end != self.steps:
-            raise StatetrackError(f"train.steps is {self.steps}, but the curriculum's stages add up to {end} steps "
-                                  f"(leave train.steps out, or make them agree)")
-        return out
 
 
 def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
@@ -149,10 +30,10 @@ def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
             staged = type(task)(**{**task.params, **stage["task"]}) if stage["task"] else task
             staged.check_length(stage["min_length"])
         except (TypeError, StatetrackError) as error:
-            where = f"train.curriculum stage {number}" if config.curriculum is not None else "train.min_length"
+            where = f"train.curriculum[{number - 1}]" if config.curriculum is not None else "train.min_length"
             raise StatetrackError(f"{where}: {error}") from None
         if (staged.vocab, staged.answers) != (task.vocab, task.answers):
-            raise StatetrackError(f"train.curriculum stage {number}: {stage['task']} changes the task's tokens or answers")
+            raise StatetrackError(f"train.curriculum[{number - 1}]: {stage['task']} changes the task's tokens or answers")
         tasks.append(staged)
     return tasks
 
@@ -290,7 +171,7 @@ class Trainer:
 
     def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True,
                  loggers: Sequence = ()):
-        config.validate()
+        config = TrainConfig(**config.model_dump())  # checked again: a caller may have changed a setting since
         self.plan, self.tasks = config.stages(), curriculum_tasks(task, config)  # one stage without a curriculum
         self.model, self.task, self.config = model, task, config
         self.device = resolve_device(config.device)

@@ -8,7 +8,7 @@ always has the same id, which is how a re-run skips finished work.
 `selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.scoring applies
 it) and `paper: {source, metric, figures, claims}` what the paper reports (the report sets it beside
 the measured figures with a verdict per claim); neither is part of any run's id, so changing them
-retrains nothing.
+retrains nothing. Every section is checked by the spec's schema (statetrack.schema).
 """
 
 from __future__ import annotations
@@ -27,32 +27,12 @@ from statetrack import limits, sizing, zoo
 from statetrack.errors import StatetrackError, unknown
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
-from statetrack.scoring import SCALES, check_paper_names, paper_of, selection_of
+from statetrack.schema import EVAL_DEFAULTS, SCALES, TASK_SETTINGS, TOP_LEVEL, check_scales, validate_spec
+from statetrack.scoring import check_paper_names
 from statetrack.tasks import make_task
-from statetrack.train import TrainConfig, curriculum_tasks, resolve_device
+from statetrack.train import TrainConfig, curriculum_tasks
 
-TOP_LEVEL_KEYS = {
-    "name": "experiment name (letters, digits, '.', '_' and '-'; default: the file's name)",
-    "description": "one paragraph shown in the report",
-    "task": "one task: {name: ..., params...}",
-    "tasks": "a list of tasks; an entry may carry its own train: and eval: settings for its runs",
-    "models": "list of model specs (see `statetrack models`)",
-    "model_defaults": "settings applied to every model (d_model, num_layers, ...)",
-    "train": "training settings (TrainConfig); dataset_size may be a list, one run per value",
-    "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed, [variants, traces]",
-    "lrs": "learning rates",
-    "seeds": "seeds",
-    "selection": "how the report picks a learning rate and aggregates seeds: {lr, seeds, criterion, threshold, metric}",
-    "scales": "per-scale overrides",
-    "paper": "the paper's figures and the claims tested, shown beside the measured ones: {source, metric, measure, lengths, figures, claims}",
-    "imports": "modules or .py files (relative to the spec) that register models and tasks, imported by every worker",
-}
-EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
-# Evaluation settings without a default: part of a run's id only where a spec gives them.
-# variants: {name: {task parameter: value}}, the trained model scored again on the task with those
-#   parameters changed (e.g. counting's phase-alignment patterns), at the same lengths;
-# traces: how many examples' per-position outputs to keep per length (plotted in the report).
-EVAL_OPTIONAL = ("variants", "traces")
+
 def shipped_specs() -> dict[str, str]:
     """Names of the experiments shipped with the package -> their description."""
     folder = resources.files("statetrack.experiments") / "specs"
@@ -88,7 +68,7 @@ def read_spec(name_or_path: str) -> dict:
     except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer beyond Python's digit limit
         raise StatetrackError(f"experiment {name_or_path!r} is not valid YAML: {_first_clause(error)}") from None
     if not isinstance(spec, dict):
-        raise StatetrackError(f"experiment {name_or_path!r} must be a YAML mapping with keys: {', '.join(TOP_LEVEL_KEYS)}")
+        raise StatetrackError(f"experiment {name_or_path!r} must be a YAML mapping with keys: {', '.join(TOP_LEVEL)}")
     spec.setdefault("name", default_name)
     if "imports" in spec:  # file paths are relative to the spec's folder
         spec["imports"] = resolve_imports(spec["imports"], folder, origin=f"experiment {spec['name']!r}: imports")
@@ -147,10 +127,7 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
     spec = read_spec(name_or_path)
     if scale not in SCALES:
         raise StatetrackError(f"unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
-    scales = spec.pop("scales", {}) or {}
-    bad = [s for s in scales if s not in SCALES]
-    if bad:
-        raise StatetrackError(f"experiment {spec['name']!r}: unknown scale {bad[0]!r}; expected one of: {', '.join(SCALES)}")
+    scales = check_scales(spec.pop("scales", None), f"experiment {spec['name']!r}: ")
     written = [deep_merge(spec, scales.get(s) or {}) for s in SCALES]  # the spec as written, at every scale
     spec = deep_merge(spec, scales.get(scale) or {})
     for text in overrides:
@@ -170,7 +147,7 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
         if overrides:
             spec["name"] = overrides_name(spec["name"], list(overrides))
     spec["scale"] = scale
-    check_spec(spec)  # everything that needs none of the user's modules, before their code runs
+    validate_spec(spec)  # everything that needs none of the user's modules, before their code runs
     if "imports" in spec:  # before anything looks up a model or task name they may register
         spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")
     if spec.get("paper") is not None:  # its names may be of any scale (or left out by an override): not measured then
@@ -195,83 +172,6 @@ def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:
         except (StatetrackError, AttributeError, KeyError, TypeError):
             pass
     return models, tasks
-
-
-def check_spec(spec: dict) -> None:
-    bad = [k for k in spec if k not in TOP_LEVEL_KEYS and k != "scale"]
-    if bad:
-        raise StatetrackError(f"experiment {spec['name']!r}: unknown key {bad[0]!r}; expected one of: {', '.join(TOP_LEVEL_KEYS)}")
-    for key in ("models", "lrs", "seeds"):
-        if not isinstance(spec.get(key), list) or not spec[key]:
-            raise StatetrackError(f"experiment {spec['name']!r}: {key!r} must be a non-empty list")
-    if not all(_positive_number(lr) for lr in spec["lrs"]):
-        raise StatetrackError(f"experiment {spec['name']!r}: lrs must be positive numbers, got {spec['lrs']!r}")
-    if not all(isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0 for seed in spec["seeds"]):
-        raise StatetrackError(f"experiment {spec['name']!r}: seeds must be integers >= 0, got {spec['seeds']!r}")
-    for key in ("train", "eval", "model_defaults", "selection"):
-        if spec.get(key) is not None and not isinstance(spec[key], dict):
-            raise StatetrackError(f"experiment {spec['name']!r}: {key} must be a mapping of settings, got {spec[key]!r}")
-    check_train(spec["name"], spec.get("train") or {})
-    for train in _dataset_sizes(spec):  # the training settings' own checks (a task entry's own ones come with the task)
-        TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])})
-    if ("task" in spec) == ("tasks" in spec):
-        raise StatetrackError(f"experiment {spec['name']!r}: give exactly one of 'task' or 'tasks'")
-    if "tasks" in spec and (not isinstance(spec["tasks"], list) or not spec["tasks"]):
-        raise StatetrackError(f"experiment {spec['name']!r}: 'tasks' must be a non-empty list of tasks, got {spec['tasks']!r}")
-    check_eval(spec["name"], spec.get("eval") or {})
-    selection_of(spec)
-    paper_of(spec)
-
-
-def _positive_number(value) -> bool:
-    """A finite number > 0; YAML reads `1e-3` (no dot) as a string, which counts when it parses."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return False
-    try:
-        return 0 < float(value) < float("inf")
-    except ValueError:
-        return False
-
-
-def check_train(experiment: str, train: dict) -> None:
-    """The learning rate and the seed of a run come from `lrs` and `seeds`, never from `train`; a
-    device (`train.device`, the device the experiment trains on) is one torch knows."""
-    for key, source in (("lr", "lrs"), ("seed", "seeds")):
-        if key in train:
-            raise StatetrackError(f"experiment {experiment!r}: train.{key} is not a setting; each run's {key} comes from "
-                                  f"the list '{source}' (e.g. {source}=[{'1e-3' if key == 'lr' else '0,1'}])")
-    if "device" in train:
-        try:
-            if not isinstance(train["device"], str):
-                raise StatetrackError(f"unknown device {train['device']!r}; expected one of: auto, cpu, cuda, cuda:N")
-            resolve_device(train["device"])
-        except StatetrackError as error:
-            raise StatetrackError(f"experiment {experiment!r}: train.device: {error}") from None
-
-
-def check_eval(experiment: str, eval_spec: dict) -> None:
-    """The `eval` section (the spec's, or a task entry's merged over it): known keys, variants,
-    traces and lengths, each a one-line error."""
-    bad = [k for k in eval_spec if k not in EVAL_DEFAULTS and k not in EVAL_OPTIONAL]
-    if bad:
-        raise StatetrackError(f"experiment {experiment!r}: unknown eval setting {bad[0]!r}; "
-                              f"expected one of: {', '.join([*EVAL_DEFAULTS, *EVAL_OPTIONAL])}")
-    variants = eval_spec.get("variants", {})
-    if not isinstance(variants, dict) or not all(isinstance(k, str) and k.replace("_", "").replace("-", "").isalnum()
-                                                  and isinstance(v, dict) and v for k, v in variants.items()):
-        raise StatetrackError(f"experiment {experiment!r}: eval.variants must map names (letters, digits, _ or -) to non-empty "
-                              f"mappings of task parameters, e.g. {{two_isi: {{pattern: two_isi}}}}; got {variants!r}")
-    traces = eval_spec.get("traces", 0)
-    if isinstance(traces, bool) or not isinstance(traces, int) or traces < 0:
-        raise StatetrackError(f"experiment {experiment!r}: eval.traces must be a non-negative integer, got {traces!r}")
-    for key, low in (("samples", 1), ("batch_size", 1), ("chunk_size", 1), ("seed", 0)):
-        value = eval_spec.get(key, EVAL_DEFAULTS[key])
-        if not (value is None and key == "chunk_size") and (isinstance(value, bool) or not isinstance(value, int) or value < low):
-            raise StatetrackError(f"experiment {experiment!r}: eval.{key} must be an integer >= {low}"
-                                  + (" (or null: the whole input at once)" if key == "chunk_size" else "") + f", got {value!r}")
-    lengths = eval_spec.get("lengths")
-    if not isinstance(lengths, list) or not lengths or not all(isinstance(n, int) and n >= 1 for n in lengths):
-        raise StatetrackError(f"experiment {experiment!r}: eval.lengths must be a non-empty list of positive integers, got {lengths!r}")
 
 
 @dataclass(frozen=True)
@@ -315,27 +215,14 @@ def task_label(task: dict) -> str:
     return task["name"] + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
 
 
-TASK_SETTINGS = ("train", "eval")  # sections a task entry may override for its own runs
-
-
 def _task_spec(entry, spec: dict):
     """(the task's spec dict, the task built from it, its own `train` and `eval` settings merged over
     the spec's): the name and parameters are checked now, not mid-sweep. A task entry's `train:` and
     `eval:` override the spec's for that task's runs only (e.g. counting's medium signals train and
-    test at length 600 where the short ones use 200)."""
-    if not isinstance(entry, (str, dict)):
-        raise StatetrackError(f"experiment {spec['name']!r}: a task is a name or a mapping {{name: ..., params...}}, got {entry!r}")
+    test at length 600 where the short ones use 200); the schema has checked them (validate_spec)."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
-    if "name" not in entry:
-        raise StatetrackError(f"task spec {entry!r} has no 'name'")
     own = {key: entry.pop(key) for key in TASK_SETTINGS if key in entry}
-    for key, value in own.items():
-        if not isinstance(value, dict):
-            raise StatetrackError(f"experiment {spec['name']!r}: task {entry['name']!r}: {key} must be a mapping of settings, got {value!r}")
-    check_train(spec["name"], own.get("train", {}))
     eval_spec = deep_merge(spec.get("eval") or {}, own.get("eval", {}))
-    if "eval" in own:
-        check_eval(spec["name"], eval_spec)
     train = deep_merge(spec.get("train") or {}, own.get("train", {}))
     eval_spec = {**EVAL_DEFAULTS, **eval_spec}
     return entry, make_task(**entry), _dataset_sizes({**spec, "train": train}), eval_spec
@@ -365,13 +252,9 @@ def _dataset_sizes(spec: dict) -> list[dict]:
     """The `train` settings for each value of `train.dataset_size`: one for a single value or none
     (the key is left out when not given, so the ids of specs without it do not change)."""
     train = dict(spec.get("train") or {})
-    if "dataset_size" not in train or not isinstance(train["dataset_size"], list):
+    if not isinstance(train.get("dataset_size"), list):
         return [train]
-    sizes = train["dataset_size"]
-    if not sizes or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes):
-        raise StatetrackError(f"experiment {spec['name']!r}: train.dataset_size must be a positive integer "
-                              f"or a non-empty list of them, got {sizes!r}")
-    return [{**train, "dataset_size": n} for n in dict.fromkeys(sizes)]
+    return [{**train, "dataset_size": n} for n in dict.fromkeys(train["dataset_size"])]
 
 
 def model_labels(models: list[dict]) -> list[str]:
@@ -392,9 +275,6 @@ def expand(spec: dict) -> list[RunSpec]:
     each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
     tasks = [_task_spec(t, spec) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
     defaults = spec.get("model_defaults") or {}
-    if not isinstance(defaults, dict):
-        raise StatetrackError(f"experiment {spec['name']!r}: model_defaults must be a mapping (d_model, width, params, "
-                              f"num_layers, ...), got {defaults!r}")
     # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.sizing): each run's model is concrete
     models = [sizing.apply_sizing(m, defaults) for m in spec["models"]]
     for entry, task, trains, eval_spec in tasks:

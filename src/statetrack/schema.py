@@ -1,0 +1,623 @@
+"""The experiment spec's schema: every section's keys, types and ranges, in one place (pydantic).
+
+A spec is validated here section by section: the top level (`Spec`), `train` (`TrainConfig`, which
+is also the Python API's training settings, and its curriculum `Stage`s), `eval` (`Eval`),
+`selection` (`Selection`) and `paper` with its claims (`Paper`, `Claim`). Every violation is one
+line naming its key path, e.g. `experiment 'demo': train.steps must be an integer >= 1, got 0`.
+
+What a model or a task accepts is not restated here: a model entry is a name and the parameters of
+its mixer's signature, a task entry a name and its class's signature, checked when built
+(statetrack.zoo, statetrack.tasks); `statetrack schema` writes them into the JSON Schema from the
+registries (statetrack.catalog.spec_json_schema), so an editor completes them too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
+from pydantic.functional_validators import PlainValidator
+from pydantic.json_schema import SkipJsonSchema
+
+from statetrack.errors import StatetrackError
+from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN
+
+SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes) and `paper` (the papers' sizes)
+# Valid values of each selection setting, the default first (statetrack.scoring applies them).
+SELECTION_CHOICES = {
+    "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
+    "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
+    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (statetrack.scoring.run_score)
+    "metric": ("accuracy", "sequence_accuracy"),  # what the threshold of `extrapolation` applies to
+}
+SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
+MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is (statetrack.scoring.measured)
+# How a claim's per-seed outcomes become its verdict: every seed, more than half, or the best seed
+# (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
+SEED_RULES = ("majority", "all", "best")
+CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
+# The evaluation settings every run's id holds; `variants` and `traces` are part of it only where given.
+EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
+
+
+# ---- errors: one line naming the key path -------------------------------------------------------
+
+
+def _path(loc: tuple) -> str:
+    """('train', 'curriculum', 0, 'steps') -> 'train.curriculum[0].steps'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def one_line(error: ValidationError, where: str = "", root: tuple = ()) -> str:
+    """The first violation of `error` in words: `where` (e.g. "experiment 'demo': "), then the key
+    path (under `root`, the validated section's own path, e.g. ('train',))."""
+    first = error.errors(include_url=False)[0]
+    path, kind, ctx, got = _path(root + tuple(first["loc"])), first["type"], first.get("ctx") or {}, first.get("input")
+    if isinstance(ctx.get("error"), Violation):  # ours: its own kind and words
+        kind, ctx = ctx["error"].kind, ctx["error"].ctx
+    if kind == "expected":
+        text = f"{path} must be {ctx['expected']}, got {got!r}"
+    elif kind == "choice":
+        text = f"unknown {path} {got!r}; expected one of: {ctx['choices']}"
+    elif kind == "unknown_key":
+        text = (f"{path}: " if path else "") + f"unknown key {ctx['key']!r}; expected one of: {ctx['known']}"
+    elif kind == "rule":
+        text = (f"{path}: " if path else "") + ctx["text"]
+    elif kind == "missing":
+        text = f"{path} is required"
+    elif kind == "too_short":
+        text = f"{path} must be a non-empty list, got {got!r}"
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        text = f"{path or 'the spec'} must be a mapping of settings, got {got!r}"
+    else:  # pydantic's own wording, e.g. a list that is not one
+        text = f"{path}: {first['msg']}, got {got!r}"
+    return where + text
+
+
+class Violation(ValueError):
+    """A value the schema refuses, as `kind` (expected, choice, unknown_key, rule) with the words
+    `one_line` needs (`ctx`)."""
+
+    def __init__(self, kind: str, **ctx):
+        super().__init__(kind)
+        self.kind, self.ctx = kind, ctx
+
+
+def _expected(text: str) -> Violation:
+    return Violation("expected", expected=text)
+
+
+def _rule(text: str) -> Violation:
+    return Violation("rule", text=text)
+
+
+# ---- value types: a check with its words and its JSON Schema ------------------------------------
+
+
+REFUSED = object()
+
+
+def _is_int(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _value(check, expected: str, schema: dict, base: Any = Any):
+    """A type checked by `check`: value -> the value to keep (None included), or REFUSED, which is
+    an error saying the value must be `expected`."""
+
+    def validate(value):
+        kept = check(value)
+        if kept is REFUSED:
+            raise _expected(expected)
+        return kept
+
+    return Annotated[base, PlainValidator(validate), WithJsonSchema(schema)]
+
+
+def integer(low: int, null: str | None = None):
+    """An integer >= low; with `null`, also null, which means `null` (said in the message)."""
+    expected = f"an integer >= {low}" + (f" (or null: {null})" if null else "")
+    schema = {"type": "integer", "minimum": low}
+    return _value(lambda v: v if _is_int(v, low) or (null and v is None) else REFUSED, expected,
+                  {"anyOf": [schema, {"type": "null"}]} if null else schema, int)
+
+
+def number(low: float, *, strict: bool = True, high: float | None = None, text: bool = False):
+    """A finite number > low (>= low when not `strict`), <= high if given; with `text`, also a text
+    that reads as one (YAML reads `1e-3`, no dot, as a string), kept as a float."""
+
+    def check(value):
+        if text and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                return REFUSED
+        if not _is_number(value) or (value <= low if strict else value < low) or (high is not None and value > high):
+            return REFUSED
+        return float(value) if text else value
+
+    if high is not None:
+        expected = f"a number in ({low:g}, {high:g}]"
+    else:
+        expected = f"a number {'>' if strict else '>='} {low:g}"
+    schema = {"type": "number", "exclusiveMinimum" if strict else "minimum": low, **({"maximum": high} if high is not None else {})}
+    return _value(check, expected, {"anyOf": [schema, {"type": "string"}]} if text else schema, float)
+
+
+def choice(values: tuple):
+    """One of `values` (the first is the default where a field has one)."""
+
+    def validate(value):
+        if not isinstance(value, str) or value not in values:
+            raise Violation("choice", choices=", ".join(values))
+        return value
+
+    return Annotated[str, PlainValidator(validate), WithJsonSchema({"enum": list(values)})]
+
+
+def int_list(low: int):
+    """A non-empty list of integers >= low."""
+    return _value(lambda v: v if isinstance(v, list) and v and all(_is_int(n, low) for n in v) else REFUSED,
+                  f"a non-empty list of integers >= {low}",
+                  {"type": "array", "items": {"type": "integer", "minimum": low}, "minItems": 1}, list)
+
+
+AnyNumber = _value(lambda v: v if _is_number(v) else REFUSED, "a number", {"type": "number"})
+Boolean = _value(lambda v: v if isinstance(v, bool) else REFUSED, "true or false", {"type": "boolean"}, bool)
+Text = _value(lambda v: " ".join(v.split()) if isinstance(v, str) and v.strip() else REFUSED, "a non-empty text",
+              {"type": "string", "minLength": 1}, str)
+Names = _value(lambda v: [v] if isinstance(v, str) and v else v if isinstance(v, list) and v and all(
+    isinstance(n, str) and n for n in v) else REFUSED, "a name or a non-empty list of names",
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}, list)
+LengthRange = _value(lambda v: v if _is_int(v, 1) or (isinstance(v, list) and len(v) == 2 and all(_is_int(n, 1) for n in v)
+                                                       and v[0] <= v[1]) else REFUSED,
+                     "a test length or [shortest, longest]",
+                     {"anyOf": [{"type": "integer", "minimum": 1},
+                                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2}]})
+Measure = _value(lambda v: v if v in MEASURES or (isinstance(v, str) and v.startswith("metric:") and len(v) > len("metric:")) else REFUSED,
+                 f"one of: {', '.join(MEASURES)}, or metric:NAME for a metric the runs report (e.g. metric:tv_distance)",
+                 {"anyOf": [{"enum": list(MEASURES)}, {"type": "string", "pattern": "^metric:.+"}]}, str)
+
+
+def _figures(value):
+    """{model: figure} or {task: {model: figure}}, a figure a number or a short text."""
+    if not isinstance(value, dict):
+        raise _expected("a mapping from model names to figures (or from task names to such mappings)")
+    per_task = any(isinstance(v, dict) for v in value.values())
+    for key, by_model in (value.items() if per_task else [(None, value)]):
+        if not isinstance(by_model, dict):
+            raise _rule(f"give every figure per model or every one per task; {key!r} maps to {by_model!r}")
+        for model, figure in by_model.items():
+            if not (_is_number(figure) or (isinstance(figure, str) and figure)):
+                raise _rule(f"the figure of {model!r} must be a number or a short text, got {figure!r}")
+    return value
+
+
+_FIGURE = {"anyOf": [{"type": "number"}, {"type": "string", "minLength": 1}]}
+Figures = Annotated[dict, PlainValidator(_figures), WithJsonSchema(
+    {"type": "object", "additionalProperties": {"anyOf": [_FIGURE, {"type": "object", "additionalProperties": _FIGURE}]}})]
+Mapping = _value(lambda v: v if isinstance(v, dict) else REFUSED, "a mapping", {"type": "object"}, dict)
+
+
+def _device(value):
+    if not isinstance(value, str):
+        return REFUSED
+    if value != "auto":
+        try:
+            torch.device(value)
+        except (RuntimeError, TypeError):
+            return REFUSED
+    return value
+
+
+Device = _value(_device, "a device: auto, cpu, cuda or cuda:N", {"type": "string", "examples": ["auto", "cpu", "cuda", "cuda:0"]}, str)
+Betas = _value(lambda v: tuple(v) if isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
+               else REFUSED, "two numbers in [0, 1), e.g. [0.9, 0.999]",
+               {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "minItems": 2, "maxItems": 2},
+               tuple)
+
+
+# ---- sections -----------------------------------------------------------------------------------
+
+
+class Section(BaseModel):
+    """A mapping of settings with a fixed set of keys; an unknown one is named with the valid ones."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=False)
+    _root: ClassVar[tuple] = ()  # the section's key path in a spec, where it is validated on its own
+    _expected_keys: ClassVar[str | None] = None  # the keys in words, where a list of names says too little
+    _moved: ClassVar[dict[str, str]] = {}  # keys that are no setting here -> where they are given instead
+
+    @classmethod
+    def check(cls, data, where: str = "", root: tuple | None = None):
+        """`data` validated: a one-line StatetrackError, `where` then the key path (under `root`,
+        by default the section's own)."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise StatetrackError(one_line(error, where, cls._root if root is None else root)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data):
+        if isinstance(data, dict):
+            for key in data:
+                if key in cls._moved:
+                    raise _rule(cls._moved[key])
+            known = [name for name, f in cls.model_fields.items() if not f.exclude]  # listed; excluded ones are internal
+            for key in data:
+                if key not in cls.model_fields:
+                    raise Violation("unknown_key", key=key, known=cls._expected_keys or ", ".join(known))
+        return data
+
+
+class Stage(Section):
+    """One curriculum stage: its steps, its lengths and the task parameters it changes."""
+
+    _expected_keys = "steps, length or min_length/max_length, task (e.g. [{steps: 500, length: 8, task: {spacing: 1}}, ...])"
+    steps: integer(1) = Field(description="steps trained in this stage")
+    length: integer(1) | None = Field(None, description="the one training length of the stage")
+    min_length: integer(1) | None = Field(None, description="shortest training length (default: train.min_length)")
+    max_length: integer(1) | None = Field(None, description="longest training length (default: train.max_length)")
+    task: Mapping = Field(default_factory=dict, description="task parameters changed in this stage, e.g. {spacing: 2}")
+
+    @model_validator(mode="after")
+    def _one_way_of_lengths(self):
+        if self.length is not None and (self.min_length is not None or self.max_length is not None):
+            raise _rule("give length, or min_length and max_length, not both")
+        return self
+
+
+class Train(Section):
+    """Training settings (a spec's `train:`). Lengths are drawn uniformly from [min_length,
+    max_length] per batch.
+
+    `dataset_size`: None draws a fresh batch every step; N trains on one fixed set of N examples,
+    drawn from the seed at the start, for as many epochs as `steps` allows (statetrack.train.FixedTrainingSet)."""
+
+    steps: integer(1) = Field(2000, description="optimizer steps (with a curriculum: its stages' sum)")
+    batch_size: integer(1) = Field(64, description="examples per step")
+    lr: number(0) = Field(1e-3, description="AdamW learning rate (a spec gives it in `lrs`)")
+    weight_decay: number(0, strict=False) = Field(0.0, description="AdamW weight decay")
+    betas: Betas = Field((0.9, 0.999), description="AdamW betas")
+    clip: number(0) = Field(1.0, description="gradient-norm clipping")
+    min_length: integer(1) = Field(3, description="shortest training length")
+    max_length: integer(1) = Field(40, description="longest training length")
+    warmup: integer(0) = Field(0, description="linear warm-up steps")
+    schedule: choice(("constant", "cosine")) = Field("constant", description="learning-rate schedule after warm-up")
+    log_every: integer(1) = Field(50, description="steps between logged training losses")
+    val_every: integer(1) = Field(100, description="steps between validations at max_length")
+    val_samples: integer(1) = Field(256, description="validation examples")
+    early_stop_loss: number(0, strict=False) | None = Field(
+        1e-3, description="stop once the validation loss at max_length is below this; null trains every step")
+    checkpoint_every: integer(1) = Field(500, description="steps between checkpoints")
+    seed: integer(0) = Field(0, description="the run's seed (a spec gives it in `seeds`)")
+    device: Device = Field("auto", description="auto (CUDA when present), cpu, cuda, cuda:N")
+    dataset_size: integer(1, null="fresh batches every step") = Field(
+        None, description="train on one fixed set of this many examples")
+    dataset_balanced: Boolean = Field(False, description="the fixed set holds every answer class equally often")
+    curriculum: list[Stage] | None = Field(None, description="stages trained in order; their steps add up to the run's")
+
+    _root = ("train",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_of_the_stages(cls, data):
+        """Without `steps`, a curriculum's stages' steps add up to the run's."""
+        if isinstance(data, dict) and data.get("curriculum") and "steps" not in data:
+            stages = data["curriculum"]
+            if isinstance(stages, list) and all(isinstance(st, dict) and _is_int(st.get("steps"), 1) for st in stages):
+                data = {**data, "steps": sum(st["steps"] for st in stages)}
+        return data
+
+    @field_validator("curriculum", mode="before")
+    @classmethod
+    def _non_empty(cls, value):
+        if value is not None and (not isinstance(value, list) or not value):
+            raise _expected("a non-empty list of stages, e.g. [{steps: 500, length: 8, task: {spacing: 1}}, "
+                            "{steps: 500, length: 16, task: {spacing: 2}}]")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.max_length < self.min_length:
+            raise _rule(f"training lengths must satisfy 1 <= min_length <= max_length, got [{self.min_length}, {self.max_length}]")
+        if self.dataset_balanced and self.dataset_size is None:
+            raise _rule("dataset_balanced needs a fixed training set: set dataset_size too")
+        if self.curriculum is not None:
+            if self.dataset_size is not None:
+                raise _rule("curriculum draws fresh batches in each stage; it cannot go with dataset_size")
+            for number, stage in enumerate(self.stages(), 1):
+                if stage["min_length"] > stage["max_length"]:
+                    raise _rule(f"curriculum[{number - 1}]: lengths must satisfy 1 <= min_length <= max_length, "
+                                f"got [{stage['min_length']}, {stage['max_length']}]")
+            if self.stages()[-1]["end"] != self.steps:
+                raise _rule(f"steps is {self.steps}, but the curriculum's stages add up to {self.stages()[-1]['end']} steps "
+                            f"(leave steps out, or make them agree)")
+        return self
+
+    def stages(self) -> list[dict]:
+        """The curriculum as stages {end (the step it ends at), min_length, max_length, task (parameter
+        overrides)}; one stage of the whole run when there is none."""
+        if self.curriculum is None:
+            return [{"end": self.steps, "min_length": self.min_length, "max_length": self.max_length, "task": {}}]
+        out, end = [], 0
+        for stage in self.curriculum:
+            end += stage.steps
+            low = stage.length or stage.min_length or self.min_length
+            high = stage.length or stage.max_length or self.max_length
+            out.append({"end": end, "min_length": low, "max_length": high, "task": stage.task})
+        return out
+
+
+class TrainConfig(Train):
+    __doc__ = Train.__doc__
+
+    def __init__(self, **values):
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise StatetrackError(one_line(error, root=self._root)) from None
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        return cls(**values)
+
+
+class SpecTrain(Train):
+    """A spec's `train:`: a run's lr and seed come from `lrs` and `seeds`; dataset_size may be a list
+    (one run per value)."""
+
+    _moved = {key: f"{key} is not a setting; each run's {key} comes from the list '{source}' (e.g. {source}=[{example}])"
+              for key, source, example in (("lr", "lrs", "1e-3"), ("seed", "seeds", "0,1"))}
+    lr: SkipJsonSchema[Any] = Field(1e-3, exclude=True)
+    seed: SkipJsonSchema[Any] = Field(0, exclude=True)
+    dataset_size: _value(lambda v: v if v is None or _is_int(v, 1) or (isinstance(v, list) and v and all(_is_int(n, 1) for n in v))
+                         else REFUSED, "a positive integer or a non-empty list of them (one run each)",
+                         {"anyOf": [{"type": "integer", "minimum": 1},
+                                    {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}, {"type": "null"}]}) = Field(
+        None, description="train on one fixed set of this many examples; a list: one run per value")
+
+
+
+VariantName = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class Eval(Section):
+    """A spec's `eval:` (a task entry's is merged over it)."""
+
+    lengths: int_list(1) = Field(description="the test lengths")
+    samples: integer(1) = Field(EVAL_DEFAULTS["samples"], description="test examples per length")
+    batch_size: integer(1) = Field(EVAL_DEFAULTS["batch_size"], description="examples per forward pass")
+    chunk_size: integer(1, null="the whole input at once") = Field(
+        EVAL_DEFAULTS["chunk_size"], description="positions per forward pass on long inputs, state carried across")
+    seed: integer(0) = Field(EVAL_DEFAULTS["seed"], description="the test set's seed")
+    variants: _value(lambda v: v if isinstance(v, dict) and all(isinstance(k, str) and VariantName.fullmatch(k) and isinstance(p, dict)
+                                                                 and p for k, p in v.items()) else REFUSED,
+                     "a mapping from names (letters, digits, _ or -) to non-empty mappings of task parameters, "
+                     "e.g. {two_isi: {pattern: two_isi}}",
+                     {"type": "object", "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
+                      "additionalProperties": {"type": "object", "minProperties": 1}}, dict) = Field(
+        None, description="the trained model scored again on the task with these parameters changed, at the same lengths")
+    traces: integer(0) = Field(None, description="examples whose per-position outputs are kept per length (plotted)")
+
+    _root = ("eval",)
+
+
+class Selection(Section):
+    """How the report reads a grid of (lr, seed) runs (statetrack.scoring)."""
+
+    lr: choice(SELECTION_CHOICES["lr"]) = Field(SELECTION_DEFAULTS["lr"], description="the lr whose mean (best_mean) or best seed (best_max) scores highest")
+    seeds: choice(SELECTION_CHOICES["seeds"]) = Field(SELECTION_DEFAULTS["seeds"], description="the headline: mean over seeds, or the best seed")
+    criterion: choice(SELECTION_CHOICES["criterion"]) = Field(
+        SELECTION_DEFAULTS["criterion"], description="a run's score: mean scaled accuracy, or the longest length extrapolated to")
+    metric: choice(SELECTION_CHOICES["metric"]) = Field(SELECTION_DEFAULTS["metric"], description="what the extrapolation threshold applies to")
+    threshold: number(0, high=1) = Field(SELECTION_DEFAULTS["threshold"], description="the extrapolation threshold")
+
+    _root = ("selection",)
+
+
+class Claim(Section):
+    """One claim of the paper, tested against the measured figures (statetrack.scoring.claim_verdicts)."""
+
+    text: Text = Field(description="the claim in words")
+    model: Names = Field(description="the model (display name) or models it is about")
+    task: Names | None = Field(None, description="the task or tasks (default: every task)")
+    dataset_size: integer(1) | None = Field(None, description="runs on a fixed training set of this size")
+    measure: Measure | None = Field(None, description="what is measured (default: paper.measure)")
+    lengths: LengthRange | None = Field(None, description="one test length or [shortest, longest] (default: paper.lengths)")
+    seeds: choice(SEED_RULES) = Field(SEED_RULES[0], description="how the seeds' outcomes become the verdict")
+    scale: Names | None = Field(None, description=f"the scales it is tested at ({', '.join(SCALES)}; default: all)")
+    note: Text | None = Field(None, description="a sentence printed with the verdict")
+    at_least: AnyNumber | None = Field(None, description="measured >= this")
+    below: AnyNumber | None = Field(None, description="measured < this")
+    beats: Names | None = Field(None, description="measured > that model's (or each model's) on the same task")
+
+    @model_validator(mode="after")
+    def _one_test(self):
+        given = [t for t in CLAIM_TESTS if getattr(self, t) is not None]
+        if len(given) != 1:
+            raise _rule(f"needs exactly one of {', '.join(CLAIM_TESTS)}, got {len(given)}")
+        for scale in self.scale or []:
+            if scale not in SCALES:
+                raise _rule(f"unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
+        return self
+
+
+class Paper(Section):
+    """What the paper reports, set beside the measured figures (statetrack.scoring.paper_of)."""
+
+    source: Text = Field(description="where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'")
+    metric: str = Field("", description="what the paper's figures are, in words")
+    measure: Measure = Field("scaled", description="what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME")
+    lengths: LengthRange | None = Field(None, description="the test lengths the measured figure averages over (default: all)")
+    figures: Figures = Field(default_factory=dict, description="the paper's figure per model {model: figure}, or per task {task: {model: figure}}")
+    claims: list[Claim] = Field(default_factory=list, description="the claims tested")
+    notes: Text | None = Field(None, description="what the measured results do and do not show (printed in the book)")
+
+    _root = ("paper",)
+
+    @model_validator(mode="after")
+    def _beats_compares_accuracies(self):
+        for i, claim in enumerate(self.claims):
+            if claim.beats is not None and (claim.measure or self.measure).startswith("metric:"):
+                raise _rule(f"claims[{i}]: beats compares accuracies (higher is better); with a metric give at_least or below")
+        return self
+
+
+def _entry(kind: str):
+    """A model or task entry: a name, or a mapping {name: ..., parameters...} (its parameters are
+    checked against its signature when it is built)."""
+
+    def check(value):
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, dict) and isinstance(value.get("name"), str) and value["name"]:
+            return value
+        raise _expected(f"a {kind} name or a mapping {{name: ..., parameters...}}")
+
+    return Annotated[Any, PlainValidator(check), WithJsonSchema({"x-entry": kind})]
+
+
+TOP_LEVEL = {  # the spec's keys in words (the JSON Schema's descriptions)
+    "name": f"experiment name ({ALLOWED_NAMES}; default: the file's name)",
+    "description": "one paragraph shown in the report",
+    "task": "one task: a name or {name: ..., parameters...}",
+    "tasks": "a list of tasks; an entry may carry its own train: and eval: settings for its runs",
+    "models": "list of models: names or {name: ..., parameters...} (see `statetrack models`)",
+    "model_defaults": "settings applied to every model (d_model, width, params, num_layers, mlp, ...)",
+    "train": "training settings; dataset_size may be a list, one run per value",
+    "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed, [variants, traces]",
+    "lrs": "learning rates, one run each",
+    "seeds": "seeds, one run each",
+    "selection": "how the report picks a learning rate and aggregates seeds",
+    "scales": "per-scale changes merged over the spec: {paper: {...}}",
+    "paper": "the paper's figures and the claims tested, shown beside the measured ones",
+    "imports": "modules or .py files (relative to the spec) that register models and tasks",
+}
+
+
+class Spec(Section):
+    """An experiment spec, at one scale (its `scales:` merged in)."""
+
+    model_config = ConfigDict(extra="forbid", title="statetrack experiment spec")
+    name: _value(lambda v: v if isinstance(v, str) and len(v) <= NAME_MAX and NAME_PATTERN.fullmatch(v) else REFUSED, ALLOWED_NAMES,
+                 {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": NAME_MAX}, str) = Field(
+        None, description=TOP_LEVEL["name"])
+    description: str = Field("", description=TOP_LEVEL["description"])
+    task: _entry("task") | None = Field(None, description=TOP_LEVEL["task"])
+    tasks: list[_entry("task")] | None = Field(None, min_length=1, description=TOP_LEVEL["tasks"])
+    models: list[_entry("model")] = Field(min_length=1, description=TOP_LEVEL["models"])
+    model_defaults: Mapping = Field(default_factory=dict, description=TOP_LEVEL["model_defaults"])
+    train: SpecTrain = Field(default_factory=SpecTrain, description=TOP_LEVEL["train"])
+    eval: Eval = Field(description=TOP_LEVEL["eval"])
+    lrs: list[number(0, text=True)] = Field(min_length=1, description=TOP_LEVEL["lrs"])
+    seeds: list[integer(0)] = Field(min_length=1, description=TOP_LEVEL["seeds"])
+    selection: Selection = Field(default_factory=Selection, description=TOP_LEVEL["selection"])
+    scales: dict[choice(SCALES), Mapping] = Field(default_factory=dict, description=TOP_LEVEL["scales"])
+    paper: Paper | None = Field(None, description=TOP_LEVEL["paper"])
+    imports: list[str] = Field(default_factory=list, description=TOP_LEVEL["imports"])
+    scale: SkipJsonSchema[Any] = Field(None, exclude=True)  # set by load_spec: the scale it was read at
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data):
+        """`train:` with nothing under it (YAML null) is an empty section."""
+        if isinstance(data, dict):
+            data = {k: ({} if v is None and k in ("train", "eval", "selection", "model_defaults", "scales") else v) for k, v in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _one_task_key(self):
+        if (self.task is None) == (self.tasks is None):
+            raise _rule("give exactly one of 'task' or 'tasks'")
+        return self
+
+
+TASK_SETTINGS = ("train", "eval")  # sections a task entry may override for its own runs
+
+
+def validate_spec(spec: dict) -> None:
+    """Check `spec` (one scale, overrides applied) against the schema, a task entry's own `train:`
+    and `eval:` merged over the spec's: a one-line StatetrackError naming the key path."""
+    where = f"experiment {spec.get('name')!r}: " if isinstance(spec, dict) else ""
+    if not isinstance(spec, dict):
+        raise StatetrackError(f"an experiment spec must be a mapping with keys: {', '.join(TOP_LEVEL)}")
+    Spec.check(spec, where)
+    listed = spec.get("tasks") is not None
+    for i, entry in enumerate(spec["tasks"] if listed else [spec["task"]]):
+        at = ("tasks", i) if listed else ("task",)
+        for key in TASK_SETTINGS:
+            if not isinstance(entry, dict) or key not in entry:
+                continue
+            if not isinstance(entry[key], dict):
+                raise StatetrackError(f"{where}{_path((*at, key))} must be a mapping of settings, got {entry[key]!r}")
+            merged = {**(spec.get(key) or {}), **entry[key]}
+            (SpecTrain if key == "train" else Eval).check(merged, where, root=(*at, key))
+
+
+def check_scales(scales, where: str) -> dict:
+    """A spec file's `scales:` (read before any is merged): known scale names, each a mapping."""
+    if scales is None:
+        return {}
+    if not isinstance(scales, dict):
+        raise StatetrackError(f"{where}scales must be a mapping {{paper: {{...}}}}, got {scales!r}")
+    for scale, changes in scales.items():
+        if scale not in SCALES:
+            raise StatetrackError(f"{where}unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
+        if changes is not None and not isinstance(changes, dict):
+            raise StatetrackError(f"{where}scales.{scale} must be a mapping of changes, got {changes!r}")
+    return scales
+
+
+def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
+    """The JSON Schema of a spec file: `Spec`'s, with each model and task entry one of the
+    registered names and its parameters (`models`, `tasks`: name -> {parameter: JSON Schema}), and
+    `scales:` holding partial specs."""
+    schema = Spec.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+
+    def entries(kind: str, params_by_name: dict[str, dict], extra: dict) -> dict:
+        named = [{"type": "object", "required": ["name"], "additionalProperties": False,
+                  "properties": {"name": {"const": name}, **extra, **params}} for name, params in sorted(params_by_name.items())]
+        return {"anyOf": [{"enum": sorted(params_by_name)}, *named], "description": f"a {kind} name, or {{name: ..., parameters...}}"}
+
+    overrides = {key: {"type": "object", "description": f"this task's own {key} settings, merged over the spec's"}
+                 for key in TASK_SETTINGS}
+    defs["ModelEntry"], defs["TaskEntry"] = entries("model", models, {}), entries("task", tasks, overrides)
+
+    def refer(node):  # an entry's placeholder -> a reference to its definition
+        if isinstance(node, dict):
+            if "x-entry" in node:
+                return {"$ref": f"#/$defs/{node['x-entry'].capitalize()}Entry"}
+            return {k: refer(v) for k, v in node.items()}
+        return [refer(v) for v in node] if isinstance(node, list) else node
+
+    schema = refer(schema)
+    def changes(node):  # a section under scales: merged key by key over the spec's, so none is required
+        if isinstance(node, dict) and "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[1]
+            if "required" in schema["$defs"][name]:
+                schema["$defs"][f"{name}Changes"] = {k: v for k, v in schema["$defs"][name].items() if k != "required"}
+                return {"$ref": f"#/$defs/{name}Changes"}
+        if isinstance(node, dict) and "anyOf" in node:
+            return {**node, "anyOf": [changes(v) for v in node["anyOf"]]}
+        return node
+
+    partial = {"type": "object", "additionalProperties": False,
+               "properties": {k: changes(v) for k, v in schema["properties"].items() if k != "scales"}}
+    schema["properties"]["scales"] = {
+        "type": "object", "description": TOP_LEVEL["scales"], "additionalProperties": False,
+        "properties": {scale: {**partial, "description": f"what changes at the {scale} scale"} for scale in SCALES}}
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
