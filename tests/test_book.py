@@ -81,6 +81,9 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
     runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1, 2]", "eval.samples=16"], workers=1, progress=False, name="demo")
     book.write_snapshot(store, "demo", "book", {"seconds": 4.0, "runs": 3, "workers": 1})
     assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 6.0
+    # the same plan measured again from the start (a fresh store): its time replaces the earlier parts'
+    book.write_snapshot(store, "demo", "book", {"seconds": 7.0, "runs": 6, "workers": 1})
+    assert [p["seconds"] for p in json.loads((tmp_path / "book/results/demo.quick.json").read_text())["parts"]] == [7.0]
 
 
 def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(monkeypatch, tmp_path):

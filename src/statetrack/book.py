@@ -67,7 +67,8 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
     ({seconds, runs, workers}: the wall time of one `reproduce` of it that trained `runs` runs) is
     added to the parts of the snapshot it replaces when every run of that one's plan is in this plan
     (a resumed suite adds up its parts, and so does a plan that adds runs to it), and starts the
-    list afresh otherwise (the earlier time went partly into runs this plan no longer has)."""
+    list afresh otherwise (the earlier time went partly into runs this plan no longer has) or when
+    the parts would add up to more runs than the plan holds (the runs were measured again)."""
     from statetrack.experiments.runner import git_revision
     from statetrack.scoring import planned_ids
 
@@ -84,6 +85,15 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
             parts = before.get("parts", [])
     if part and part.get("runs"):
         parts.append({**part, "finished": time.strftime("%Y-%m-%d"), "machine": machine()})
+    # parts whose runs, with the later parts', come to more than the plan holds belong to an earlier
+    # measurement that a later one trained again (e.g. the suite run afresh into a new store)
+    kept, trained = [], 0
+    for earlier in reversed(parts):
+        trained += earlier["runs"]
+        if trained > len(ids) and kept:
+            break
+        kept.insert(0, earlier)
+    parts = kept
     runs = [{k: r[k] for k in ("id", "model", "task", "lr", "seed", "status", "steps", "train_seconds", "eval_seconds",
                                "num_parameters", "git_rev")}
             | {"diverged_at": r.get("diverged_at"), "error": (r["error"] or "").splitlines()[0] if r["error"] else None}
