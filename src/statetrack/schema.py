@@ -23,7 +23,7 @@ from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import SkipJsonSchema
 
 from statetrack.errors import StatetrackError
-from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN
+from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN, check_name
 
 SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes) and `paper` (the papers' sizes)
 # Valid values of each selection setting, the default first (statetrack.scoring applies them).
@@ -489,6 +489,13 @@ def _entry(kind: str):
     return Annotated[Any, PlainValidator(check), WithJsonSchema({"x-entry": kind})]
 
 
+def _safe_name(value):
+    try:
+        return check_name(value)
+    except StatetrackError:
+        return REFUSED
+
+
 TOP_LEVEL = {  # the spec's keys in words (the JSON Schema's descriptions)
     "name": f"experiment name ({ALLOWED_NAMES}; default: the file's name)",
     "description": "one paragraph shown in the report",
@@ -511,8 +518,7 @@ class Spec(Section):
     """An experiment spec, at one scale (its `scales:` merged in)."""
 
     model_config = ConfigDict(extra="forbid", title="statetrack experiment spec")
-    name: _value(lambda v: v if isinstance(v, str) and len(v) <= NAME_MAX and NAME_PATTERN.fullmatch(v) else REFUSED, ALLOWED_NAMES,
-                 {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": NAME_MAX}, str) = Field(
+    name: _value(_safe_name, ALLOWED_NAMES, {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": NAME_MAX}, str) = Field(
         None, description=TOP_LEVEL["name"])
     description: str = Field("", description=TOP_LEVEL["description"])
     task: _entry("task") | None = Field(None, description=TOP_LEVEL["task"])
