@@ -9,10 +9,13 @@ gradient clipping, AdamW, the schedule), measured through the trainer itself: `-
 first (compilation, first-touch allocation), then `--steps` more of the same trainer, timed. Every (length, layers)
 shape times all models round-robin, `--repeat` times, and keeps each one's median; the LSTM is the
 in-run yardstick (`x_lstm`). `gflop` is the step's arithmetic as torch's FLOP counter sees it
-(matrix products of the forward and backward; the recurrences' own kernels are not counted), and
+(matrix products of the forward and backward, `statetrack.sizing.pass_flops`; the recurrences'
+own kernels are not counted), and
 `arith_ms` is that arithmetic at the matmul rate measured in the same run (a [4096, 256] x [256, 256]
 product), so `ms / arith_ms` is how far a step is from the cost of its matrix arithmetic.
-`--profile N` prints, for the N slowest models at the first shape, the operators where a step's
+`--compile` also times each model under torch.compile (`compiled_ms`, its warm-up steps
+included in the untimed ones), `--min-length N` trains on lengths N..T instead of T alone (the
+quick specs draw a length per batch, which torch.compile must handle). `--profile N` prints, for the N slowest models at the first shape, the operators where a step's
 time goes (torch.profiler, self CPU time). malloc keeps freed memory for reuse, as `statetrack` runs do
 (`--malloc system` for glibc's defaults). Figures only, no assertions: timings are noisy on
 shared machines.
@@ -34,23 +37,31 @@ from common import emit, layer_parser, matmul_rate  # noqa: E402
 
 from statetrack import zoo  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
+from statetrack.sizing import pass_flops  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
 from statetrack.train import Trainer, TrainConfig  # noqa: E402
 
 TASK = {"name": "word_problem", "group": "S3"}  # dense supervision, a small vocabulary: the quick word problems
 
 
-def trainer(name: str, task, length: int, layers: int, width: int, batch: int, steps: int) -> Trainer:
+def trainer(name: str, task, length: int, layers: int, width: int, batch: int, steps: int,
+            min_length: int | None = None, compile: bool = False) -> Trainer:
+    """A trainer of `steps` steps on lengths min_length..length (length alone by default); `compile`:
+    the model under torch.compile (the optimizer holds the same parameters)."""
     torch.manual_seed(0)
     model = zoo.build_model({"name": name, "d_model": width, "num_layers": layers}, task.vocab_size, task.num_classes)
-    config = TrainConfig(steps=steps, batch_size=batch, lr=1e-3, min_length=length, max_length=length,
+    config = TrainConfig(steps=steps, batch_size=batch, lr=1e-3, min_length=min(min_length or length, length), max_length=length,
                          early_stop_loss=None, device="cpu", log_every=10**9)
-    return Trainer(model, task, config, progress=False)
+    t = Trainer(model, task, config, progress=False)
+    if compile:
+        t.model = torch.compile(model)
+    return t
 
 
-def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, warmup: int, steps: int) -> float:
+def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, warmup: int, steps: int,
+            min_length: int | None = None, compile: bool = False) -> float:
     """Milliseconds per step of `steps` steps that follow `warmup` steps of the same trainer."""
-    t = trainer(name, task, length, layers, width, batch, warmup)
+    t = trainer(name, task, length, layers, width, batch, warmup, min_length, compile)
     t.fit()
     extend(t, warmup + steps)
     start = time.perf_counter()
@@ -61,18 +72,6 @@ def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, w
 def extend(t: Trainer, steps: int) -> None:
     """Let a fitted trainer (one stage, no curriculum) go on to `steps` steps."""
     t.config.steps = t.plan[-1]["end"] = steps
-
-
-def step_flops(name: str, task, length: int, layers: int, width: int, batch: int) -> float:
-    """FLOPs of one forward + backward as torch's FLOP counter sees them."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    t = trainer(name, task, length, layers, width, batch, 1)
-    sample = task.sample(batch, length, torch.Generator().manual_seed(0))
-    with FlopCounterMode(display=False) as counter:
-        loss, _ = task.loss(t.model(sample.inputs)[0], sample)
-        loss.backward()
-    return float(counter.get_total_flops())
 
 
 def profile(name: str, task, length: int, layers: int, width: int, batch: int, top: int = 8) -> list[dict]:
@@ -97,18 +96,23 @@ def measure(args) -> tuple[list[dict], dict]:
     rows = []
     for length in args.lengths:
         for layers in args.layers:
-            per_step = {name: [] for name in names}
+            per_step = {(name, compiled): [] for name in names for compiled in (False, True)}
             for _ in range(args.repeat):  # round-robin: every model sees the same machine load
                 for name in names:
-                    per_step[name].append(step_ms(name, task, length, layers, args.width, args.batch, args.warmup, args.steps))
-            ms = {name: statistics.median(v) for name, v in per_step.items()}
-            lstm = ms.get("lstm")
+                    for compiled in (False, True) if args.compile else (False,):
+                        per_step[name, compiled].append(step_ms(name, task, length, layers, args.width, args.batch, args.warmup,
+                                                                args.steps, args.min_length, compiled))
+            ms = {key: statistics.median(v) for key, v in per_step.items() if v}
+            lstm = ms.get(("lstm", False))
             for name in names:
-                flops = step_flops(name, task, length, layers, args.width, args.batch)
+                spec = {"name": name, "d_model": args.width, "num_layers": layers}
+                flops = pass_flops(spec, TASK, length) * args.batch
                 arith = flops / (rate * 1e9) * 1e3
+                eager = ms[name, False]
                 rows.append({"model": name, "T": length, "layers": layers, "batch": args.batch, "d_model": args.width,
-                             "ms": ms[name], "x_lstm": ms[name] / lstm if lstm else None, "gflop": flops / 1e9,
-                             "arith_ms": arith, "x_arith": ms[name] / arith if arith > 0 else None})
+                             "ms": eager, "x_lstm": eager / lstm if lstm else None, "gflop": flops / 1e9,
+                             "arith_ms": arith, "x_arith": eager / arith if arith > 0 else None,
+                             "compiled_ms": ms.get((name, True))})
     profiles = {}
     if args.profile:
         first = [r for r in rows if (r["T"], r["layers"]) == (args.lengths[0], args.layers[0])]
@@ -126,10 +130,11 @@ def table(rows: list[dict], args) -> str:
              f"batch {args.batch}, d_model {args.width}, task {TASK['name']}({TASK['group']})"]
     for (length, layers) in dict.fromkeys((r["T"], r["layers"]) for r in rows):
         lines.append(f"\nT {length}, {layers} layer(s)")
-        lines.append(f"{'model':16s} {'ms/step':>8s} {'x LSTM':>7s} {'GFLOP':>7s} {'arith ms':>9s} {'x arith':>8s}")
+        lines.append(f"{'model':16s} {'ms/step':>8s} {'x LSTM':>7s} {'GFLOP':>7s} {'arith ms':>9s} {'x arith':>8s}"
+                     + (f" {'compiled ms':>12s}" if args.compile else ""))
         for r in sorted((r for r in rows if (r["T"], r["layers"]) == (length, layers)), key=lambda r: r["ms"]):
             lines.append(f"{r['model']:16s} {r['ms']:8.1f} {_fmt(r['x_lstm'], '7.1f')} {r['gflop']:7.3f} {r['arith_ms']:9.2f} "
-                         f"{_fmt(r['x_arith'], '8.0f')}")
+                         f"{_fmt(r['x_arith'], '8.0f')}" + (f" {_fmt(r['compiled_ms'], '12.1f')}" if args.compile else ""))
     lines += profile_lines(args.info["profiles"])
     return "\n".join(lines)
 
@@ -163,6 +168,9 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=None, help="registered model names (default: all)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
+    parser.add_argument("--min-length", type=int, default=None,
+                        help="train on lengths min-length..T, as the quick specs do (default: T alone)")
+    parser.add_argument("--compile", action="store_true", help="also time each model under torch.compile (`compiled ms`)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile the N slowest models at the first shape")
     parser.add_argument("--malloc", choices=["keep", "system"], default="keep",
                         help="keep: glibc keeps freed memory for reuse, as `statetrack` runs do (statetrack.allocator); "

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "ops.py"
 
 
@@ -77,3 +79,15 @@ def test_train_step_benchmark_json_has_every_model_shape_and_key():
     assert all(r["ms"] > 0 and r["gflop"] > 0 and r["arith_ms"] > 0 and r["x_lstm"] > 0 for r in rows)
     assert report["matmul_gflops"] > 0 and len(report["profiles"]) == 1
     assert all(0 <= op["share"] <= 1 for ops in report["profiles"].values() for op in ops)
+
+
+def test_suite_flops_benchmark_counts_each_experiments_arithmetic():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "suite_flops.py"
+    out = subprocess.run([sys.executable, str(script), "demo", "--json", "--rate", "50"],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    report = json.loads(out)
+    (row,) = report["rows"]
+    assert row["experiment"] == "demo" and row["runs"] == 9 and report["matmul_gflops"] == 50
+    assert row["train_gflop"] > row["eval_gflop"] > 0
+    assert row["arith_s"] == pytest.approx((row["train_gflop"] + row["eval_gflop"]) / 50 / 2)
+    assert row["wall_s"] > row["arith_s"]  # the snapshot's wall time, from docs/results

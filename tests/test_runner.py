@@ -133,12 +133,16 @@ def test_models_sharing_a_display_name_are_told_apart():
 def test_the_longest_runs_are_scheduled_first(tiny_spec):
     from statetrack.experiments import expand, load_spec
     from statetrack.experiments.runner import training_cost
+    from statetrack.sizing import pass_flops
 
-    runs = expand(load_spec(str(tiny_spec()), overrides=["models=[{name: lstm, d_model: 8}, {name: lstm, d_model: 16}]"]))
-    wide, narrow = (next(r for r in runs if r.model["d_model"] == d) for d in (16, 8))
-    assert training_cost(wide) == 4 * training_cost(narrow) > 0
+    runs = expand(load_spec(str(tiny_spec()), overrides=["models=[{name: lstm, d_model: 8}, {name: lstm, d_model: 16}, {name: mamba, d_model: 8}]"]))
+    wide, narrow = (next(r for r in runs if r.model == {**r.model, "name": "lstm", "d_model": d}) for d in (16, 8))
+    mamba = next(r for r in runs if r.model["name"] == "mamba")
+    assert training_cost(wide) > 2 * training_cost(narrow) > 0
+    assert training_cost(mamba) > training_cost(narrow)  # the same width, more arithmetic per token
     curriculum = expand(load_spec(str(tiny_spec()), overrides=["train.curriculum=[{steps: 10, length: 2}, {steps: 10, length: 4}]"]))[0]
-    assert training_cost(curriculum) == (10 * 2 + 10 * 4) * 8 * 8**2  # tokens per stage x batch x layers x width^2
+    per_sequence = [pass_flops(curriculum.model, curriculum.task, n) for n in (2, 4)]
+    assert training_cost(curriculum) == pytest.approx((10 * per_sequence[0] + 10 * per_sequence[1]) * 8)  # steps x FLOPs x batch
 
 
 def test_a_specs_device_is_the_device_the_runs_train_on(tiny_spec):

@@ -246,3 +246,20 @@ def test_cli_models_without_flags_lists_as_before(capsys):
     assert code == 0 and "parameters: " in out and "presets: " in out and "per layer" not in out
     code, out, _ = run_cli(capsys, "models", "mamba-neg", "lstm")  # names alone: only those models
     assert code == 0 and out.startswith("mamba ") and "\nlstm " in out and "deltanet" not in out
+
+
+def test_pass_flops_counts_the_arithmetic_per_sequence():
+    import torch
+
+    lstm, task = {"name": "lstm", "d_model": 16}, {"name": "word_problem", "group": "S3"}
+    forward = sizing.pass_flops(lstm, task, 8, backward=False)
+    # the LSTM's gates: 2 x (4 d) x (d + d) per token, and the read-out's product on top
+    assert forward >= 8 * 2 * 4 * 16 * 32
+    assert sizing.pass_flops(lstm, task, 16, backward=False) == pytest.approx(2 * forward)  # linear in the length
+    assert 2 * forward <= sizing.pass_flops(lstm, task, 8) <= 4 * forward  # the backward's two products per forward one
+    assert sizing.pass_flops({**lstm, "d_model": 32}, task, 8, backward=False) > 3 * forward  # quadratic in the width
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    sizing.pass_flops({"name": "gru", "d_model": 8}, task, 4)  # builds a model, draws a batch
+    assert torch.equal(torch.rand(3), expected)  # without touching the caller's random stream

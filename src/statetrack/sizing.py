@@ -21,7 +21,7 @@ from statetrack import zoo
 from statetrack.errors import StatetrackError
 
 __all__ = ["MAX_WIDTH", "TOLERANCE", "apply_sizing", "fit_width", "layer_parameters", "nearest_width",
-           "parse_budget", "stack_parameters"]
+           "parse_budget", "pass_flops", "stack_parameters"]
 
 TOLERANCE = 0.05  # fit_width's largest relative distance between a layer's count and the budget
 MAX_WIDTH = 1 << 16  # widths searched: 1 .. MAX_WIDTH
@@ -90,6 +90,38 @@ def stack_parameters(spec: dict | str) -> int:
     layer_parameters(spec)  # a model that cannot be built is a one-line error
     model = _build(spec)
     return sum(_trainable(block) for block in model.blocks)
+
+
+# ---- arithmetic ----------------------------------------------------------------------------------
+FLOP_BATCH = 4  # sequences per counted pass; FLOPs are linear in the batch
+
+
+def pass_flops(model: dict, task: dict, length: int, backward: bool = True) -> float:
+    """FLOPs per sequence of one pass of the model `model` on the task `task` at `length`: forward,
+    and backward through the task's loss when `backward`, as torch's FLOP counter sees them (matrix
+    products; the recurrences' compiled kernels are not counted). The model has its initial weights,
+    so a fixed-point model iterates as an untrained one. Cached per (model, task, length, backward)."""
+    return _pass_flops(json.dumps(zoo.resolve(model), sort_keys=True, default=repr), json.dumps(task, sort_keys=True),
+                       int(length), bool(backward))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pass_flops(model: str, task: str, length: int, backward: bool) -> float:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from statetrack.tasks import make_task
+
+    task_object = make_task(**json.loads(task))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        net = zoo.build_model(json.loads(model), task_object.vocab_size, task_object.num_classes).train(backward)
+        sample = task_object.sample(FLOP_BATCH, length, torch.Generator().manual_seed(0))
+        with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
+            out = net(sample.inputs)[0]
+            if backward:
+                task_object.loss(out, sample)[0].backward()
+    return counter.get_total_flops() / FLOP_BATCH
 
 
 # ---- fitting -------------------------------------------------------------------------------------

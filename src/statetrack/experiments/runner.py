@@ -34,6 +34,7 @@ from statetrack.experiments.spec import RunSpec, expand, load_spec
 from statetrack.loggers import check_log_to
 from statetrack.paths import check_writable
 from statetrack.plugins import load_imports
+from statetrack.sizing import pass_flops
 from statetrack.store import LEASE_SECONDS, Store
 from statetrack.train import TrainConfig
 
@@ -123,13 +124,16 @@ def plan_entry(run: RunSpec) -> dict:
 
 
 def training_cost(run: RunSpec) -> float:
-    """A run's training work in relative units, to schedule the longest first: tokens trained
-    (steps x mean length, per curriculum stage) x layers x width squared."""
-    stages, start, tokens = TrainConfig.from_dict(run.train).stages(), 0, 0.0
+    """A run's training arithmetic, to schedule the longest first: per curriculum stage, steps x batch
+    x the FLOPs of a forward + backward pass per sequence of the stage's task (`sizing.pass_flops`,
+    the mean over the stage's shortest and longest lengths)."""
+    stages, start, flops = TrainConfig.from_dict(run.train).stages(), 0, 0.0
     for stage in stages:
-        tokens += (stage["end"] - start) * (stage["min_length"] + stage["max_length"]) / 2
+        lengths = {stage["min_length"], stage["max_length"]}
+        task = {**run.task, **stage["task"]}
+        flops += (stage["end"] - start) * sum(pass_flops(run.model, task, n) for n in lengths) / len(lengths)
         start = stage["end"]
-    return tokens * run.train.get("batch_size", 64) * run.model.get("num_layers", 1) * run.model.get("d_model", 64) ** 2
+    return flops * run.train.get("batch_size", 64)
 
 
 def describe(run: RunSpec) -> str:
