@@ -10,7 +10,8 @@ For every run of every shipped experiment at `--scale` (quick by default): the F
 length, averaged: the cost the runner schedules by) and of its evaluation (one forward per test
 length, variant and sample), as torch's FLOP counter sees them (`statetrack.sizing.pass_flops`:
 matrix products; the recurrences' own compiled kernels are not counted, so the figure is a floor),
-every step counted (a run that stops early does less). `arith min`
+each run's steps as its snapshot (docs/results/) records them (a run that stopped early did
+fewer; every step of a run the snapshot lacks). `arith min`
 is that total at the matmul rate measured in this run (a [4096, 256] x [256, 256] product), spread
 over `--workers` cores; `wall min` is the snapshot's wall time (docs/results/), and `x arith` how
 far the experiment is from the cost of its arithmetic. The fixed-point models are counted at their
@@ -36,26 +37,28 @@ from statetrack.experiments.runner import training_cost  # noqa: E402
 from statetrack.experiments.spec import expand, load_spec, shipped_specs  # noqa: E402
 from statetrack.sizing import pass_flops  # noqa: E402
 
-def run_flops(run) -> tuple[float, float]:
-    """(training FLOPs, evaluation FLOPs) of one run: the runner's scheduling cost (every step of
-    every stage), and one forward per test length, variant and sample."""
+def run_flops(run, steps: int | None = None) -> tuple[float, float]:
+    """(training FLOPs, evaluation FLOPs) of one run: the runner's scheduling cost (of its first
+    `steps` steps, else all), and one forward per test length, variant and sample."""
     passes = 1 + len(run.eval.get("variants") or {})
     evaluation = sum(run.eval["samples"] * pass_flops(run.model, run.task, n, backward=False) * passes
                      for n in run.eval["lengths"])
-    return training_cost(run), evaluation
+    return training_cost(run, steps), evaluation
 
 
 def measure(args) -> tuple[list[dict], float]:
     rate = args.rate or matmul_rate(4096, 256, 256, 30)[1]
     rows = []
     for name in args.experiments or shipped_specs():
+        snapshot = ROOT / "docs" / "results" / f"{name}.{args.scale}.json"
+        measured = json.loads(snapshot.read_text()) if snapshot.exists() else {"parts": [], "runs": []}
+        trained = {r["id"]: r["steps"] for r in measured["runs"] if r.get("steps")}
         runs = expand(load_spec(name, args.scale))
         train = evaluation = 0.0
         for run in runs:
-            t, e = run_flops(run)
+            t, e = run_flops(run, trained.get(run.id))
             train, evaluation = train + t, evaluation + e
-        snapshot = ROOT / "docs" / "results" / f"{name}.{args.scale}.json"
-        wall = sum(p["seconds"] for p in json.loads(snapshot.read_text())["parts"]) if snapshot.exists() else None
+        wall = sum(p["seconds"] for p in measured["parts"]) or None
         arith = (train + evaluation) / (rate * 1e9) / args.workers
         rows.append({"experiment": name, "runs": len(runs), "train_gflop": train / 1e9, "eval_gflop": evaluation / 1e9,
                      "arith_s": arith, "wall_s": wall, "x_arith": wall / arith if wall and arith else None})

@@ -143,6 +143,9 @@ def test_the_longest_runs_are_scheduled_first(tiny_spec):
     curriculum = expand(load_spec(str(tiny_spec()), overrides=["train.curriculum=[{steps: 10, length: 2}, {steps: 10, length: 4}]"]))[0]
     per_sequence = [pass_flops(curriculum.model, curriculum.task, n) for n in (2, 4)]
     assert training_cost(curriculum) == pytest.approx((10 * per_sequence[0] + 10 * per_sequence[1]) * 8)  # steps x FLOPs x batch
+    assert training_cost(curriculum, steps=15) == pytest.approx((10 * per_sequence[0] + 5 * per_sequence[1]) * 8)  # stopped early
+    assert training_cost(curriculum, steps=10) == pytest.approx(10 * per_sequence[0] * 8)
+    assert training_cost(curriculum, steps=99) == training_cost(curriculum)
 
 
 def test_a_specs_device_is_the_device_the_runs_train_on(tiny_spec):

@@ -123,15 +123,19 @@ def plan_entry(run: RunSpec) -> dict:
             "dataset_size": run.dataset_size, "lengths": list(run.eval["lengths"]), "train_length": train_length}
 
 
-def training_cost(run: RunSpec) -> float:
+def training_cost(run: RunSpec, steps: int | None = None) -> float:
     """A run's training arithmetic, to schedule the longest first: per curriculum stage, steps x batch
     x the FLOPs of a forward + backward pass per sequence of the stage's task (`sizing.pass_flops`,
-    the mean over the stage's shortest and longest lengths)."""
+    the mean over the stage's shortest and longest lengths). `steps`: of the run's first `steps`
+    steps only (a run that stopped early), else of all of them."""
     stages, start, flops = TrainConfig.from_dict(run.train).stages(), 0, 0.0
     for stage in stages:
+        end = stage["end"] if steps is None else min(stage["end"], steps)
+        if end <= start:
+            break
         lengths = {stage["min_length"], stage["max_length"]}
         task = {**run.task, **stage["task"]}
-        flops += (stage["end"] - start) * sum(pass_flops(run.model, task, n) for n in lengths) / len(lengths)
+        flops += (end - start) * sum(pass_flops(run.model, task, n) for n in lengths) / len(lengths)
         start = stage["end"]
     return flops * run.train.get("batch_size", 64)
 
