@@ -10,10 +10,9 @@ For every run of every shipped experiment at `--scale` (quick by default): the F
 length, averaged: the cost the runner schedules by) and of its evaluation (one forward per test
 length, variant and sample), as torch's FLOP counter sees them (`statetrack.sizing.pass_flops`:
 matrix products; the recurrences' own compiled kernels are not counted, so the figure is a floor),
-each run's steps as its snapshot (docs/results/) records them (a run that stopped early did
-fewer; every step of a run the snapshot lacks). `arith min`
-is that total at the matmul rate measured in this run (a [4096, 256] x [256, 256] product), spread
-over `--workers` cores; `wall min` is the snapshot's wall time (docs/results/), and `x arith` how
+each run's steps as its snapshot (docs/results/) records them (a run that stopped early did fewer;
+every step of a run the snapshot lacks). `arith min` is that total at the matmul rate measured in
+this run (a [4096, 256] x [256, 256] product, or `--rate`), spread over `--workers` cores; `wall min` is the snapshot's wall time (docs/results/), and `x arith` how
 far the experiment is from the cost of its arithmetic. The fixed-point models are counted at their
 initial weights, so at the iteration counts of an untrained model.
 """
@@ -36,6 +35,7 @@ from common import matmul_rate  # noqa: E402
 from statetrack.experiments.runner import training_cost  # noqa: E402
 from statetrack.experiments.spec import expand, load_spec, shipped_specs  # noqa: E402
 from statetrack.sizing import pass_flops  # noqa: E402
+
 
 def run_flops(run, steps: int | None = None) -> tuple[float, float]:
     """(training FLOPs, evaluation FLOPs) of one run: the runner's scheduling cost (of its first

@@ -6,19 +6,19 @@
 
 A step is what `Trainer.fit` does per step (draw a batch of the task, forward, loss, backward,
 gradient clipping, AdamW, the schedule), measured through the trainer itself: `--warmup` steps
-first (compilation, first-touch allocation), then `--steps` more of the same trainer, timed. Every (length, layers)
-shape times all models round-robin, `--repeat` times, and keeps each one's median; the LSTM is the
-in-run yardstick (`x_lstm`). `gflop` is the step's arithmetic as torch's FLOP counter sees it
-(matrix products of the forward and backward, `statetrack.sizing.pass_flops`; the recurrences'
-own kernels are not counted), and
-`arith_ms` is that arithmetic at the matmul rate measured in the same run (a [4096, 256] x [256, 256]
-product), so `ms / arith_ms` is how far a step is from the cost of its matrix arithmetic.
-`--compile` also times each model under torch.compile (`compiled_ms`, its warm-up steps
-included in the untimed ones), `--min-length N` trains on lengths N..T instead of T alone (the
-quick specs draw a length per batch, which torch.compile must handle). `--profile N` prints, for the N slowest models at the first shape, the operators where a step's
-time goes (torch.profiler, self CPU time). malloc keeps freed memory for reuse, as `statetrack` runs do
-(`--malloc system` for glibc's defaults). Figures only, no assertions: timings are noisy on
-shared machines.
+first (compilation, first-touch allocation), then `--steps` more of the same trainer, timed. Every
+(length, layers) shape times all models round-robin, `--repeat` times, and keeps each one's median;
+the LSTM is the in-run yardstick (`x_lstm`). `gflop` is the step's arithmetic as torch's FLOP
+counter sees it (matrix products of the forward and backward, `statetrack.sizing.pass_flops`; the
+recurrences' own kernels are not counted), and `arith_ms` is that arithmetic at the matmul rate
+measured in the same run (a [4096, 256] x [256, 256] product), so `ms / arith_ms` is how far a step
+is from the cost of its matrix arithmetic. `--compile` also times each model under torch.compile
+(`compiled_ms`; a length first seen in the timed steps recompiles there), `--min-length N` trains on
+lengths N..T instead of T alone (the quick specs draw a length per batch, which torch.compile must
+handle). `--profile N` prints, for the N slowest models at the first shape, the operators where a
+step's time goes (torch.profiler, self CPU time). malloc keeps freed memory for reuse, as
+`statetrack` runs do (`--malloc system` for glibc's defaults). Figures only, no assertions: timings
+are noisy on shared machines.
 """
 
 from __future__ import annotations
@@ -96,13 +96,14 @@ def measure(args) -> tuple[list[dict], dict]:
     rows = []
     for length in args.lengths:
         for layers in args.layers:
-            per_step = {(name, compiled): [] for name in names for compiled in (False, True)}
+            modes = (False, True) if args.compile else (False,)  # eager, and compiled when asked
+            per_step = {(name, compiled): [] for name in names for compiled in modes}
             for _ in range(args.repeat):  # round-robin: every model sees the same machine load
                 for name in names:
-                    for compiled in (False, True) if args.compile else (False,):
+                    for compiled in modes:
                         per_step[name, compiled].append(step_ms(name, task, length, layers, args.width, args.batch, args.warmup,
                                                                 args.steps, args.min_length, compiled))
-            ms = {key: statistics.median(v) for key, v in per_step.items() if v}
+            ms = {key: statistics.median(v) for key, v in per_step.items()}
             lstm = ms.get(("lstm", False))
             for name in names:
                 spec = {"name": name, "d_model": args.width, "num_layers": layers}
