@@ -12,7 +12,8 @@ length, variant and sample), as torch's FLOP counter sees them (`statetrack.sizi
 matrix products; the recurrences' own compiled kernels are not counted, so the figure is a floor),
 each run's steps as its snapshot (docs/results/) records them (a run that stopped early did fewer;
 every step of a run the snapshot lacks). `arith min` is that total at the matmul rate measured in
-this run (a [4096, 256] x [256, 256] product, or `--rate`), spread over `--workers` cores; `wall min` is the snapshot's wall time (docs/results/), and `x arith` how
+this run (a [4096, 256] x [256, 256] product, or `--rate`), spread over `--workers` cores; `wall
+min` is the snapshot's wall time (docs/results/), and `x arith` how
 far the experiment is from the cost of its arithmetic. The fixed-point models are counted at their
 initial weights, so at the iteration counts of an untrained model.
 """
