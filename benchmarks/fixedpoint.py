@@ -101,8 +101,10 @@ def iteration_price(reflections: int, batch: int, width: int, T: int, repeat: in
 
     def recurrence(layer):  # the layer's own solver on the op, without projections and elementwise work
         def run():
-            h, _ = layer.solve(lambda p: fixed_point_iteration(lam, scale, b, u, alpha, p),
-                               torch.zeros_like(b), lambda p: fixed_point_iteration_nograd(lam, scale, b, u, alpha, p))
+            def restrict(rows):
+                lam_r, scale_r, b_r, u_r, alpha_r = layer._rows((lam, scale, b, u, alpha), rows)
+                return lambda p: fixed_point_iteration_nograd(lam_r, scale_r, b_r, u_r, alpha_r, p)
+            h, _ = layer.solve(lambda p: fixed_point_iteration(lam, scale, b, u, alpha, p), torch.zeros_like(b), restrict)
             h.square().mean().backward()
             for t in inputs:
                 t.grad = None

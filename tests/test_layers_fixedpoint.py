@@ -280,3 +280,40 @@ def test_bad_settings_are_one_line_errors(params, match):
 def test_display_names():
     assert zoo.display_name({"name": "fixedpoint", "reflections": 4}) == "FP-RNN r=4"
     assert zoo.display_name({"name": "bedouin"}) == "Bedouin r=1"
+
+
+@pytest.mark.parametrize("name", ["fixedpoint", "bedouin"])
+def test_the_solver_drops_converged_sequences_without_changing_any(name, monkeypatch):
+    """Once most sequences of a batch have converged the no-grad loop computes the others alone: the
+    outputs, states, gradients and iteration counts equal those of the loop that computes every
+    sequence to the end, and the loop did narrow down, twice, to fewer sequences."""
+    from statetrack.layers import fixedpoint as layers
+
+    torch.manual_seed(3)
+    m = mixer({"name": name, "reflections": 2, "tol": 1e-11, "max_iter": 60}, 8).double().train()
+    x = torch.randn(8, 13, 8, dtype=torch.float64) * torch.tensor([0.1, 3, 1, 0.3, 5, 1, 0.2, 2], dtype=torch.float64)[:, None, None]
+    widths = []
+    solve = layers._FixedPoint.solve
+
+    def watched(self, step, y0, restrict=None):
+        def narrowing(rows):
+            widths.append(y0.shape[0] if rows is None else len(rows))
+            return restrict(rows)
+        return solve(self, step, y0, narrowing)
+
+    monkeypatch.setattr(layers._FixedPoint, "solve", watched)
+    results = {}
+    for compact in (0.0, layers.COMPACT):
+        monkeypatch.setattr(layers, "COMPACT", compact)
+        widths.clear()
+        xc = x.clone().requires_grad_()
+        y, state = m(xc)
+        y.square().sum().backward()
+        results[compact] = (y.detach(), state, xc.grad, diagnostics.drain(m)["iterations"], list(widths))
+    (y0, s0, g0, n0, w0), (y1, s1, g1, n1, w1) = results.values()
+    assert w0 == [8] and len(w1) >= 3 and w1 == sorted(w1, reverse=True) and len(set(n1)) > 1  # narrowed twice
+    assert n0 == n1
+    torch.testing.assert_close(y1, y0, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(g1, g0, rtol=1e-12, atol=1e-14)
+    for a, b in zip(s1 if name == "bedouin" else [s1], s0 if name == "bedouin" else [s0]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)

@@ -23,7 +23,8 @@ the tests check the fixed point against it.
 Both layers share `solve`: iterate without autograd, each sequence until its own relative change
 max |y^l - y^{l-1}| / max |y^l| (maxima over its tokens and features) < `tol` (default 0.1) or
 `max_iter` iterations, a sequence that has converged keeping its iterate while the others go on, so
-a sequence's output does not depend on the others in its batch; then take one differentiable
+a sequence's output does not depend on the others in its batch (once most have converged, the loop
+computes the others alone); then take one differentiable
 iteration from the fixed point, so the gradient is the one at the fixed point (the Jacobian-free
 gradient of Fung et al. 2022; a descent direction when J_x = J_h, Thm 3.3) and no graph is kept
 across iterations. In training `max_iter` is a number, or "gamma" to draw it per batch from
@@ -99,43 +100,71 @@ class _FixedPoint(Recorder, nn.Module):
             return max(1, round(draw))
         return self.max_iter
 
-    def solve(self, step, y0: torch.Tensor, fast_step=None):
+    def solve(self, step, y0: torch.Tensor, restrict=None):
         """The fixed point of `step`, its last iteration differentiable; records each sequence's
         iteration count.
 
         `step(y_prev) -> (y, carry)`: one iteration from the previous iterate y_prev [B, ...], and what
         the layer needs besides y (e.g. the last state, [B, ...]); sequences (the first axis) are
-        independent. `fast_step(y_prev) -> (y, carry, relative change [B])`, if given, is the same
-        iteration for the no-grad loop. Without autograd: y^l = step(y^{l-1}) from y^0 = y0, each
-        sequence until its relative change max |y^l - y^{l-1}| / max |y^l| is below `tol` (from then
-        on it keeps that iterate and carry) or the cap is reached, keeping one iteration for the end;
-        then (y, carry) = step(y^l) with autograd when gradients are on (at evaluation every
-        iteration is of the same kind). Returns (y, carry)."""
+        independent. `restrict(rows) -> fast_step`, if given, is the same iteration without autograd
+        for the sequences `rows` alone (an index tensor into the first axis, None for all of them):
+        `fast_step(y_prev) -> (y, carry, relative change [len(rows)])`. Without autograd: y^l =
+        step(y^{l-1}) from y^0 = y0, each sequence until its relative change max |y^l - y^{l-1}| /
+        max |y^l| is below `tol` (from then on it keeps that iterate and carry) or the cap is reached,
+        keeping one iteration for the end; then (y, carry) = step(y^l) with autograd when gradients
+        are on (at evaluation every iteration is of the same kind). With `restrict`, once at most
+        COMPACT of the sequences the loop computes are still iterating, it goes on with those alone.
+        Returns (y, carry)."""
         cap = self._iteration_cap()
         graph = torch.is_grad_enabled()
-        y, carry = y0, None
-        active = torch.ones(y0.shape[0], dtype=torch.bool, device=y0.device)  # not converged yet
         done = torch.zeros(y0.shape[0], dtype=torch.long, device=y0.device)
         with torch.no_grad():
-            for _ in range(cap - (1 if graph else 0)):
-                if fast_step is None:
-                    new, new_carry = step(y)
-                    change = relative_change(new, y)
+            if restrict is None:
+                def fast(y_prev):
+                    new, new_carry = step(y_prev)
+                    return new, new_carry, relative_change(new, y_prev)
+            else:
+                fast = restrict(None)
+            y, carry = y0, None  # every sequence's iterate, up to date outside `rows`
+            rows, y_rows, carry_rows = None, y0, None  # the sequences the loop computes (None: all)
+            active = torch.ones(y0.shape[0], dtype=torch.bool, device=y0.device)  # of those, not converged yet
+            iterations = cap - (1 if graph else 0)
+            for iteration in range(1, iterations + 1):
+                new, new_carry, change = fast(y_rows)
+                if rows is None:
+                    done += active
                 else:
-                    new, new_carry, change = fast_step(y)
-                done += active
-                if carry is None or bool(active.all()):
-                    y, carry = new, new_carry
+                    done.index_add_(0, rows, active.long())
+                if carry_rows is None or bool(active.all()):
+                    y_rows, carry_rows = new, new_carry
                 else:  # the sequences that have converged keep their iterate
-                    y, carry = _keep_converged(active, new, y), _keep_converged(active, new_carry, carry)
+                    y_rows, carry_rows = _keep_converged(active, new, y_rows), _keep_converged(active, new_carry, carry_rows)
                 active &= ~(change < self.tol)
-                if not bool(active.any()):
+                still = int(active.sum())
+                if still == 0:
                     break
+                if restrict is not None and still <= COMPACT * active.numel() and iteration < iterations:
+                    y, carry = _put_rows(rows, y, carry, y_rows, carry_rows)
+                    keep = active.nonzero().squeeze(1)
+                    rows = keep if rows is None else rows[keep]
+                    y_rows, carry_rows = y_rows[keep], _take_rows(carry_rows, keep)
+                    fast, active = restrict(rows), active[keep]
+            y, carry = _put_rows(rows, y, carry, y_rows, carry_rows)
         if graph:
             y, carry = step(y.detach())
             done += 1
         self.record("iterations", done.tolist())
         return y, carry
+
+    @staticmethod
+    def _rows(tensors, rows):
+        """Each tensor (or None) for the sequences `rows` (None: all of them)."""
+        if rows is None:
+            return tensors
+        return tuple(None if t is None else t[rows] for t in tensors)
+
+
+COMPACT = 0.75  # the solver drops converged sequences once at most this fraction of those it computes still iterate
 
 
 def _keep_converged(active: torch.Tensor, new, old):
@@ -143,6 +172,27 @@ def _keep_converged(active: torch.Tensor, new, old):
     if isinstance(new, tuple):
         return tuple(_keep_converged(active, a, b) for a, b in zip(new, old))
     return torch.where(active.view((-1,) + (1,) * (new.dim() - 1)), new, old)
+
+
+def _take_rows(value, rows: torch.Tensor):
+    """`value` (a tensor, a tuple of them, or None) at the sequences `rows` of its first axis."""
+    if isinstance(value, tuple):
+        return tuple(_take_rows(v, rows) for v in value)
+    return None if value is None else value[rows]
+
+
+def _put_rows(rows, full, full_carry, part, part_carry):
+    """(y, carry) for every sequence: `part` and `part_carry` (the sequences `rows`; None: all of
+    them) written over `full` and `full_carry`."""
+    if rows is None:
+        return part, part_carry
+    return full.index_copy(0, rows, part), _index_copy(full_carry, rows, part_carry)
+
+
+def _index_copy(full, rows, part):
+    if isinstance(full, tuple):
+        return tuple(_index_copy(f, rows, p) for f, p in zip(full, part))
+    return None if full is None else full.index_copy(0, rows, part)
 
 
 def _lambda_log_init(n: int) -> torch.Tensor:
@@ -211,10 +261,11 @@ class FixedPointRNN(_FixedPoint):
         def step(h_prev):  # eq. 7: one diagonal scan over time
             return fixed_point_iteration(lam, scale, b, u, alpha, h_prev, state)
 
-        def fast_step(h_prev):  # the same without autograd, with the stopping rule's change
-            return fixed_point_iteration_nograd(lam, scale, b, u, alpha, h_prev, state)
+        def restrict(rows):  # the same without autograd for the sequences `rows`, with the stopping rule's change
+            lam_r, scale_r, b_r, u_r, alpha_r, state_r = self._rows((lam, scale, b, u, alpha, state), rows)
+            return lambda h_prev: fixed_point_iteration_nograd(lam_r, scale_r, b_r, u_r, alpha_r, h_prev, state_r)
 
-        h, h_last = self.solve(step, torch.zeros_like(b), fast_step)
+        h, h_last = self.solve(step, torch.zeros_like(b), restrict)
         return self.out_proj(h * F.silu(gate)), h_last
 
     def dense_reference(self, x: torch.Tensor, state=None):
@@ -374,11 +425,15 @@ class Bedouin(_FixedPoint):
             Bbar, Cbar, u, alpha = self._mixing_joint(self._shift(y_prev, y_before), x_parts)
             return bedouin_iteration(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
 
-        def fast_step(y_prev):  # the same without autograd, fused into one pass on CPU
-            Bbar, Cbar, u, alpha = self._mixing_joint(self._shift(y_prev, y_before), x_parts)
-            return bedouin_iteration_nograd(lam, delta, u_in, y_prev, u, alpha, Bbar, Cbar, h0)
+        def restrict(rows):  # the same without autograd for the sequences `rows`, fused into one pass on CPU
+            lam_r, delta_r, u_r, parts_r, h0_r, before_r = self._rows((lam, delta, u_in, x_parts, h0, y_before), rows)
 
-        y, h_last = self.solve(step, torch.zeros_like(u_in), fast_step)
+            def fast_step(y_prev):
+                Bbar, Cbar, u, alpha = self._mixing_joint(self._shift(y_prev, before_r), parts_r)
+                return bedouin_iteration_nograd(lam_r, delta_r, u_r, y_prev, u, alpha, Bbar, Cbar, h0_r)
+            return fast_step
+
+        y, h_last = self.solve(step, torch.zeros_like(u_in), restrict)
         # copies, not views: a view would keep the chunk's whole h [B, T, E, N] alive in the carried state
         return self._output(y, self._shift(y, y_before), u_in, gx), (h_last.clone(), y[:, -1].clone())
 
