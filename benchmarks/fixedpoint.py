@@ -24,6 +24,15 @@
    layers at the quick experiments' shapes (batch 64, d_model 64; Bedouin expand 2, d_state 16): a
    training step (forward + backward, T 16, exactly 16 iterations) and an evaluation forward (T 50,
    exactly 100 iterations, the evaluation cap).
+4. Dropping converged sequences: the solver's no-grad loop computing only the sequences still
+   iterating once at most `COMPACT` of them are (as shipped), against computing every sequence to
+   the last iteration (COMPACT = 0), for a training step (forward + backward over 6 batches) and an
+   evaluation forward (256 sequences); the iteration counts (median and largest) show the spread
+   it feeds on. With --narrowing-run RUN_ID (a finished run of a Bedouin or fixed-point model, e.g.
+   from `statetrack reproduce --scale quick modarith-brackets`; --results-dir where it ran), the
+   trained model on its task: batches at its training lengths and its longest test length. Without
+   one, both layers at init (--reflections' last r) on random inputs whose scale spreads over two
+   decades per sequence, at tol 1e-3: a toy spread, for the command to run anywhere.
 Every pair is timed round-robin in one run (median of --repeat passes after a warm-up), so ratios
 are side by side. Figures only, no assertions: timings are noisy on shared machines.
 """
@@ -193,6 +202,75 @@ def fused_against_torch(name: str, reflections: int, batch: int, width: int, T_t
     return rows
 
 
+def narrowing(source: str, forms: dict, repeat: int) -> list[dict]:
+    """Each of `forms` ({mode: (callable, model)}) timed with the solver dropping converged sequences
+    and computing all of them, round-robin; the iteration counts of the first pass."""
+    rows = []
+    for mode, (form, model) in forms.items():
+        diagnostics.drain(model)
+        compacting = fixed_point_layers.COMPACT
+
+        def set_to(value):
+            def run():
+                fixed_point_layers.COMPACT = value
+                form()
+            return run
+        try:
+            ms = timed({"narrowing": set_to(compacting), "all": set_to(0.0)}, repeat)
+        finally:
+            fixed_point_layers.COMPACT = compacting
+        counts = sorted(diagnostics.drain(model).get("iterations", [0]))
+        rows.append({"measure": "narrowing", "source": source, "mode": mode, "iterations_median": statistics.median(counts),
+                     "iterations_max": counts[-1], "narrowing_ms": ms["narrowing"], "all_ms": ms["all"],
+                     "speedup": ms["all"] / ms["narrowing"]})
+    return rows
+
+
+def _passes(model, loss, train_inputs: list, eval_input: torch.Tensor) -> dict:
+    """{"train": forward + backward over each training input, "eval": one forward without autograd}."""
+    def train():
+        model.train()
+        for inputs in train_inputs:
+            loss(model, inputs).backward()
+        model.zero_grad(set_to_none=True)
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            model(eval_input)
+    return {"train": (train, model), "eval": (evaluate, model)}
+
+
+def narrowing_of_run(run_id: str, results_dir: str, repeat: int) -> list[dict]:
+    from statetrack.trained import load_run  # noqa: PLC0415
+
+    run = load_run(run_id, results_dir=results_dir)
+    if not any(isinstance(module, fixed_point_layers._FixedPoint) for module in run.model.modules()):
+        sys.exit(f"error: run {run.id} is {run.model_name}, which has no fixed-point layer; pass a run of a Bedouin or fixed-point model")
+    train = run.config["train"]
+    stage = (train.get("curriculum") or [train])[-1]
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(stage["min_length"], stage["max_length"] + 1, (6,), generator=g).tolist()
+    batches = [run.task.sample(train["batch_size"], length, g) for length in lengths]
+    by_inputs = {id(b.inputs): b for b in batches}
+    test = run.task.sample(256, max(run.config["eval"]["lengths"]), g)
+
+    def loss(model, inputs):
+        return run.task.loss(model(inputs)[0], by_inputs[id(inputs)])[0]
+    forms = _passes(run.model, loss, [b.inputs for b in batches], test.inputs)
+    return narrowing(f"{run.model_name} on {run.task_name} ({run.experiment}, seed {run.seed})", forms, repeat)
+
+
+def narrowing_at_init(name: str, reflections: int, batch: int, width: int, T: int, repeat: int) -> list[dict]:
+    torch.manual_seed(0)
+    layer = (Bedouin if name == "bedouin" else FixedPointRNN)(width, reflections=reflections, tol=1e-3, max_iter=100)
+    scales = torch.logspace(-1, 1, batch)[torch.randperm(batch)][:, None, None]
+    train_inputs = [torch.randn(batch, T, width) * scales for _ in range(6)]
+    test = torch.randn(256, T, width) * torch.logspace(-1, 1, 256)[:, None, None]
+    forms = _passes(layer, lambda m, x: m(x)[0].square().mean(), train_inputs, test)
+    return narrowing(f"{name} r={reflections} at init, T {T}", forms, repeat)
+
+
 def table(rows, args) -> str:
     lines = [f"forward + backward, float32, {args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
              f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10} {'proj':>6} {'recurrence':>10}"]
@@ -209,22 +287,28 @@ def table(rows, args) -> str:
         if r["measure"] == "fused_against_torch":
             lines.append(f"{r['layer']} r={r['reflections']} {r['mode']} (T {r['T']}, {r['iterations']} iterations): fused "
                          f"{r['fused_ms']:.1f} ms, definitions {r['torch_ms']:.1f} ms, {r['speedup']:.2f}x")
+    for r in rows:
+        if r["measure"] == "narrowing":
+            lines.append(f"{r['source']} {r['mode']} (iterations median {r['iterations_median']:g}, max {r['iterations_max']:g}): "
+                         f"dropping converged {r['narrowing_ms']:.1f} ms, all to the end {r['all_ms']:.1f} ms, {r['speedup']:.2f}x")
     return "\n".join(lines)
 
 
 def markdown(rows, args) -> str:
-    first = next(r for r in rows if r["measure"] == "iteration_price")
-    lines = [f"Forward + backward of one FixedPointRNN layer with exactly l iterations (batch {first['batch']}, d_model = hidden = "
-             f"{first['width']}, T = {first['T']}, float32, {args.threads} threads, torch {torch.__version__}; median of "
-             f"{args.repeat} round-robin passes), against one diagonal scan forward + backward on its state.", "",
-             "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | recurrence alone / scan | layer / (l = 1 layer) "
-             "| one more iteration, in scans | projections alone, in scans |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
-        if r["measure"] == "iteration_price":
-            lines.append(f"| {r['reflections']} | {r['iterations']} | {r['layer_ms']:.1f} | {r['scan_ms']:.2f} | {r['ratio']:.1f}x | "
-                         f"{r['budget']}x | {r['recurrence_ratio']:.1f}x | {r['vs_diagonal_layer']:.2f}x | {r['per_iteration_scans']:.2f} | "
-                         f"{r['projections_scans']:.1f} |")
+    lines = []
+    first = next((r for r in rows if r["measure"] == "iteration_price"), None)
+    if first:
+        lines += [f"Forward + backward of one FixedPointRNN layer with exactly l iterations (batch {first['batch']}, d_model = hidden = "
+                  f"{first['width']}, T = {first['T']}, float32, {args.threads} threads, torch {torch.__version__}; median of "
+                  f"{args.repeat} round-robin passes), against one diagonal scan forward + backward on its state.", "",
+                  "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | recurrence alone / scan | layer / (l = 1 layer) "
+                  "| one more iteration, in scans | projections alone, in scans |",
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for r in rows:
+            if r["measure"] == "iteration_price":
+                lines.append(f"| {r['reflections']} | {r['iterations']} | {r['layer_ms']:.1f} | {r['scan_ms']:.2f} | {r['ratio']:.1f}x | "
+                             f"{r['budget']}x | {r['recurrence_ratio']:.1f}x | {r['vs_diagonal_layer']:.2f}x | {r['per_iteration_scans']:.2f} | "
+                             f"{r['projections_scans']:.1f} |")
     dense = [r for r in rows if r["measure"] == "against_dense"]
     if dense:
         lines += ["", f"Against the dense RNN it equals, computed step by step (batch {dense[0]['batch']}, d_model {dense[0]['width']}, "
@@ -242,7 +326,16 @@ def markdown(rows, args) -> str:
         for r in fused:
             lines.append(f"| {r['layer']} | {r['reflections']} | {r['mode']} | {r['T']} | {r['iterations']} | {r['fused_ms']:.1f} | "
                          f"{r['torch_ms']:.1f} | {r['speedup']:.2f}x |")
-    return "\n".join(lines)
+    narrow = [r for r in rows if r["measure"] == "narrowing"]
+    if narrow:
+        lines += ["", "Dropping converged sequences against computing every sequence to the end (train = forward + backward over "
+                      "6 batches, eval = one forward of 256 sequences):", "",
+                  "| model | step | iterations (median, max) | dropping ms | all to the end ms | speedup |",
+                  "| --- | --- | ---: | ---: | ---: | ---: |"]
+        for r in narrow:
+            lines.append(f"| {r['source']} | {r['mode']} | {r['iterations_median']:g}, {r['iterations_max']:g} | {r['narrowing_ms']:.1f} | "
+                         f"{r['all_ms']:.1f} | {r['speedup']:.2f}x |")
+    return "\n".join(lines).lstrip("\n")
 
 
 def main(argv=None) -> int:
@@ -252,9 +345,20 @@ def main(argv=None) -> int:
     parser.add_argument("--reflections", type=int, nargs="*", default=[1, 4])
     parser.add_argument("--fused-T", type=int, nargs=2, default=[16, 50], metavar=("TRAIN", "EVAL"),
                         help="lengths of the fused-against-definitions training step and evaluation forward")
+    parser.add_argument("--narrowing-run", metavar="RUN_ID",
+                        help="measure dropping converged sequences on this finished run's trained model (default: the layers at init)")
+    parser.add_argument("--results-dir", default="results", help="where --narrowing-run ran (default: results)")
+    parser.add_argument("--only-narrowing", action="store_true", help="measure dropping converged sequences alone")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    rows = []
+    if args.narrowing_run:
+        rows = narrowing_of_run(args.narrowing_run, args.results_dir, args.repeat)
+    else:
+        rows = [row for name in ("fixedpoint", "bedouin")
+                for row in narrowing_at_init(name, args.reflections[-1], args.batch, args.width, args.T, args.repeat)]
+    if args.only_narrowing:
+        emit(rows, args, table, markdown)
+        return 0
     for r in args.reflections:
         rows += iteration_price(r, args.batch, args.width, args.T, args.repeat)
         rows.append(against_dense(r, args.dense_batch, args.width, args.dense_T, max(1, args.repeat // 2)))

@@ -64,6 +64,10 @@ def test_fixedpoint_benchmark_json_has_every_measurement():
     assert sorted((r["layer"], r["reflections"], r["mode"]) for r in fused) == sorted(
         (layer, r, mode) for layer in ("fixedpoint", "bedouin") for r in (1, 2) for mode in ("train", "eval"))
     assert all(r["fused_ms"] > 0 and r["torch_ms"] > 0 for r in fused)
+    narrowing = [r for r in rows if r["measure"] == "narrowing"]
+    assert sorted((r["source"].split()[0], r["mode"]) for r in narrowing) == [
+        ("bedouin", "eval"), ("bedouin", "train"), ("fixedpoint", "eval"), ("fixedpoint", "train")]
+    assert all(r["narrowing_ms"] > 0 and r["all_ms"] > 0 and 1 <= r["iterations_median"] <= r["iterations_max"] for r in narrowing)
 
 
 def test_train_step_benchmark_json_has_every_model_shape_and_key():
