@@ -272,8 +272,10 @@ def narrowing_at_init(name: str, reflections: int, batch: int, width: int, T: in
 
 
 def table(rows, args) -> str:
-    lines = [f"forward + backward, float32, {args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
-             f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10} {'proj':>6} {'recurrence':>10}"]
+    lines = []
+    if any(r["measure"] == "iteration_price" for r in rows):
+        lines += [f"forward + backward, float32, {args.threads} threads, torch {torch.__version__} (median of {args.repeat})",
+                  f"{'r':>2} {'iters':>5} {'layer ms':>9} {'scan ms':>8} {'ratio':>7} {'budget':>7} {'vs l=1':>7} {'scans/iter':>10} {'proj':>6} {'recurrence':>10}"]
     for r in rows:
         if r["measure"] == "iteration_price":
             lines.append(f"{r['reflections']:>2} {r['iterations']:>5} {r['layer_ms']:>9.1f} {r['scan_ms']:>8.2f} {r['ratio']:>6.1f}x "
