@@ -16,7 +16,11 @@ is from the cost of its matrix arithmetic. `--compile` also times each model und
 (`compiled_ms`; a length first seen in the timed steps recompiles there), `--min-length N` trains on
 lengths N..T instead of T alone (the quick specs draw a length per batch, which torch.compile must
 handle). `--profile N` prints, for the N slowest models at the first shape, the operators where a
-step's time goes (torch.profiler, self CPU time). malloc keeps freed memory for reuse, as
+step's time goes (torch.profiler, self CPU time). `--optimizers` times AdamW's step alone instead,
+for every model at the first width and depth (gradients drawn once): one tensor at a time (torch's
+choice on CPU), every tensor at once (`foreach`, what the trainer uses) and torch's fused kernel,
+round-robin, and says whether the foreach and fused weights equal the one-at-a-time ones to the
+last bit after 20 steps. malloc keeps freed memory for reuse, as
 `statetrack` runs do (`--malloc system` for glibc's defaults). Figures only, no assertions: timings
 are noisy on shared machines.
 """
@@ -122,6 +126,58 @@ def measure(args) -> tuple[list[dict], dict]:
     return rows, {"matmul_gflops": rate, "threads": torch.get_num_threads(), "malloc": args.malloc, "profiles": profiles}
 
 
+ADAMW_FORMS = {"one at a time": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+def optimizer_steps(args) -> list[dict]:
+    """Milliseconds of one AdamW step (weight decay 0.1) per form of ADAMW_FORMS, for every model."""
+    task = make_task(**TASK)
+    rows = []
+    for name in args.models or list(zoo.MODELS):
+        spec = {"name": name, "d_model": args.width, "num_layers": args.layers[0]}
+        models, optimizers = {}, {}
+        for form, options in ADAMW_FORMS.items():
+            torch.manual_seed(0)
+            models[form] = zoo.build_model(spec, task.vocab_size, task.num_classes)
+            optimizers[form] = torch.optim.AdamW(models[form].parameters(), lr=1e-3, weight_decay=0.1, **options)
+        g = torch.Generator().manual_seed(0)
+        grads = [torch.randn(p.shape, generator=g) for p in models["foreach"].parameters()]
+        for model in models.values():
+            for p, grad in zip(model.parameters(), grads):
+                p.grad = grad.clone()
+        times = {form: [] for form in ADAMW_FORMS}
+        for i in range(args.warmup + args.steps):
+            for form, optimizer in optimizers.items():
+                start = time.perf_counter()
+                optimizer.step()
+                if i >= args.warmup:
+                    times[form].append(time.perf_counter() - start)
+        for model in models.values():  # 20 more steps from the same start, for the comparison
+            torch.manual_seed(0)
+            fresh = zoo.build_model(spec, task.vocab_size, task.num_classes)
+            model.load_state_dict(fresh.state_dict())
+        for form, optimizer in optimizers.items():
+            optimizer.state.clear()
+            for _ in range(20):
+                optimizer.step()
+        weights = {form: list(model.parameters()) for form, model in models.items()}
+        rows.append({"model": name, "parameters": sum(p.numel() for p in weights["foreach"]),
+                     **{f"{form} ms": statistics.median(t) * 1e3 for form, t in times.items()},
+                     **{f"{form} equal": all(torch.equal(a, b) for a, b in zip(weights[form], weights["one at a time"]))
+                        for form in ("foreach", "fused")}})
+    return rows
+
+
+def optimizer_table(rows: list[dict], args) -> str:
+    head = f"AdamW step alone, d_model {args.width}, {args.layers[0]} layer(s), {torch.get_num_threads()} thread(s); ms (median of {args.steps})"
+    lines = [head, "", "| model | parameters | one at a time ms | foreach ms | fused ms | foreach equal | fused equal |",
+             "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['parameters']} | {r['one at a time ms']:.2f} | {r['foreach ms']:.2f} | {r['fused ms']:.2f} | "
+                     f"{'yes' if r['foreach equal'] else 'no'} | {'yes' if r['fused equal'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -173,6 +229,7 @@ def main() -> None:
                         help="train on lengths min-length..T, as the quick specs do (default: T alone)")
     parser.add_argument("--compile", action="store_true", help="also time each model under torch.compile (`compiled ms`)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile the N slowest models at the first shape")
+    parser.add_argument("--optimizers", action="store_true", help="time AdamW's step alone in its three forms instead")
     parser.add_argument("--malloc", choices=["keep", "system"], default="keep",
                         help="keep: glibc keeps freed memory for reuse, as `statetrack` runs do (statetrack.allocator); "
                              "system: glibc's defaults, every large tensor faulted in fresh")
@@ -180,6 +237,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.malloc == "keep" and not keep_freed_memory():
         print("note: could not change malloc's settings (not glibc); measuring with the system's", file=sys.stderr)
+    if args.optimizers:
+        rows = optimizer_steps(args)
+        print(__import__("json").dumps(rows, indent=1) if args.json else optimizer_table(rows, args))
+        return
     rows, args.info = measure(args)
     if args.json:
         print(__import__("json").dumps({"rows": rows, **args.info}, indent=1))

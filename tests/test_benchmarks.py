@@ -85,6 +85,16 @@ def test_train_step_benchmark_json_has_every_model_shape_and_key():
     assert all(0 <= op["share"] <= 1 for ops in report["profiles"].values() for op in ops)
 
 
+def test_train_step_benchmark_times_the_three_adamw_forms():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "train_step.py"
+    out = subprocess.run([sys.executable, str(script), "--optimizers", "--json", "--width", "8", "--layers", "2", "--warmup", "1",
+                          "--steps", "2", "--models", "lstm", "bedouin"], capture_output=True, text=True, check=True, timeout=300).stdout
+    rows = json.loads(out)
+    assert [r["model"] for r in rows] == ["lstm", "bedouin"]
+    assert all(r["parameters"] > 0 and r["one at a time ms"] > 0 and r["foreach ms"] > 0 and r["fused ms"] > 0 for r in rows)
+    assert all(r["foreach equal"] for r in rows)  # what the trainer relies on: foreach is the same arithmetic
+
+
 def test_suite_flops_benchmark_counts_each_experiments_arithmetic():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "suite_flops.py"
     out = subprocess.run([sys.executable, str(script), "demo", "--json", "--rate", "50"],

@@ -44,6 +44,27 @@ class _Arbitrary:  # any picklable object that is not a tensor or plain data
     pass
 
 
+@pytest.mark.parametrize("spec", [{"name": "mamba", "eig_range": "[-1,1]"}, {"name": "bedouin", "reflections": 2}])
+def test_the_optimizer_updates_every_parameter_at_once_with_the_per_tensor_numbers(spec, monkeypatch):
+    """The trainer's AdamW runs each update over all parameters together (foreach); the trained weights
+    equal, to the last bit, those of AdamW updating one tensor at a time, weight decay and clipping on."""
+    task = make_task("modadd", m=5)
+    config = TrainConfig(steps=30, batch_size=16, lr=3e-3, weight_decay=0.1, clip=0.5, min_length=2, max_length=8,
+                         early_stop_loss=None, device="cpu")
+    together = make({**spec, "d_model": 16, "num_layers": 2}, task)
+    trainer = Trainer(together, task, config, progress=False)
+    assert trainer.optimizer.defaults["foreach"] is True
+    trainer.fit()
+    adamw = torch.optim.AdamW
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *args, **kw: adamw(*args, **{**kw, "foreach": False}))
+    one_by_one = make({**spec, "d_model": 16, "num_layers": 2}, task)
+    Trainer(one_by_one, task, config, progress=False).fit()
+    after = one_by_one.state_dict()
+    assert all(torch.equal(value, after[key]) for key, value in together.state_dict().items())
+    assert not all(torch.equal(value, make({**spec, "d_model": 16, "num_layers": 2}, task).state_dict()[key])
+                   for key, value in after.items())  # and training moved them
+
+
 def test_checkpoints_hold_only_tensors_and_plain_data(tmp_path):
     """Checkpoints load with torch.load(weights_only=True): no arbitrary object is unpickled, and a
     checkpoint carrying one is refused."""

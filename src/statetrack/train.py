@@ -179,8 +179,10 @@ class Trainer:
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
         self.progress = progress
         self.loggers = list(loggers)  # statetrack.loggers.Logger: each curve point as it is written
+        # foreach: each update op once over every parameter rather than once per tensor; on CPU torch would
+        # otherwise loop over the tensors in Python, with the same numbers (docs/performance.md)
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay
+            model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay, foreach=True
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.generator = torch.Generator().manual_seed(config.seed)
