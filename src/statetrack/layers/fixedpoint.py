@@ -159,9 +159,7 @@ class _FixedPoint(Recorder, nn.Module):
     @staticmethod
     def _rows(tensors, rows):
         """Each tensor (or None) for the sequences `rows` (None: all of them)."""
-        if rows is None:
-            return tensors
-        return tuple(None if t is None else t[rows] for t in tensors)
+        return tensors if rows is None else _take_rows(tuple(tensors), rows)
 
 
 COMPACT = 0.75  # the solver drops converged sequences once at most this fraction of those it computes still iterate
@@ -186,10 +184,11 @@ def _put_rows(rows, full, full_carry, part, part_carry):
     them) written over `full` and `full_carry`."""
     if rows is None:
         return part, part_carry
-    return full.index_copy(0, rows, part), _index_copy(full_carry, rows, part_carry)
+    return _index_copy(full, rows, part), _index_copy(full_carry, rows, part_carry)
 
 
 def _index_copy(full, rows, part):
+    """`part` written over `full` at the sequences `rows` (tensors, tuples of them, or None)."""
     if isinstance(full, tuple):
         return tuple(_index_copy(f, rows, p) for f, p in zip(full, part))
     return None if full is None else full.index_copy(0, rows, part)
