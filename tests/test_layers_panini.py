@@ -12,10 +12,13 @@ import torch
 from cli_helpers import run_cli
 from statetrack import zoo
 from statetrack.errors import StatetrackError
-from statetrack.layers.panini import Panini, PaniniTable, exact_panini, margin_error, sinkhorn
+from statetrack.layers import panini as panini_module
+from statetrack.layers.panini import Panini, PaniniTable, exact_panini, margin_error, panini_recurrence, sinkhorn
+from statetrack.ops import native
 from statetrack.tasks import make_task
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+needs_native = pytest.mark.skipif(not native.available(), reason="no C compiler: the compiled loop is not built")
 
 
 def row_tv(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -178,6 +181,80 @@ def test_exact_panini_in_chunks_equals_whole():
         second, state = panini(batch.inputs[:, 11:], state)
         torch.testing.assert_close(torch.cat([first, second], 1), whole, atol=0, rtol=0)
         torch.testing.assert_close(state, final, atol=0, rtol=0)
+
+
+# ---- the compiled loop against the PyTorch form ---------------------------------------------------
+def recurrence_inputs(n, dtype, T=7, M=(2, 3), seed=0):
+    """Nonnegative A_l, A_r, B [B, T, heads, n, n] and a doubly stochastic-ish H0 [B, heads, n, n],
+    every one a leaf that wants its gradient."""
+    g = torch.Generator().manual_seed(seed)
+    shape = (M[0], T, M[1], n, n)
+    A_l = torch.rand(shape, generator=g, dtype=torch.float64)
+    A_r = torch.rand(shape, generator=g, dtype=torch.float64) + 0.5
+    B = torch.rand(shape, generator=g, dtype=torch.float64) * 0.3
+    H0 = torch.rand(M + (n, n), generator=g, dtype=torch.float64) + 0.1
+    return [v.to(dtype).requires_grad_() for v in (A_l, A_r, B, H0)]
+
+
+def both_forms(monkeypatch, inputs, max_iter, tol):
+    """(states, last, gradients of A_l, A_r, B, H0) from the compiled loop and from the PyTorch form."""
+    results = []
+    weights = None
+    for compiled in (True, False):
+        monkeypatch.setattr(panini_module, "native_applies", lambda *t, on=compiled: on)
+        leaves = [v.detach().clone().requires_grad_() for v in inputs]
+        states, last = panini_recurrence(*leaves, renormalize=True, max_iter=max_iter, tol=tol)
+        if weights is None:
+            g = torch.Generator().manual_seed(1)
+            weights = (torch.randn(states.shape, generator=g, dtype=torch.float64).to(states.dtype),
+                       torch.randn(last.shape, generator=g, dtype=torch.float64).to(last.dtype))
+        ((states * weights[0]).sum() + (last * weights[1]).sum()).backward()
+        results.append((states.detach(), last.detach(), *(v.grad for v in leaves)))
+    return results
+
+
+@needs_native
+@pytest.mark.parametrize("dtype, atol", [(torch.float64, 1e-12), (torch.float32, 2e-5)])
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("max_iter, tol", [(16, 1e-4), (200, 1e-10), (3, 1e-12)])
+def test_the_compiled_recurrence_equals_the_pytorch_form_forward_and_backward(monkeypatch, dtype, atol, n, max_iter, tol):
+    """Outputs and the gradients of A_l, A_r, B and H0, with each matrix stopping on its own
+    (tol 1e-4), most running to the cap (3 sweeps) and many sweeps (1e-10)."""
+    compiled, torch_form = both_forms(monkeypatch, recurrence_inputs(n, dtype, seed=n), max_iter, tol)
+    for a, b in zip(compiled, torch_form):
+        torch.testing.assert_close(a, b, atol=atol, rtol=atol)
+
+
+@needs_native
+def test_the_compiled_recurrence_passes_gradcheck():
+    """Its own backward against finite differences (a fixed number of sweeps: tol 0)."""
+    A_l, A_r, B, H0 = recurrence_inputs(3, torch.float64, T=4, M=(2, 1))
+    assert panini_module.native_applies(A_l, A_r, B, H0)
+    torch.autograd.gradcheck(lambda *v: panini_recurrence(*v, renormalize=True, max_iter=5, tol=0.0), (A_l, A_r, B, H0))
+
+
+@needs_native
+def test_the_compiled_recurrence_matches_on_zero_rows_and_non_finite_input(monkeypatch):
+    """A step that zeroes a row (its sum is clamped: no gradient through the clamp) and a matrix
+    with a NaN: the same numbers, NaN where the PyTorch form has NaN, and the other matrices unharmed."""
+    inputs = recurrence_inputs(4, torch.float64, T=6)
+    with torch.no_grad():
+        inputs[0][0, 2, 1, 3] = 0.0  # A_l's row 3 zero: X's row 3 is B's (also zeroed below)
+        inputs[2][0, 2, 1, 3] = 0.0
+        inputs[2][1, 4, 0, 1, 1] = float("nan")
+    compiled, torch_form = both_forms(monkeypatch, inputs, 16, 1e-6)
+    for a, b in zip(compiled, torch_form):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12, equal_nan=True)
+    states = compiled[0]
+    assert torch.isnan(states[1, 4:, 0]).all() and torch.isfinite(states[1, :4]).all() and torch.isfinite(states[0]).all()
+    assert torch.equal(states[0, 2, 1, 3], torch.zeros(4, dtype=torch.float64))
+
+
+def test_the_compiled_recurrence_takes_states_up_to_32_wide_on_the_cpu():
+    small, wide = torch.zeros(1, 1, 32, 32), torch.zeros(1, 1, 33, 33)
+    assert panini_module.native_applies(small) == native.available()
+    assert not panini_module.native_applies(wide)
+    assert not panini_module.native_applies(small.to(torch.bfloat16))
 
 
 # ---- the learnable layer --------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from torch import nn
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input
 from statetrack.layers.registry import register_model
+from statetrack.ops import native
 
 
 # ---- the decoder and the recurrence ---------------------------------------------------------------
@@ -196,11 +197,20 @@ def sinkhorn(H: torch.Tensor, max_iter: int = 16, tol: float = 1e-5) -> torch.Te
 
 class _PaniniRecurrence(torch.autograd.Function):
     """The renormalised recurrence H_t = Sinkhorn(A_l,t H_{t-1} A_r,t + B_t) on time-major
-    A_l, A_r, B [T, M, n, n] and H_0 [M, n, n]: (states [T, M, n, n], H_T)."""
+    A_l, A_r, B [T, M, n, n] and H_0 [M, n, n]: (states [T, M, n, n], H_T). On CPU one compiled
+    loop per matrix (`ops/panini.c`, n <= 32); elsewhere PyTorch operations on all matrices at once,
+    each Sinkhorn sweep recorded for the backward."""
 
     @staticmethod
     def forward(ctx, A_l, A_r, B, H0, max_iter, tol):
         T = A_l.shape[0]
+        ctx.max_iter = max_iter
+        ctx.compiled = native_applies(A_l, A_r, B, H0)
+        if ctx.compiled:
+            A_l, A_r, B, H0 = (v.contiguous() for v in (A_l, A_r, B, H0))
+            states, X, sweeps, ctx.masks = native.panini_forward(A_l, A_r, B, H0, max_iter, tol)
+            ctx.save_for_backward(A_l, A_r, H0, states, X, sweeps)
+            return states, (states[-1].clone() if T else H0.clone())
         states = torch.empty_like(B)
         records, H = [], H0
         for t in range(T):
@@ -216,13 +226,18 @@ class _PaniniRecurrence(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_states, grad_last):
-        A_l, A_r, H0, states = ctx.saved_tensors
+        A_l, A_r, H0, states, *kept = ctx.saved_tensors
+        if ctx.compiled:
+            X, sweeps = kept
+            grad_X, grad_A_l, grad_A_r, carry = native.panini_backward(
+                A_l, A_r, H0, states, X, sweeps, grad_states.contiguous(), grad_last, ctx.masks, ctx.max_iter,
+                *ctx.needs_input_grad[:2])
+            return grad_A_l, grad_A_r, grad_X, carry, None, None
         records, ctx.records = ctx.records, None
-        T = A_l.shape[0]
         masks = any(_clamped(r) for r in records)
         grad_X = torch.empty_like(grad_states)
         carry = grad_last
-        for t in reversed(range(T)):
+        for t in reversed(range(A_l.shape[0])):
             g = _sinkhorn_backward(grad_states[t] + carry, records[t], masks)
             grad_X[t] = g
             carry = torch.bmm(torch.bmm(A_l[t].mT, g), A_r[t].mT)  # dL/dH_{t-1}
@@ -233,6 +248,13 @@ class _PaniniRecurrence(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_A_r = (A_l @ previous).mT @ grad_X
         return grad_A_l, grad_A_r, grad_X, carry, None, None
+
+
+def native_applies(*tensors: torch.Tensor) -> bool:
+    """Whether the compiled Panini loop takes these tensors: real float32 or float64 on the CPU,
+    n <= `native.PANINI_MAX_N`, library built (else the PyTorch form runs)."""
+    return (tensors[0].dtype in (torch.float32, torch.float64) and tensors[0].shape[-1] <= native.PANINI_MAX_N
+            and native.supports(*tensors))
 
 
 def panini_recurrence(

@@ -16,7 +16,8 @@ RNNs (`fixed_point.c`) is a Householder product per token and a diagonal scan (f
 matrix state and its read-out), a dozen PyTorch passes over memory fused into one, and so is its
 backward. Mamba's selective scan (`selective_scan.c`) fuses its discretisation, the diagonal scan and
 the read-out over the [B, T, E, N] state per (batch row, channel), so neither direction writes a
-tensor of that size.
+tensor of that size. The Panini recurrence (`panini.c`) keeps each small matrix state in L1 for the
+whole sequence, its Sinkhorn sweeps included, where PyTorch pays a dozen dispatches per sweep.
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
@@ -50,12 +51,13 @@ from pathlib import Path
 import torch
 
 SOURCES = [Path(__file__).with_name(name) for name in (
-    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c", "selective_scan.c")]
+    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c", "selective_scan.c", "panini.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 LIBS = ["-lm"]  # after the sources: expf, tanhf, ... of nonlinear.c
 OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128"}
 INVERSE_MAX_SIZE = 256  # MAX_C in triangular.c
+PANINI_MAX_N = 32  # MAX_N in panini.c
 MIN_WORK_PER_THREAD = 1 << 16  # elements: below this a thread hand-off costs more than it saves
 
 _lock = threading.Lock()
@@ -122,6 +124,8 @@ def _declare(library):
         getattr(library, f"fixed_point_{suffix}_backward").argtypes = [P] * 16 + [I] * 5
         getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 12 + [I] * 6
         getattr(library, f"bedouin_{suffix}_backward").argtypes = [P] * 20 + [I] * 6
+        getattr(library, f"panini_{suffix}_forward").argtypes = [P] * 8 + [I] * 4 + [ctypes.c_double, I]
+        getattr(library, f"panini_{suffix}_backward").argtypes = [P] * 11 + [I] * 6
     for suffix, S in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
         getattr(library, f"selective_scan_{suffix}_forward").argtypes = [P] * 9 + [S] + [I] * 5
         getattr(library, f"selective_scan_{suffix}_backward").argtypes = [P] * 14 + [S] + [I] * 5
@@ -320,3 +324,37 @@ def bedouin_backward(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, hs, dy, dh_f
                None if dprev is None else _ptr(dprev), *map(_ptr, (du, dalpha, dB, dC)), B, T, E, N, u.shape[2],
                row_threads(B, lam.numel()))
     return dlam, ddelta, dx, dprev, du, dalpha, dB, dC, carry
+
+
+def panini_forward(A_l, A_r, B, H0, max_iter: int, tol: float, keep_inputs: bool = True):
+    """(states, X or None, sweeps [T, M], clamped) of the renormalised Panini recurrence (`panini.c`)
+    for contiguous real A_l, A_r, B [T, M, n, n] and H0 [M, n, n] of one dtype, n <= PANINI_MAX_N, CPU:
+    X the pre-Sinkhorn inputs and sweeps the Sinkhorn sweeps of every step (what the backward
+    needs), clamped whether some row or column sum fell below the clamp (or was not a number)."""
+    T, M, n, _ = B.shape
+    states = torch.empty_like(B)
+    X = torch.empty_like(B) if keep_inputs else None
+    sweeps = torch.zeros(T, M, dtype=torch.int64)
+    clamped = torch.zeros(M, dtype=torch.int64)
+    if states.numel():
+        kernel = getattr(load(), f"panini_{DTYPES[B.dtype]}_forward")
+        kernel(*map(_ptr, (A_l, A_r, B, H0, states)), None if X is None else _ptr(X), _ptr(sweeps), _ptr(clamped),
+               T, M, n, max_iter, tol, row_threads(M, states.numel() * max(1, max_iter)))
+    return states, X, sweeps, bool(clamped.any())
+
+
+def panini_backward(A_l, A_r, H0, states, X, sweeps, grad_states, grad_last, masks: bool, max_iter: int,
+                    want_A_l: bool = True, want_A_r: bool = True):
+    """(dL/dX, dL/dA_l or None, dL/dA_r or None [T, M, n, n], dL/dH0 [M, n, n]) of `panini_forward`
+    given the gradients of its states and of the last state; contiguous, CPU."""
+    T, M, n, _ = X.shape
+    new = torch.empty_like if X.numel() else torch.zeros_like  # the kernel writes every element
+    grad_X = new(X)
+    grad_A_l, grad_A_r = (new(X) if want else None for want in (want_A_l, want_A_r))
+    carry = grad_last.clone(memory_format=torch.contiguous_format)
+    if X.numel():
+        kernel = getattr(load(), f"panini_{DTYPES[X.dtype]}_backward")
+        kernel(*map(_ptr, (A_l, A_r, H0, states, X, sweeps, grad_states, carry, grad_X)),
+               *(None if g is None else _ptr(g) for g in (grad_A_l, grad_A_r)), int(masks), T, M, n, max_iter,
+               row_threads(M, X.numel() * max(1, max_iter)))
+    return grad_X, grad_A_l, grad_A_r, carry
