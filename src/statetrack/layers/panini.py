@@ -208,7 +208,8 @@ class _PaniniRecurrence(torch.autograd.Function):
         ctx.compiled = native_applies(A_l, A_r, B, H0)
         if ctx.compiled:
             A_l, A_r, B, H0 = (v.contiguous() for v in (A_l, A_r, B, H0))
-            states, X, sweeps, ctx.masks = native.panini_forward(A_l, A_r, B, H0, max_iter, tol)
+            keep = any(ctx.needs_input_grad[:4])  # X and the sweeps are for the backward alone
+            states, X, sweeps, ctx.masks = native.panini_forward(A_l, A_r, B, H0, max_iter, tol, keep_inputs=keep)
             ctx.save_for_backward(A_l, A_r, H0, states, X, sweeps)
             return states, (states[-1].clone() if T else H0.clone())
         states = torch.empty_like(B)
