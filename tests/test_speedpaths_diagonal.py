@@ -1,7 +1,8 @@
 """The fast paths of S4D, IDS4, Mamba and Mamba-2 against their materialised forms (issue #28).
 
-S4D's chunked convolution, Mamba-2's chunked SSD form, the hand-written backwards of IDS4's
-discretisation and of Mamba's selective inputs and read-out, and the shifted-product causal
+S4D's chunked convolution, Mamba-2's chunked SSD form, IDS4's compiled pass (`ops/ids4_scan.c`) and
+the hand-written backwards of its PyTorch form's discretisation and of Mamba's selective inputs and
+read-out, and the shifted-product causal
 convolution all compute the recurrence of the module docstrings in another order. Here each layer's
 output, final state and every gradient (parameters, input, initial state) are compared in float64
 with the plain form: [B, T, ..., N] tensors built by autograd ops, `diagonal_scan_reference`,
@@ -15,8 +16,9 @@ import torch.nn.functional as F
 from statetrack.layers import IDS4, S4D, Mamba, Mamba2
 from statetrack.layers.common import decay_to_range
 from statetrack.layers.mamba import SSD_CHUNK, _SelectiveInputs
-from statetrack.layers.s4d import S4D_CHUNK, _InputDependentZOH
-from statetrack.ops import diagonal_scan_reference
+from statetrack.layers import s4d as s4d_module
+from statetrack.layers.s4d import S4D_CHUNK, _IDS4Scan, _InputDependentZOH
+from statetrack.ops import diagonal_scan_reference, native
 
 B, D = 2, 8
 
@@ -95,7 +97,7 @@ def run(layer, fn, x, state, w):
 
 CASES = [
     ("s4d", lambda: S4D(D, d_state=6), s4d_plain, [1, S4D_CHUNK, 2 * S4D_CHUNK + 5]),
-    ("ids4", lambda: IDS4(D, d_state=6), s4d_plain, [1, 13]),
+    ("ids4", lambda: IDS4(D, d_state=6), s4d_plain, [1, 13, 2 * native.IDS4_CHUNK + 5]),
     ("mamba", lambda: Mamba(D, d_state=5), mamba_plain, [1, 13]),
     ("mamba-neg", lambda: Mamba(D, d_state=5, eig_range="[-1,1]"), mamba_plain, [1, 13]),
     ("mamba2", lambda: Mamba2(D, d_state=5, head_dim=4), mamba2_plain, [1, SSD_CHUNK, 2 * SSD_CHUNK + 3]),
@@ -136,3 +138,42 @@ def test_hand_written_backwards_pass_gradcheck():
     for scale in (1.0, 2.0):
         args = (rnd(Bsz, T, d, positive=True), rnd(d, n), rnd(Bsz, T, d), rnd(Bsz, T, n))
         assert torch.autograd.gradcheck(lambda *a: _SelectiveInputs.apply(*a, scale), args)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "pytorch"])
+def test_ids4_takes_its_compiled_pass_on_the_cpu_and_its_pytorch_form_elsewhere(monkeypatch, compiled):
+    """Both of IDS4's forms against the materialised definition, in float64 and in float32 (where
+    the compiled pass forms a with torch's own cos, sin and exp, as the PyTorch form does)."""
+    if compiled and not native.available():
+        pytest.skip("no C compiler: the compiled pass is not built")
+    if not compiled:
+        monkeypatch.setattr(s4d_module, "ids4_native_applies", lambda *tensors: False)
+    torch.manual_seed(0)
+    layer = randomised(IDS4(D, d_state=6), seed=4)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(B, 70, D, generator=gen, dtype=torch.float64)
+    state = torch.randn(B, D, 3, generator=gen, dtype=torch.complex128)
+    w = torch.randn(B, 70, D, generator=gen, dtype=torch.float64)
+    fast = run(layer, lambda x, s: layer(x, s), x, state, w)
+    ref = run(layer, lambda x, s: s4d_plain(layer, x, s), x, state, w)
+    for f, r in zip(fast, ref):
+        torch.testing.assert_close(f, r, rtol=1e-9, atol=1e-11)
+    layer32 = layer.float()
+    y32, h32 = layer32(x.float(), state.to(torch.complex64))
+    y64, h64 = s4d_plain(layer.double(), x, state)
+    torch.testing.assert_close(y32.double(), y64.detach(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(h32.to(torch.complex128), h64.detach(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not native.available(), reason="no C compiler: the compiled pass is not built")
+def test_ids4_compiled_pass_passes_gradcheck():
+    gen = torch.Generator().manual_seed(0)
+
+    def rnd(*shape, positive=False):
+        v = torch.randn(*shape, generator=gen, dtype=torch.float64)
+        return (v.abs() * 0.5 + 0.05 if positive else v).requires_grad_(True)
+
+    Bsz, T, d, n = 2, 3, 4, 3
+    args = (rnd(Bsz, T, d, positive=True), rnd(Bsz, T, n), -rnd(d, n, positive=True), rnd(d, n), rnd(d, n, 2),
+            rnd(d, n, 2), rnd(Bsz, T, d), rnd(Bsz, d, 2, n))
+    assert torch.autograd.gradcheck(lambda *a: _IDS4Scan.apply(*a), args)

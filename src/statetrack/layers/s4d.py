@@ -23,7 +23,7 @@ from torch import nn
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import Spectral, check_input, inverse_softplus, log_uniform_dt
 from statetrack.layers.registry import register_model
-from statetrack.ops import diagonal_scan
+from statetrack.ops import diagonal_scan, native
 
 
 S4D_CHUNK = 64  # S4D's chunk length: the in-chunk convolution costs O(Q) per token and channel
@@ -117,6 +117,42 @@ class _InputDependentZOH(torch.autograd.Function):
         return grad_dt, g_im.sum(2), g_ri[..., 0].sum((0, 1)), g_im.sum((0, 1)), torch.view_as_real(grad_B), grad_u
 
 
+class _IDS4Scan(torch.autograd.Function):
+    """IDS4's y [B, T, d] (without the D skip) and last state of `_InputDependentZOH`, the diagonal
+    scan and `_ReadOut`, as one compiled pass per (batch row, channel) on the CPU (`ops/ids4_scan.c`):
+    no [B, T, d, modes] tensor but a = exp(dt lambda) itself, formed here by the same operations as
+    `_InputDependentZOH`; the backward reruns the recurrence from checkpoints. h0 and the last state
+    are [B, d, 2, modes]: the real parts, then the imaginary ones (the kernel's layout)."""
+
+    @staticmethod
+    def forward(ctx, dt, phi, lam_re, A_im, B_ri, C_ri, u, h0):
+        dt4 = dt[..., None]
+        mag = torch.exp(lam_re * dt4)
+        angle = (phi[:, :, None, :] + A_im).mul_(dt4)
+        a = mag.new_empty(mag.shape[:-1] + (2, mag.shape[-1]))
+        torch.mul(torch.cos(angle), mag, out=a[..., 0, :])
+        torch.mul(torch.sin_(angle), mag, out=a[..., 1, :])
+        phi, lam_re, A_im, u = (v.contiguous() for v in (phi, lam_re, A_im, u))
+        B, C = (v.transpose(-1, -2).contiguous() for v in (B_ri, C_ri))  # [d, 2, modes]
+        keep = any(ctx.needs_input_grad)
+        y, h_last, ckpt = native.ids4_forward(a, u, phi, lam_re, A_im, B, C, h0, keep)
+        if keep:
+            ctx.save_for_backward(a, dt.contiguous(), u, phi, lam_re, A_im, B, C, ckpt)
+        return y, h_last
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_y, grad_last):
+        ddt, du, dphi, dlam_re, dA_im, dB, dC, dh0 = native.ids4_backward(
+            *ctx.saved_tensors, grad_y.contiguous(), grad_last)
+        return ddt, dphi, dlam_re, dA_im, dB.transpose(-1, -2), dC.transpose(-1, -2), du, dh0
+
+
+def ids4_native_applies(*tensors: torch.Tensor) -> bool:
+    """Whether IDS4's compiled pass takes these tensors (real float32 or float64 on the CPU, library built)."""
+    return tensors[0].dtype in (torch.float32, torch.float64) and native.supports(*tensors)
+
+
 @register_model("s4d", display="S4D")
 class S4D(Spectral, nn.Module):
     """Time-invariant complex diagonal SSM: S4D-Lin init, zero-order hold (Gu et al. 2022).
@@ -184,9 +220,16 @@ class S4D(Spectral, nn.Module):
         check_input(x, self.d_model, type(self).__name__)
         if self.input_dependent:
             dt = F.softplus(self.dt_proj(x))  # [B, T, d]
-            a, b = _InputDependentZOH.apply(dt, self.phi_proj(x), -self.A_re_log.exp(), self.A_im, self.B, x)
-            h, h_last = diagonal_scan(a, b, state)
-            y = _ReadOut.apply(h, self.C)
+            parts = (dt, self.phi_proj(x), -self.A_re_log.exp(), self.A_im, self.B)
+            if ids4_native_applies(*parts, self.C, x) and (state is None or ids4_native_applies(x, state.real)):
+                h0 = (torch.stack((state.real, state.imag), -2) if state is not None
+                      else x.new_zeros(x.shape[0], self.d_model, 2, self.modes))
+                y, h_last = _IDS4Scan.apply(*parts, self.C, x, h0)
+                h_last = torch.complex(h_last[..., 0, :], h_last[..., 1, :])
+            else:  # CUDA, no C compiler, other dtypes: the materialised form
+                a, b = _InputDependentZOH.apply(*parts, x)
+                h, h_last = diagonal_scan(a, b, state)
+                y = _ReadOut.apply(h, self.C)
         else:
             y, h_last = self._convolve(x, state)
         y = y + self.D * x

@@ -17,7 +17,8 @@ matrix state and its read-out), a dozen PyTorch passes over memory fused into on
 backward. Mamba's selective scan (`selective_scan.c`) fuses its discretisation, the diagonal scan and
 the read-out over the [B, T, E, N] state per (batch row, channel), so neither direction writes a
 tensor of that size. The Panini recurrence (`panini.c`) keeps each small matrix state in L1 for the
-whole sequence, its Sinkhorn sweeps included, where PyTorch pays a dozen dispatches per sweep.
+whole sequence, its Sinkhorn sweeps included, where PyTorch pays a dozen dispatches per sweep, and
+IDS4's zero-order hold, complex scan and read-out (`ids4_scan.c`) are one pass like Mamba's.
 
 The C files ship with the package and are compiled once into one library in a cache folder
 (`$STATETRACK_CACHE`, else `$XDG_CACHE_HOME/statetrack`, else `~/.cache/statetrack`), named by a hash
@@ -51,13 +52,14 @@ from pathlib import Path
 import torch
 
 SOURCES = [Path(__file__).with_name(name) for name in (
-    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c", "selective_scan.c", "panini.c")]
+    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c", "selective_scan.c", "panini.c", "ids4_scan.c")]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 LIBS = ["-lm"]  # after the sources: expf, tanhf, ... of nonlinear.c
 OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.complex64: "c64", torch.complex128: "c128"}
 INVERSE_MAX_SIZE = 256  # MAX_C in triangular.c
 PANINI_MAX_N = 32  # MAX_N in panini.c
+IDS4_CHUNK = 64  # CHUNK in ids4_scan.c: steps between the forward's checkpoints
 MIN_WORK_PER_THREAD = 1 << 16  # elements: below this a thread hand-off costs more than it saves
 
 _lock = threading.Lock()
@@ -126,6 +128,8 @@ def _declare(library):
         getattr(library, f"bedouin_{suffix}_backward").argtypes = [P] * 20 + [I] * 6
         getattr(library, f"panini_{suffix}_forward").argtypes = [P] * 8 + [I] * 4 + [ctypes.c_double, I]
         getattr(library, f"panini_{suffix}_backward").argtypes = [P] * 11 + [I] * 6
+        getattr(library, f"ids4_{suffix}_forward").argtypes = [P] * 10 + [I] * 5
+        getattr(library, f"ids4_{suffix}_backward").argtypes = [P] * 18 + [I] * 5
     for suffix, S in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
         getattr(library, f"selective_scan_{suffix}_forward").argtypes = [P] * 9 + [S] + [I] * 5
         getattr(library, f"selective_scan_{suffix}_backward").argtypes = [P] * 14 + [S] + [I] * 5
@@ -358,3 +362,34 @@ def panini_backward(A_l, A_r, H0, states, X, sweeps, grad_states, grad_last, mas
                *(None if g is None else _ptr(g) for g in (grad_A_l, grad_A_r)), int(masks), T, M, n, max_iter,
                row_threads(M, X.numel() * max(1, max_iter)))
     return grad_X, grad_A_l, grad_A_r, carry
+
+
+def ids4_forward(a, u, phi, lam_re, A_im, B, C, h0, keep: bool):
+    """(y [B, T, d], h_T [B, d, 2, n], checkpoints or None) of IDS4's recurrence (`ids4_scan.c`) for
+    contiguous real a [B, T, d, 2, n], u [B, T, d], phi [B, T, n], lam_re, A_im [d, n], B, C [d, 2, n]
+    and h0 [B, d, 2, n] of one dtype (complex numbers split: real parts, then imaginary), CPU; keep:
+    also the checkpoints the backward needs."""
+    Bsz, T, d, _, n = a.shape
+    y = u.new_empty(Bsz, T, d)
+    state = h0.clone(memory_format=torch.contiguous_format)
+    ckpt = u.new_empty(Bsz, d, -(-T // IDS4_CHUNK), 2, n) if keep else None
+    if y.numel():
+        kernel = getattr(load(), f"ids4_{DTYPES[u.dtype]}_forward")
+        kernel(*map(_ptr, (a, u, phi, lam_re, A_im, B, C, state, y)), None if ckpt is None else _ptr(ckpt),
+               Bsz, T, d, n, row_threads(Bsz, a.numel()))
+    return y, state, ckpt
+
+
+def ids4_backward(a, dt, u, phi, lam_re, A_im, B, C, ckpt, dy, dh_final):
+    """(ddt, du, dphi, dlam_re, dA_im, dB, dC [d, 2, n], dh0 [B, d, 2, n]) of `ids4_forward` given
+    dy [B, T, d] and dh_final [B, d, 2, n]; contiguous, CPU."""
+    Bsz, T, d, _, n = a.shape
+    threads = row_threads(Bsz, a.numel())
+    carry = dh_final.clone(memory_format=torch.contiguous_format)
+    ddt, du, dphi = torch.zeros_like(dt), torch.zeros_like(u), torch.zeros_like(phi)
+    parts = [u.new_zeros(threads, *shape) for shape in ((d, n), (d, n), (d, 2, n), (d, 2, n))]
+    if dy.numel():
+        kernel = getattr(load(), f"ids4_{DTYPES[u.dtype]}_backward")
+        kernel(*map(_ptr, (a, dt, u, phi, lam_re, A_im, B, C, ckpt, dy, carry, ddt, du, dphi, *parts)),
+               Bsz, T, d, n, threads)
+    return (ddt, du, dphi, *(p.sum(0) for p in parts), carry)
