@@ -125,13 +125,18 @@ def test_fast_path_matches_materialised_form(name, make, plain, lengths, with_st
             torch.testing.assert_close(f, r, rtol=1e-9, atol=1e-11)
 
 
-def test_hand_written_backwards_pass_gradcheck():
-    gen = torch.Generator().manual_seed(0)
+def random_leaves(seed):
+    """rnd(*shape, positive=False): a float64 leaf wanting its gradient, positive (0.05..) when asked."""
+    gen = torch.Generator().manual_seed(seed)
 
     def rnd(*shape, positive=False):
         v = torch.randn(*shape, generator=gen, dtype=torch.float64)
         return (v.abs() * 0.5 + 0.05 if positive else v).requires_grad_(True)
+    return rnd
 
+
+def test_hand_written_backwards_pass_gradcheck():
+    rnd = random_leaves(0)
     Bsz, T, d, n = 2, 3, 4, 3
     args = (rnd(Bsz, T, d, positive=True), rnd(Bsz, T, n), -rnd(d, n, positive=True), rnd(d, n), rnd(d, n, 2), rnd(Bsz, T, d))
     assert torch.autograd.gradcheck(lambda *a: _InputDependentZOH.apply(*a), args)
@@ -167,12 +172,7 @@ def test_ids4_takes_its_compiled_pass_on_the_cpu_and_its_pytorch_form_elsewhere(
 
 @pytest.mark.skipif(not native.available(), reason="no C compiler: the compiled pass is not built")
 def test_ids4_compiled_pass_passes_gradcheck():
-    gen = torch.Generator().manual_seed(0)
-
-    def rnd(*shape, positive=False):
-        v = torch.randn(*shape, generator=gen, dtype=torch.float64)
-        return (v.abs() * 0.5 + 0.05 if positive else v).requires_grad_(True)
-
+    rnd = random_leaves(0)
     Bsz, T, d, n = 2, 3, 4, 3
     args = (rnd(Bsz, T, d, positive=True), rnd(Bsz, T, n), -rnd(d, n, positive=True), rnd(d, n), rnd(d, n, 2),
             rnd(d, n, 2), rnd(Bsz, T, d), rnd(Bsz, d, 2, n))
