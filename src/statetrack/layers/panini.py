@@ -254,8 +254,7 @@ class _PaniniRecurrence(torch.autograd.Function):
 def native_applies(*tensors: torch.Tensor) -> bool:
     """Whether the compiled Panini loop takes these tensors: real float32 or float64 on the CPU,
     n <= `native.PANINI_MAX_N`, library built (else the PyTorch form runs)."""
-    return (tensors[0].dtype in (torch.float32, torch.float64) and tensors[0].shape[-1] <= native.PANINI_MAX_N
-            and native.supports(*tensors))
+    return tensors[0].shape[-1] <= native.PANINI_MAX_N and native.supports_real(*tensors)
 
 
 def panini_recurrence(

@@ -148,11 +148,6 @@ class _IDS4Scan(torch.autograd.Function):
         return ddt, dphi, dlam_re, dA_im, dB.transpose(-1, -2), dC.transpose(-1, -2), du, dh0
 
 
-def ids4_native_applies(*tensors: torch.Tensor) -> bool:
-    """Whether IDS4's compiled pass takes these tensors (real float32 or float64 on the CPU, library built)."""
-    return tensors[0].dtype in (torch.float32, torch.float64) and native.supports(*tensors)
-
-
 @register_model("s4d", display="S4D")
 class S4D(Spectral, nn.Module):
     """Time-invariant complex diagonal SSM: S4D-Lin init, zero-order hold (Gu et al. 2022).
@@ -221,7 +216,7 @@ class S4D(Spectral, nn.Module):
         if self.input_dependent:
             dt = F.softplus(self.dt_proj(x))  # [B, T, d]
             parts = (dt, self.phi_proj(x), -self.A_re_log.exp(), self.A_im, self.B)
-            if ids4_native_applies(*parts, self.C, x) and (state is None or ids4_native_applies(x, state.real)):
+            if native.supports_real(*parts, self.C, x, *(() if state is None else (state.real,))):
                 h0 = (torch.stack((state.real, state.imag), -2) if state is not None
                       else x.new_zeros(x.shape[0], self.d_model, 2, self.modes))
                 y, h_last = _IDS4Scan.apply(*parts, self.C, x, h0)

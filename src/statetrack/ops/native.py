@@ -165,6 +165,11 @@ def supports(*tensors: torch.Tensor) -> bool:
     )
 
 
+def supports_real(*tensors: torch.Tensor) -> bool:
+    """`supports`, for the kernels compiled in float32 and float64 alone."""
+    return tensors[0].dtype in (torch.float32, torch.float64) and supports(*tensors)
+
+
 def uses_openmp() -> bool:
     """True when the library was built with OpenMP (it then runs on torch's thread pool)."""
     library = load()

@@ -116,7 +116,7 @@ class _SelectiveScan(torch.autograd.Function):
 def native_applies(*tensors: torch.Tensor) -> bool:
     """True when the fused loop can take these tensors (CPU, float32 or float64, one dtype, a C
     compiler, STATETRACK_NATIVE not off)."""
-    return tensors[0].dtype in (torch.float32, torch.float64) and native.supports(*tensors)
+    return native.supports_real(*tensors)
 
 
 def selective_scan(u, dt, A, B_t, C_t, initial_state=None, scale=1.0, output_final_state=True, impl="auto"):
