@@ -2,6 +2,7 @@
 and set beside the measured figures with a verdict per claim, the index's verdicts column, and the
 readability fixes (no "± 0" for one seed, text columns left-aligned, distinguishable curves)."""
 
+import math
 import textwrap
 
 import pytest
@@ -12,7 +13,8 @@ from statetrack.experiments import expand, load_spec
 from statetrack.experiments.spec import shipped_specs
 from statetrack.plots import curve_style, log_axis
 from statetrack.report import markdown_table, table_rows, write_index, write_report
-from statetrack.scoring import FAIL, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, seeds_verdict, summarize
+from statetrack.scoring import (FAIL, INCONCLUSIVE, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, seeds_verdict,
+                                still_learning, summarize)
 from statetrack.store import Store
 
 PAPER = {
@@ -138,8 +140,8 @@ def test_a_range_claim_holds_only_at_every_length_of_its_range():
 
 
 def test_claims_are_scored_per_seed_under_their_seed_rule():
-    rows = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: dict.fromkeys([40, 64, 128, 256], 0.1),
-                  2: dict.fromkeys([40, 64, 128, 256], 0.2)})
+    rows = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: {40: 1.0, **dict.fromkeys([64, 128, 256], 0.1)},
+                  2: {40: 1.0, **dict.fromkeys([64, 128, 256], 0.2)}})
     majority = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
     assert majority["verdict"] == FAIL and (majority["results"][0]["passed"], majority["results"][0]["of"]) == (1, 3)
     assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "best"}, rows)["verdict"] == PASS
@@ -148,6 +150,48 @@ def test_claims_are_scored_per_seed_under_their_seed_rule():
     assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, two)["verdict"] == PASS  # 2 of 3 already decide
     assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "all"}, two)["verdict"] == NOT_MEASURED
     assert seeds_verdict([True, False, None]) is None and seeds_verdict([True, False, False]) is False
+
+
+def test_the_fit_gate_sets_aside_seeds_that_did_not_fit_their_training_lengths():
+    """Seeds 1 and 2 never fit their longest training length 40 (0.1 there): a claim beyond it is
+    decided on seed 0 alone, which cannot make a majority of 3, so it is inconclusive, never ✗;
+    the same claim passes or fails once the seeds fit."""
+    unfit = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: dict.fromkeys([40, 64, 128, 256], 0.1),
+                   2: {40: 0.2, 64: 0.95, 128: 0.95, 256: 0.95}})
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, unfit)
+    assert verdict["verdict"] == INCONCLUSIVE and verdict["results"][0]["unfit"] == {1: 0.1, 2: 0.2}
+    assert verdict["reason"] == "DeltaNet [-1,1] did not fit its training lengths (0.100, 0.200 at 40)"
+    assert verdict["results"][0]["passed"] == 1  # seed 2 passes beyond 40 but does not count
+    # a failure to extrapolate is read only on a model that fit: below 0.5 is no more decided
+    assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5}, unfit)["verdict"] == INCONCLUSIVE
+    # best-of: the one fitted seed passing decides it
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "best"}, unfit)["verdict"] == PASS
+    # a lower threshold the spec sets, or fit: 0 (a model that cannot learn the task at all), lets them count
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "fit": 0.05}, unfit)["verdict"] == FAIL
+    assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5, "fit": 0}, unfit)["verdict"] == FAIL
+    # a claim about the training length itself is not gated
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit)["verdict"] == FAIL
+    # not evaluated at the training length: the fit is unknown, so the claim is too
+    unknown = _rows({s: dict.fromkeys([64, 128, 256], 1.0) for s in (0, 1, 2)})
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "lengths": [64, 256], "at_least": 0.9}, unknown)
+    assert verdict["verdict"] == INCONCLUSIVE and verdict["reason"] == "DeltaNet [-1,1] not evaluated at its longest training length 40"
+
+
+def test_a_comparison_gates_its_winner_not_the_models_it_beats():
+    rows = _rows({s: {40: 1.0, 64: 0.8, 128: 0.8, 256: 0.8} for s in (0, 1, 2)})
+    rows += _rows({s: {40: 0.1, 64: 0.1, 128: 0.1, 256: 0.1} for s in (0, 1, 2)}, model="DeltaNet [0,1]")
+    planned = {**PLANNED, "models": {"DeltaNet [-1,1]", "DeltaNet [0,1]"},
+               "seeds": {**PLANNED["seeds"], ("DeltaNet [0,1]", "parity", None, 0.01): {0, 1, 2}}}
+    assert _verdict({"model": "DeltaNet [-1,1]", "beats": "DeltaNet [0,1]"}, rows, planned)["verdict"] == PASS
+    verdict = _verdict({"model": "DeltaNet [0,1]", "beats": "DeltaNet [-1,1]"}, rows, planned)
+    assert verdict["verdict"] == INCONCLUSIVE and "DeltaNet [0,1] did not fit" in verdict["reason"]
+
+
+def test_still_learning_reads_the_last_fifth_of_the_training_curve():
+    flat = [{"step": s, "loss": 2.0 if s < 500 else 0.5} for s in range(100, 1001, 100)]
+    falling = [{"step": s, "loss": 2.0 * math.exp(-s / 400)} for s in range(50, 1001, 50)]
+    noisy = [{"step": s, "loss": 0.5 + 0.01 * (s // 50 % 2)} for s in range(50, 1001, 50)]
+    assert still_learning(falling) and not still_learning(flat) and not still_learning(noisy) and not still_learning([])
 
 
 def test_a_claim_naming_an_unplanned_model_or_scale_is_listed_as_not_run():

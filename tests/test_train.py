@@ -23,6 +23,18 @@ def test_lstm_learns_modular_addition_in_distribution():
     assert result["scaled_accuracy"] > 0.9, result
 
 
+def test_early_stop_accuracy_stops_a_run_once_it_fits_its_training_lengths():
+    """The LSTM fits modular addition mod 3 at length 6 within 400 steps; with early_stop_accuracy it
+    stops at the first validation at or above 0.99 and still scores as a fitted model there."""
+    task = make_task("modadd", m=3)
+    model = make({"name": "lstm", "d_model": 32}, task)
+    config = TrainConfig(steps=2000, batch_size=64, lr=1e-2, min_length=2, max_length=6, early_stop_loss=None,
+                         early_stop_accuracy=0.99, val_every=25, device="cpu")
+    trainer = Trainer(model, task, config, progress=False).fit()
+    assert trainer.stopped_early and trainer.step < 2000 and trainer.step % 25 == 0
+    assert evaluate_lengths(model, task, [6], samples=256)[0]["accuracy"] > 0.95
+
+
 def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
     task = make_task("parity")
     spec = {"name": "deltanet", "eig_range": "[-1,1]", "d_model": 8, "num_heads": 1}

@@ -13,8 +13,8 @@ generates from the snapshots:
 - `<book dir>/claims.md`: one table of every claim of every experiment;
 - the README's blocks between `<!-- book:NAME -->` and `<!-- /book:NAME -->` (the demo's table and
   the experiments table).
-The claims and notes come from the specs as they are now (`report.spec_paper`), the figures only
-from the snapshots: editing a claim re-scores it without re-running anything.
+The claims, notes and selection rules come from the specs as they are now (`report.spec_section`),
+the figures only from the snapshots: editing a claim re-scores it without re-running anything.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from pathlib import Path
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import shipped_specs
-from statetrack.report import claim_measured, claim_test, markdown_table, paper_tables, spec_paper, table_rows, verdict_line
+from statetrack.report import (claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows,
+                               verdict_line)
 from statetrack.schema import SCALES
-from statetrack.scoring import (FAIL, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, planned_names, selection_of,
-                                summarize)
+from statetrack.scoring import (NOT_MEASURED, VERDICTS, claim_verdicts, paper_of, planned_names, selection_of, summarize,
+                                with_train_lengths)
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1
@@ -124,10 +125,12 @@ def scored(snapshot: dict) -> dict:
     as it is now, else the snapshot's) and the claims' verdicts."""
     spec = snapshot["spec"]
     plan = {"scale": snapshot["scale"], "runs": snapshot["plan"], "spec": spec}
-    summary = summarize(snapshot["results"], selection_of(spec))
+    planned = planned_names(plan)
+    selection = spec_section(snapshot["experiment"], "selection", snapshot["scale"])
+    summary = with_train_lengths(summarize(snapshot["results"], selection_of({**spec, "selection": selection or spec.get("selection")})),
+                                 planned)
     raw = spec_paper(snapshot["experiment"], snapshot["scale"])
     paper = paper_of({"name": snapshot["experiment"], "paper": raw if raw is not None else spec.get("paper")})
-    planned = planned_names(plan)
     verdicts = claim_verdicts(paper, summary, planned) if paper else []
     return {"summary": summary, "plan": plan, "planned": planned, "paper": paper, "verdicts": verdicts}
 
@@ -192,8 +195,16 @@ How to read it:
   of its range (a claim about extrapolation needs a length beyond the training lengths), and its
   seed rule decides: in most seeds (the default), in every seed, or in the best seed where the
   paper itself reports a best-of. "k of N seeds" counts the seeds that pass.
-- ✓: the claim holds; ✗: it does not; "not measured": a run or a planned length it needs is
-  missing; "not run at this scale": it names a model, task or scale this scale does not run.
+- A verdict rests on models that learned what they were trained on (the fit gate): every run is
+  evaluated at its longest training length, and a claim beyond the training lengths, or a
+  comparison's winner, is decided only on the seeds whose figure there reaches the claim's fit
+  threshold (0.9 unless the spec sets another). The seeds that did not fit are set aside; when too
+  few are left to decide, the claim is "inconclusive" and says which model did not fit, with its
+  figures at the training length. A claim that a model cannot learn a task at all (its
+  transitions cannot represent it) is not gated: failing at the training lengths is that claim.
+- ✓: the claim holds; ✗: it does not; "inconclusive": the fit gate left it undecided; "not
+  measured": a run or a planned length it needs is missing; "not run at this scale": it names a
+  model, task or scale this scale does not run.
 - A ✗ at the quick scale says what the small run shows, not that the paper is wrong."""
 
 
@@ -252,7 +263,7 @@ def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]]
     """Every claim of every shipped experiment at `scale`: experiment, claim, test, measured, verdict;
     and the count of each verdict."""
     header = ["experiment", "claim", "test", "measured", "verdict"]
-    body, counts = [], {v: 0 for v in (PASS, FAIL, NOT_MEASURED, NOT_RUN)}
+    body, counts = [], {v: 0 for v in VERDICTS}
     for name in shipped_specs():
         snapshot = snapshots.get((name, scale))
         if snapshot is None:

@@ -330,7 +330,7 @@ def _known_experiment(store, experiment: str) -> None:
 
 
 def cmd_report(args) -> int:
-    from statetrack.report import spec_paper, write_index, write_report
+    from statetrack.report import spec_paper, spec_section, write_index, write_report
 
     if not args.all and not args.experiment:
         raise StatetrackError("report needs an EXPERIMENT name or --all")
@@ -341,8 +341,10 @@ def cmd_report(args) -> int:
     papers = {}  # the spec's `paper:` as it is now (figures added since the runs show too); else the plan's
     for name in names:
         _known_experiment(store, name)
-        papers[name] = spec_paper(name, (store.plan(name) or {}).get("scale"))
-        out = write_report(name, store, args.results_dir, _description(name), paper=papers[name])
+        scale = (store.plan(name) or {}).get("scale")
+        papers[name] = spec_paper(name, scale)
+        out = write_report(name, store, args.results_dir, _description(name), selection=spec_section(name, "selection", scale),
+                           paper=papers[name])
         print(out / "report.html")
     if args.all:
         print(write_index(store, args.results_dir, papers))
@@ -397,8 +399,18 @@ def cmd_results(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    if args.analysis != "belief":
+    if args.analysis not in ("belief", "shortcut"):
         check_name(args.run, "RUN (a run id or an experiment name)")
+    if args.analysis == "shortcut":
+        from statetrack.analysis.shortcuts import format_floor, shortcut_floor
+
+        params = _params(args.params)
+        unknown_keys = sorted(set(params) - {"states", "machine_seed"})
+        if unknown_keys:
+            raise StatetrackError(f"unknown fsm parameter {unknown_keys[0]!r}; expected states or machine_seed")
+        floor = shortcut_floor(window=args.window, **params)
+        print(format_floor(params.get("states", 6), params.get("machine_seed", 0), floor))
+        return 0
     if args.analysis == "belief":
         from statetrack.analysis.belief import analyze_belief
 
@@ -635,7 +647,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), runs in an MLflow experiment of the experiment's name")
     p.set_defaults(func=cmd_export)
 
-    p = command("analyze", help="analyses of trained runs (spectrum, rotations, signs, heads) and of a task's belief recurrence (belief)")
+    p = command("analyze", help="analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) and of the random machine's shortcut floor (shortcut)")
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
     def of_a_run(name: str, help: str, example: str) -> argparse.ArgumentParser:
         """An analysis of one trained run: RUN, or an experiment with --model and --run-seed."""
@@ -674,6 +686,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=0, help="seed of the sequences")
     a.add_argument("--results-dir", default="results", help="folder for the plot (default: results)")
     a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot belief_TASK_PARAMS.png (default: RESULTS_DIR/belief)")
+    a.set_defaults(func=cmd_analyze)
+
+    a = asub.add_parser("shortcut", help="the random state machine's last-k-symbols floor: the accuracy of guessing the final "
+                                         "state from the last k symbols alone, exact")
+    a.add_argument("params", nargs="*", default=[], metavar="param=value", help="fsm parameters, e.g. states=6 machine_seed=0")
+    a.add_argument("--window", type=int, default=4, help="the longest window k (default: 4, a causal convolution of 4 tokens)")
     a.set_defaults(func=cmd_analyze)
 
     p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")

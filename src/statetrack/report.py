@@ -15,9 +15,9 @@ from statetrack.paths import under
 from statetrack.plots import (METRIC_NAMES, answer_labels, entry_label, run_label, metrics_by_length, model_label,
                               plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
                               plot_position_accuracy, plot_traces, position_series, train_ranges)
-from statetrack.scoring import (FAIL, MEASURE_TEXT, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, data_efficiency,
+from statetrack.scoring import (FAIL, INCONCLUSIVE, MEASURE_TEXT, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, data_efficiency,
                                 describe_selection, experiment_summary, paper_figures, paper_of, planned_ids, planned_names,
-                                selection_of, verdict_counts)
+                                selection_of, still_learning, unfit_text, verdict_counts)
 from statetrack.store import Store
 
 
@@ -45,7 +45,7 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
     """The paper-style table: `headline` (after selection, with the score), `best` (best seed) or
     `mean` (mean ± std over seeds); scaled accuracy per evaluation length."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
-    header = ["task", "model", "lr"] + ([_score_header(summary)] if which == "headline" else []) + [str(n) for n in lengths]
+    header = ["task", "model", "lr"] + ([_score_header(summary)] if which == "headline" else []) + [length_header(summary, n) for n in lengths]
     body = []
     for e in summary:
         spread = which == "mean" or (which == "headline" and e["selection"]["seeds"] == "mean")
@@ -55,6 +55,13 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
             cells = [_fmt(e["best"].get(n)) for n in lengths]
         body.append([e["task"], entry_label(e), f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
     return header, body
+
+
+def length_header(summary: list[dict], length: int) -> str:
+    """A length's column header, "40 (train)" where it lies within the training lengths of every
+    entry evaluated there (each entry's `train_length`, see `scoring.with_train_lengths`)."""
+    trains = [e.get("train_length") for e in summary if length in e["lengths"]]
+    return f"{length} (train)" if trains and all(t is not None and length <= t for t in trains) else str(length)
 
 
 def _seeds_at(entry: dict, key: str, length: int) -> int:
@@ -144,7 +151,7 @@ def html_table(header: list[str], body: list[list[str]], left: int | None = None
     """Text columns get class "text" (left-aligned); cells are right-aligned by default. `left`: see `text_columns`."""
     text = text_columns(header, body, left)
     cls = lambda i: ' class="text"' if text[i] else ""  # noqa: E731
-    mark = {PASS: ' class="pass"', FAIL: ' class="fail"'}
+    mark = {PASS: ' class="pass"', FAIL: ' class="fail"', INCONCLUSIVE: ' class="inconclusive"'}
     head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))
     rows = "".join("<tr>" + "".join(f"<td{mark.get(c, cls(i))}>{html.escape(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in body)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
@@ -206,14 +213,18 @@ def _missing_line(r: dict) -> str:
 # ---- the paper beside the measured figures -------------------------------------------------------
 MEASURE_SHORT = {"scaled": "scaled acc.", "sequence": "seq. acc.", "extrapolation": "extrapolates to"}
 OPERATORS = {"at_least": ">=", "below": "<", "beats": ">"}
+FIT_GATE_TEXT = ("the claim reaches beyond the training lengths (or compares models), and too few seeds of its model fit "
+                 "their longest training length (its figure there below the claim's fit threshold, 0.9 unless the spec sets "
+                 "another) to decide it; the seeds that did not fit are set aside, never counted for or against")
 QUICK_NOTE = ("The quick scale is a small CPU version of the paper's setting: a ✗ there says what the small run shows, "
               "not that the paper is wrong (the paper scale has the paper's sizes).")
 
 
-def spec_paper(experiment: str, scale: str | None = None) -> dict | None:
-    """The `paper` section of the experiment's spec as it is now (a shipped experiment, or a spec
-    file of that name), at `scale`; None when there is no such spec or it has none. `statetrack
-    report` uses it, so that figures added to a spec reach reports of runs made before."""
+def spec_section(experiment: str, key: str, scale: str | None = None) -> dict | None:
+    """A section (`paper` or `selection`) of the experiment's spec as it is now (a shipped
+    experiment, or a spec file of that name), at `scale`; None when there is no such spec or it has
+    none. Neither is part of any run's id, so `statetrack report` and the book read them from here:
+    figures, claims and selection rules edited since the runs reach their reports."""
     from statetrack.errors import StatetrackError
     from statetrack.experiments.spec import deep_merge, read_spec
 
@@ -221,10 +232,15 @@ def spec_paper(experiment: str, scale: str | None = None) -> dict | None:
         raw = read_spec(experiment)
     except StatetrackError:
         return None
-    paper, override = raw.get("paper"), ((raw.get("scales") or {}).get(scale or "quick") or {}).get("paper")
-    if isinstance(paper, dict) and isinstance(override, dict):
-        return deep_merge(paper, override)
-    return paper if override is None else override
+    section, override = raw.get(key), ((raw.get("scales") or {}).get(scale or "quick") or {}).get(key)
+    if isinstance(section, dict) and isinstance(override, dict):
+        return deep_merge(section, override)
+    return section if override is None else override
+
+
+def spec_paper(experiment: str, scale: str | None = None) -> dict | None:
+    """The `paper` section of the experiment's spec as it is now, at `scale` (`spec_section`)."""
+    return spec_section(experiment, "paper", scale)
 
 
 def _figure(value, measure: str) -> str:
@@ -288,6 +304,8 @@ def claim_measured(verdict: dict) -> str:
                 value += f" vs {_figure(r['rival'], claim['measure'])}"
             if r["holds"] is None and r["reason"]:
                 value += f" ({r['reason']})"
+            elif r.get("unfit"):  # decided on the seeds that fit; say which did not
+                value += f" ({unfit_text(r['model'], r['unfit'], r['train_length'])}: not counted)"
         if r["holds"] is False and len(results) > 1:
             value += f" {FAIL}"
         parts.append(f"{who}: {value}" if who else value)
@@ -306,7 +324,7 @@ def verdict_line(verdicts: list[dict]) -> str:
     if not verdicts:
         return ""
     return (f"{counts[PASS]}/{len(verdicts)} claims {PASS}" + (f", {counts[FAIL]} {FAIL}" if counts[FAIL] else "")
-            + "".join(f", {counts[v]} {v}" for v in (NOT_MEASURED, NOT_RUN) if counts[v]))
+            + "".join(f", {counts[v]} {v}" for v in (INCONCLUSIVE, NOT_MEASURED, NOT_RUN) if counts[v]))
 
 
 def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> tuple[list[tuple], list[dict]]:
@@ -333,8 +351,9 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
     if verdicts:
         body = [[v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]] for v in verdicts]
         note = (f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, at every planned length of its "
-                f"range, and its seed rule decides; {PASS}: it holds; {FAIL}: it does not; {NOT_MEASURED}: a run or a planned "
-                f"length it needs is missing; {NOT_RUN}: it names a model, task or scale this plan does not run."
+                f"range, and its seed rule decides; {PASS}: it holds; {FAIL}: it does not; {INCONCLUSIVE}: {FIT_GATE_TEXT}; "
+                f"{NOT_MEASURED}: a run or a planned length it needs is missing; {NOT_RUN}: it names a model, task or scale this "
+                "plan does not run."
                 + (f" {QUICK_NOTE}" if scale == "quick" else ""))
         sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
     return sections, verdicts
@@ -433,14 +452,20 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
                           "mean ± std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
                           data_efficiency_rows(efficiency)))
     run_header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
+    budgets = {p["id"]: p.get("steps") for p in (plan or {}).get("runs", [])}
+    learning = {r["id"] for r in runs if r["status"] == "done" and r.get("diverged_at") is None
+                and r["steps"] is not None and r["steps"] >= (budgets.get(r["id"]) or r["steps"]) and still_learning(store.curves(r["id"]))}
     run_rows = [
         [r["id"], run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]),
-         r["status"] if r.get("diverged_at") is None else f"diverged at step {r['diverged_at']}", str(r["steps"] or "-"),
+         (f"diverged at step {r['diverged_at']}" if r.get("diverged_at") is not None
+          else "done, still learning" if r["id"] in learning else r["status"]), str(r["steps"] or "-"),
          f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
         for r in runs
     ]
     scale = f" at scale {plan['scale']}" if plan and plan.get("scale") else ""
     status_line = (f"{expected - len(missing)} of {expected} runs done{scale}"
+                   + (f" ({len(learning)} still learning when their budget ended: training loss still falling over the "
+                      "last fifth of the steps)" if learning else "")
                    + (f"; {others} other runs of this experiment in the store belong to other configurations" if others else ""))
 
     if not summary:
@@ -490,7 +515,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
 
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
          "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}"
-         "td.pass{color:#1a7f37;font-weight:bold}td.fail{color:#c62828;font-weight:bold}"
+         "td.pass{color:#1a7f37;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.inconclusive{color:#8a6d00}"
          "table.index td{white-space:nowrap}table.index td:last-child{white-space:normal}")
 
 

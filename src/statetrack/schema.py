@@ -38,6 +38,7 @@ MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is 
 # How a claim's per-seed outcomes become its verdict: every seed, more than half, or the best seed
 # (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
 SEED_RULES = ("majority", "all", "best")
+FIT_THRESHOLD = 0.9  # the in-distribution figure a model must reach before its extrapolation is read
 CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
 # The evaluation settings every run's id holds; `variants` and `traces` are part of it only where given.
 EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
@@ -300,6 +301,9 @@ class Train(Section):
     val_samples: integer(1) = Field(256, description="validation examples")
     early_stop_loss: number(0, strict=False) | None = Field(
         1e-3, description="stop once the validation loss at max_length is below this; null trains every step")
+    early_stop_accuracy: number(0, high=1) | None = Field(
+        None, description="stop once the validation accuracy (over the supervised positions) at max_length reaches this: "
+                          "the run has fit its training lengths (null: no such rule)")
     checkpoint_every: integer(1) = Field(500, description="steps between checkpoints")
     seed: integer(0) = Field(0, description="the run's seed (a spec gives it in `seeds`)")
     device: Device = Field("auto", description="auto (CUDA when present), cpu, cuda, cuda:N")
@@ -439,6 +443,8 @@ class Claim(Section):
     seeds: choice(SEED_RULES) = Field(SEED_RULES[0], description="how the seeds' outcomes become the verdict")
     scale: Names | None = Field(None, description=f"the scales it is tested at ({', '.join(SCALES)}; default: all)")
     note: Text | None = Field(None, description="a sentence printed with the verdict")
+    fit: number(0, strict=False, high=1) | None = Field(
+        None, description="the fit threshold of this claim (default: paper.fit)")
     at_least: AnyNumber | None = Field(None, description="measured >= this")
     below: AnyNumber | None = Field(None, description="measured < this")
     beats: Names | None = Field(None, description="measured > that model's (or each model's) on the same task")
@@ -463,6 +469,9 @@ class Paper(Section):
     lengths: LengthRange | None = Field(None, description="the test lengths the measured figure averages over (default: all)")
     figures: Figures = Field(default_factory=dict, description="the paper's figure per model {model: figure}, or per task {task: {model: figure}}")
     claims: list[Claim] = Field(default_factory=list, description="the claims tested")
+    fit: number(0, strict=False, high=1) = Field(
+        FIT_THRESHOLD, description="a claim beyond the training lengths, or a comparison's winner, is decided only on seeds whose "
+                                   "figure at the longest training length is at least this (the fit gate)")
     notes: Text | None = Field(None, description="what the measured results do and do not show (printed in the book)")
 
     _root = ("paper",)

@@ -30,6 +30,7 @@ Selection is not part of any run's id: changing it retrains nothing.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 
@@ -160,6 +161,21 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
 
 
+def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
+    """Whether a run's training loss was still falling when its budget ended: over the last fifth of
+    its logged steps, the mean loss of the later half is at least `drop` (relative) and 1e-3
+    (absolute) below that of the earlier half. Its figures then say what the budget allowed, not
+    what the model can learn. Needs four points in that fifth; False otherwise."""
+    if not curve:
+        return False
+    last = curve[-1]["step"]
+    tail = [p["loss"] for p in curve if p["step"] > 0.8 * last and p["loss"] is not None and math.isfinite(p["loss"])]
+    if len(tail) < 4:
+        return False
+    earlier, later = statistics.mean(tail[: len(tail) // 2]), statistics.mean(tail[len(tail) // 2:])
+    return earlier - later >= max(drop * earlier, 1e-3)
+
+
 def data_efficiency(summary: list[dict]) -> list[dict]:
     """Accuracy against training-set size (Ebrahimi & Memisevic 2025, Fig. 2), read off `summarize`:
     one entry per (task, model) with runs on fixed training sets: task, model, length (the task's
@@ -187,19 +203,29 @@ def planned_ids(store, experiment: str) -> set[str] | None:
 
 
 def experiment_summary(store, experiment: str, selection: dict | None = None) -> list[dict]:
-    """`summarize` of the experiment's planned runs, under the selection rule of its spec."""
+    """`summarize` of the experiment's planned runs, under the selection rule of its spec, each
+    entry with its `train_length` (`with_train_lengths`)."""
     plan = store.plan(experiment)
     if selection is None and plan is not None:
         selection = selection_of(plan["spec"])
-    return summarize(store.results(experiment, planned_ids(store, experiment)), selection)
+    return with_train_lengths(summarize(store.results(experiment, planned_ids(store, experiment)), selection), planned_names(plan))
+
+
+def with_train_lengths(summary: list[dict], planned: dict | None) -> list[dict]:
+    """The summary with each entry's `train_length`: the longest training length of its task in the
+    plan (None where the plan does not record it), so that tables can mark the lengths in distribution."""
+    train = (planned or {}).get("train_length", {})
+    for e in summary:
+        e["train_length"] = train.get(e.get("run_task", e["task"]))
+    return summary
 
 
 
 # ---- the paper's figures and claims beside the measured ones ----------------------------------------
 # A spec's `paper:` states what the paper reports, so that the report answers "did it reproduce?".
 # Like `selection`, it is no part of any run's id: adding or editing it retrains nothing.
-PASS, FAIL, NOT_MEASURED, NOT_RUN = "✓", "✗", "not measured", "not run at this scale"
-VERDICTS = (PASS, FAIL, NOT_MEASURED, NOT_RUN)
+PASS, FAIL, INCONCLUSIVE, NOT_MEASURED, NOT_RUN = "✓", "✗", "inconclusive", "not measured", "not run at this scale"
+VERDICTS = (PASS, FAIL, INCONCLUSIVE, NOT_MEASURED, NOT_RUN)
 MEASURE_TEXT = {
     "scaled": "headline scaled accuracy",
     "sequence": "sequence accuracy (mean over seeds)",
@@ -222,9 +248,11 @@ def paper_of(spec: dict) -> dict | None:
             "text": claim.text, "models": claim.model, "tasks": claim.task, "dataset_size": claim.dataset_size,
             "measure": claim.measure or paper.measure, "lengths": paper.lengths if claim.lengths is None else claim.lengths,
             "test": test, "bound": getattr(claim, test), "seeds": claim.seeds, "scales": claim.scale, "note": claim.note or "",
+            "fit": paper.fit if claim.fit is None else claim.fit,
         })
     return {"source": paper.source, "metric": " ".join(paper.metric.split()), "measure": paper.measure, "lengths": paper.lengths,
-            "figures": paper.figures if per_task else {None: paper.figures}, "claims": claims, "notes": paper.notes or ""}
+            "figures": paper.figures if per_task else {None: paper.figures}, "claims": claims, "notes": paper.notes or "",
+            "fit": paper.fit}
 
 
 def check_paper_names(spec: dict, models, tasks) -> None:
@@ -267,6 +295,28 @@ def _range_text(lengths) -> str:
     if lengths is None:
         return "at the test lengths"
     return f"at {lengths}" if isinstance(lengths, int) else f"in {lengths[0]}..{lengths[1]}"
+
+
+def gate_length(entry: dict, claim: dict, lengths: list[int], planned: dict | None = None) -> int | None:
+    """The longest training length at which the claim's model must have fit before the claim is
+    read over `lengths` (the fit gate), or None where the claim is decided without it: a claim about
+    extrapolation (a length beyond the training lengths, or the measure `extrapolation`) and every
+    comparison (`beats`) are gated; a claim about the training lengths themselves is not, nor one
+    whose plan does not record its training lengths, nor one on a metric (its own scale says nothing
+    of fit), nor one whose `fit` is 0 (a claim that the model cannot learn the task at all, so that
+    failing at the training lengths is the claim itself)."""
+    train = (planned or {}).get("train_length", {}).get(entry.get("run_task", entry["task"]))
+    if train is None or claim["fit"] <= 0 or claim["measure"].startswith("metric:"):
+        return None
+    beyond = claim["measure"] == "extrapolation" or max(lengths) > train
+    return train if beyond or claim["test"] == "beats" else None
+
+
+def fit_figure(record: dict, measure: str, length: int) -> float | None:
+    """One seed's in-distribution figure at `length` on the claim's measure: scaled accuracy for
+    `scaled`, sequence accuracy for `sequence`, the selection's metric for `extrapolation`; None
+    when that length was not evaluated."""
+    return {"sequence": record["sequence"], "extrapolation": record["measured"]}.get(measure, record["scaled"]).get(length)
 
 
 def claim_lengths(entry: dict, measure: str, lengths, planned: dict | None = None) -> tuple[list[int] | None, str | None]:
@@ -434,11 +484,19 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
     the seeds decide under the claim's rule (`seeds_verdict`). Result per entry: {task, model,
     dataset_size, value (mean over the seeds' figures), rival (`beats`: the best mean figure of the
     rival models on the same task and training-set size), seeds ({seed: figure}), passed, of (seeds
-    planned), holds, reason (why it is not measured)}. missing: planned models (or model on task)
-    without a finished entry; unplanned: what it names that this plan does not run (`planned`, from
-    `planned_names`; None: all it names). Verdict: ✗ when some entry fails under the seed rule, else
-    "not run at this scale" when it names a scale, model or task the plan does not run, else "not
-    measured" when something is missing or unmeasured, else ✓."""
+    planned), holds, reason (why it is not measured or inconclusive), unfit ({seed: its figure at
+    the longest training length, None when not evaluated there} for the seeds the fit gate set
+    aside), train_length (the gate's length, None when not gated) and inconclusive}.
+
+    The fit gate: a claim about extrapolation, and every comparison, is decided only on the seeds
+    of its model that reached `claim["fit"]` on the claim's measure at the longest training length
+    (`gate_length`, `fit_figure`); the other seeds count as undecided, so that no ✓ or ✗ rests on a
+    model that did not learn what it was trained on. A comparison gates the model claimed to win,
+    not the ones it beats. missing: planned models (or model on task) without a finished entry;
+    unplanned: what it names that this plan does not run (`planned`, from `planned_names`; None: all
+    it names). Verdict: ✗ when some entry fails under the seed rule, else "not run at this scale"
+    when it names a scale, model or task the plan does not run, else "not measured" when something
+    is missing or unmeasured, else "inconclusive" when the gate left the seed rule undecided, else ✓."""
     out = []
     for claim in paper["claims"]:
         results, missing, reason = [], [], ""
@@ -457,9 +515,13 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
             missing += [model] if not entries else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
             for e in entries:
                 lengths, why = claim_lengths(e, claim["measure"], claim["lengths"], planned)
-                figures, value, rival = {}, None, None
+                figures, value, rival, unfit, gate = {}, None, None, {}, None
                 if lengths is not None:
                     figures, value = _entry_figure(e, claim, lengths, planned)
+                    gate = gate_length(e, claim, lengths, planned)
+                    if gate is not None:  # the fit gate: a seed that did not fit its training lengths decides nothing
+                        fits = {s: fit_figure(e["per_seed"][s], claim["measure"], gate) for s in figures if s in e["per_seed"]}
+                        unfit = {s: v for s, v in fits.items() if v is None or v < claim["fit"] - 1e-9}
                 if claim["test"] == "beats" and lengths is not None:
                     against = {name: [_entry_figure(r, claim, lengths, planned)[1] for r in summary if covers(name, r["model"])
                                       and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])] for name in rivals}
@@ -468,28 +530,46 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                     rival = None if not values or None in values else max(values)
                     why = why or (None if rival is not None else "a rival not measured")
                 bound = rival if claim["test"] == "beats" else claim["bound"]
-                outcomes = [None if v is None or bound is None else _passes(claim["test"], v, bound) for v in figures.values()]
+                outcomes = [None if v is None or bound is None or s in unfit else _passes(claim["test"], v, bound)
+                            for s, v in figures.items()]
                 holds = seeds_verdict(outcomes, claim["seeds"]) if lengths is not None else None
-                unmeasured = sum(o is None for o in outcomes)
-                if holds is None and why is None and unmeasured:
+                unmeasured = sum(o is None for s, o in zip(figures, outcomes) if s not in unfit)
+                inconclusive = holds is None and why is None and bool(unfit)
+                if inconclusive:
+                    why = unfit_text(e["model"], unfit, gate)
+                elif holds is None and why is None and unmeasured:
                     why = f"{unmeasured} of {len(outcomes)} seeds not measured"
                 results.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "value": value,
                                 "rival": rival, "seeds": figures, "passed": sum(o is True for o in outcomes),
-                                "of": len(outcomes), "holds": holds, "reason": why})
+                                "of": len(outcomes), "holds": holds, "reason": why, "unfit": unfit, "train_length": gate,
+                                "inconclusive": inconclusive})
         missing = list(dict.fromkeys(missing))
         if any(r["holds"] is False for r in results):
             verdict = FAIL
         elif unplanned:
             verdict, reason = NOT_RUN, "not run at this scale: " + ", ".join(unplanned)
-        elif missing or not results or any(r["holds"] is None for r in results):
+        elif missing or not results or any(r["holds"] is None and not r["inconclusive"] for r in results):
             verdict = NOT_MEASURED
             reason = "; ".join(dict.fromkeys([r["reason"] for r in results if r["reason"]] + (["not run yet: " + ", ".join(missing)] if missing else [])))
+        elif any(r["inconclusive"] for r in results):
+            verdict = INCONCLUSIVE
+            reason = "; ".join(dict.fromkeys(r["reason"] for r in results if r["inconclusive"]))
         else:
             verdict = PASS
         out.append({"claim": claim, "verdict": verdict, "results": results, "missing": missing, "unplanned": unplanned, "reason": reason})
     return out
 
 
+def unfit_text(model: str, unfit: dict, length: int) -> str:
+    """Why a claim is inconclusive: "LSTM did not fit its training lengths (0.14, 0.20 at 16)"."""
+    measured = [v for v in unfit.values() if v is not None]
+    if not measured:
+        return f"{model} not evaluated at its longest training length {length}"
+    figures = ", ".join(f"{v:.3f}" for v in measured)
+    return f"{model} did not fit its training lengths ({figures} at {length}" + (
+        f"; {len(unfit) - len(measured)} seed(s) not evaluated there)" if len(measured) < len(unfit) else ")")
+
+
 def verdict_counts(verdicts: list[dict]) -> dict:
-    """{verdict: how many claims have it} over the four verdicts."""
+    """{verdict: how many claims have it} over the five verdicts."""
     return {v: sum(1 for x in verdicts if x["verdict"] == v) for v in VERDICTS}

@@ -297,17 +297,18 @@ class Trainer:
         for logger in self.loggers:
             logger.log_point(point)
 
-    def _validation_loss(self) -> float:
-        """The loss on a fixed batch at the longest length of the current stage."""
+    def _validation(self) -> tuple[float, float]:
+        """(loss, accuracy over the supervised positions) on a fixed batch at the longest length of
+        the current stage."""
         g = torch.Generator().manual_seed(self.config.seed + 7919)
         task, stage = self.tasks[self.stage], self.plan[self.stage]
         batch = task.sample(self.config.val_samples, stage["max_length"], g).to(self.device)
         self.model.eval()
         with torch.no_grad():
-            loss, _ = task.loss(self.model(batch.inputs)[0], batch)
+            loss, accuracy = task.loss(self.model(batch.inputs)[0], batch)
         diagnostics.drain(self.model)  # validation is not a training batch
         self.model.train()
-        return loss.item()
+        return loss.item(), accuracy.item()
 
     def fit(self) -> Trainer:
         """Train to `steps` (or until early stopping), resuming from the checkpoint when there is one.
@@ -342,8 +343,11 @@ class Trainer:
                 bar.set_postfix(loss=f"{window_loss / window_n:.4f}", acc=f"{window_acc / window_n:.3f}")
                 window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}
             # early stopping ends the run, so only in the last stage of a curriculum
-            if c.early_stop_loss is not None and self.step % c.val_every == 0 and stage == len(self.plan) - 1:
-                self.stopped_early = self._validation_loss() < c.early_stop_loss
+            early_stop = c.early_stop_loss is not None or c.early_stop_accuracy is not None
+            if early_stop and self.step % c.val_every == 0 and stage == len(self.plan) - 1:
+                loss, accuracy = self._validation()
+                self.stopped_early = ((c.early_stop_loss is not None and loss < c.early_stop_loss)
+                                      or (c.early_stop_accuracy is not None and accuracy >= c.early_stop_accuracy))
             self.seconds = time.perf_counter() - start
             if self.step % c.checkpoint_every == 0:
                 self.save()

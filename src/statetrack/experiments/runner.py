@@ -117,10 +117,12 @@ def terminate_as_interrupt():
 
 def plan_entry(run: RunSpec) -> dict:
     """A run as the plan records it: what the report and the claims need before the run finishes
-    (its evaluation lengths, and its longest training length, the last curriculum stage's included)."""
-    train_length = max(stage["max_length"] for stage in TrainConfig.from_dict(run.train).stages())
+    (its evaluation lengths, its longest training length, the last curriculum stage's included, and
+    its budget of steps, so that a run that used all of it can be told from one that stopped early)."""
+    stages = TrainConfig.from_dict(run.train).stages()
     return {"id": run.id, "model": run.model_name, "task": run.task_name, "lr": run.lr, "seed": run.seed,
-            "dataset_size": run.dataset_size, "lengths": list(run.eval["lengths"]), "train_length": train_length}
+            "dataset_size": run.dataset_size, "lengths": list(run.eval["lengths"]),
+            "train_length": max(stage["max_length"] for stage in stages), "steps": stages[-1]["end"]}
 
 
 def training_cost(run: RunSpec, steps: int | None = None) -> float:

@@ -283,6 +283,12 @@ def expand(spec: dict) -> list[RunSpec]:
             curriculum_tasks(task, train_config)  # each stage's task and lengths (one stage without a curriculum)
         except StatetrackError as error:
             raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
+        # every run is evaluated at its longest training length, so that the fit gate of the claims
+        # (statetrack.scoring.gate_length) can read whether it learned what it was trained on
+        longest = max(stage["max_length"] for train in trains
+                      for stage in TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])}).stages())
+        if longest not in eval_spec["lengths"]:
+            eval_spec["lengths"] = sorted([*eval_spec["lengths"], longest])
         for length in eval_spec["lengths"]:
             task.check_length(length)
         for name, overrides in (eval_spec.get("variants") or {}).items():
