@@ -32,6 +32,63 @@ def test_every_shipped_experiment_and_claim_is_in_the_book():
     assert sum(counts.values()) == len(body) and {row[0] for row in body} == {f"`{n}`" for n in shipped_specs()}
 
 
+def _fit_figures(snapshot: dict, entry: dict, claim: dict, length: int) -> dict:
+    """{seed: figure at `length`} of the runs behind `entry`, read off the snapshot's rows, on the
+    task they trained on (or the spec's fit variant) and on the claim's measure."""
+    task = entry["run_task"] + (f" [{claim['fit_variant']}]" if claim["fit_variant"] else "")
+    key = {"scaled": "scaled_accuracy", "sequence": "sequence_accuracy"}.get(claim["measure"])
+    if key is None:  # extrapolation: the selection's metric
+        key = entry["selection"]["metric"]
+    return {r["seed"]: r[key] for r in snapshot["results"] if (r["task"], r["model"], r["lr"], r["length"])
+            == (task, entry["model"], entry["lr"], length) and r.get("dataset_size") == entry["dataset_size"]}
+
+
+def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that_did_not_fit():
+    """Every ✓ and ✗ of the book, read against the snapshots' own rows: a claim beyond the training
+    lengths, a claim that a model succeeds, or a comparison's winner is decided by the seeds that
+    reached the claim's fit threshold at the longest training length alone (the others could not
+    have changed it); only a claim that a model fails at the training lengths, or cannot learn the
+    task at all (fit 0), or one on a metric, is exempt."""
+    from statetrack.scoring import FAIL, PASS
+
+    snapshots = book.read_snapshots(ROOT / "docs")
+    checked = 0
+    for snapshot in snapshots.values():
+        scored = book.scored(snapshot)
+        train = scored["planned"]["train_length"]
+        for verdict in scored["verdicts"]:
+            claim = verdict["claim"]
+            if verdict["verdict"] not in (PASS, FAIL) or claim["fit"] <= 0 or claim["measure"].startswith("metric:"):
+                continue
+            for result in verdict["results"]:
+                if result["holds"] is None:  # undecided entries leave a claim ✗ only when another entry fails
+                    assert verdict["verdict"] == FAIL and any(r["holds"] is False for r in verdict["results"])
+                    continue
+                entry = next(e for e in scored["summary"] if (e["task"], e["model"], e["dataset_size"])
+                             == (result["task"], result["model"], result["dataset_size"]))
+                length = train[entry["run_task"]]
+                beyond = claim["measure"] == "extrapolation" or max(n for n in entry["lengths"] if claim["lengths"] is None
+                                                                     or (n == claim["lengths"] if isinstance(claim["lengths"], int)
+                                                                         else claim["lengths"][0] <= n <= claim["lengths"][1])) > length
+                if not (beyond or claim["test"] in ("beats", "at_least")):
+                    continue
+                fits = _fit_figures(snapshot, entry, claim, length)
+                fitted = [s for s, v in result["seeds"].items() if v is not None and fits.get(s) is not None
+                          and fits[s] >= claim["fit"] - 1e-9]
+                bound = result["rival"] if claim["test"] == "beats" else claim["bound"]
+                passing = sum(1 for s in fitted if (result["seeds"][s] >= bound - 1e-9 if claim["test"] == "at_least"
+                                                    else result["seeds"][s] < bound if claim["test"] == "below"
+                                                    else result["seeds"][s] > bound))
+                n, failing = len(result["seeds"]), len(fitted) - passing
+                decided = {"majority": 2 * passing > n if result["holds"] else 2 * (n - failing) <= n,
+                           "all": passing == n if result["holds"] else failing > 0,
+                           "best": passing > 0 if result["holds"] else failing == n}[claim["seeds"]]
+                where = f"{snapshot['experiment']}: {claim['text']!r}, {result['model']} on {result['task']}"
+                assert decided, f"{where}: decided by seeds that did not fit ({fits})"
+                checked += 1
+    assert checked > 20  # the gate is exercised on the shipped snapshots, not vacuously
+
+
 @pytest.fixture
 def tiny_reproduce(monkeypatch, tmp_path):
     """`statetrack reproduce` on the shipped demo with a tiny grid (20 steps, 16 samples), in this process."""

@@ -169,8 +169,10 @@ def test_the_fit_gate_sets_aside_seeds_that_did_not_fit_their_training_lengths()
     # a lower threshold the spec sets, or fit: 0 (a model that cannot learn the task at all), lets them count
     assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "fit": 0.05}, unfit)["verdict"] == FAIL
     assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5, "fit": 0}, unfit)["verdict"] == FAIL
-    # a claim about the training length itself is not gated
-    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit)["verdict"] == FAIL
+    # a claim that the model fails at its training length is not gated; one that it succeeds there
+    # is ✓ or inconclusive (a run that did not fit says its budget was short)
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "below": 0.5}, unfit)["verdict"] == PASS
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit)["verdict"] == INCONCLUSIVE
     # not evaluated at the training length: the fit is unknown, so the claim is too
     unknown = _rows({s: dict.fromkeys([64, 128, 256], 1.0) for s in (0, 1, 2)})
     verdict = _verdict({"model": "DeltaNet [-1,1]", "lengths": [64, 256], "at_least": 0.9}, unknown)
@@ -185,6 +187,24 @@ def test_a_comparison_gates_its_winner_not_the_models_it_beats():
     assert _verdict({"model": "DeltaNet [-1,1]", "beats": "DeltaNet [0,1]"}, rows, planned)["verdict"] == PASS
     verdict = _verdict({"model": "DeltaNet [0,1]", "beats": "DeltaNet [-1,1]"}, rows, planned)
     assert verdict["verdict"] == INCONCLUSIVE and "DeltaNet [0,1] did not fit" in verdict["reason"]
+
+
+def test_a_variant_claim_reads_its_fit_on_the_training_task_or_on_the_fit_variant():
+    """Counting-like: the training task's own targets cap its accuracy at 0.5, the `offset` variant
+    shows whether the runs learned; a claim on the `two_isi` variant is gated on the variant named
+    by fit_variant, else on the training task."""
+    def variant_rows(variant, by_seed):
+        return [{**r, "task": f"parity [{variant}]", "variant": variant} for r in _rows(by_seed)]
+
+    rows = _rows({s: {40: 0.5} for s in (0, 1, 2)}) + variant_rows("offset", {s: {40: 1.0} for s in (0, 1, 2)})
+    rows += variant_rows("two_isi", {s: {40: 0.95} for s in (0, 1, 2)})
+    claim = {"model": "DeltaNet [-1,1]", "task": "parity [two_isi]", "lengths": 40, "at_least": 0.9}
+    planned = {**PLANNED, "lengths": {"parity": [40]}}
+    paper = {"source": "s", "claims": [{"text": "t", **claim}]}
+    on_training = claim_verdicts(paper_of({"name": "x", "paper": paper}), summarize(rows), planned)[0]
+    assert on_training["verdict"] == INCONCLUSIVE and on_training["results"][0]["unfit"] == {0: 0.5, 1: 0.5, 2: 0.5}
+    on_offset = claim_verdicts(paper_of({"name": "x", "paper": {**paper, "fit_variant": "offset"}}), summarize(rows), planned)[0]
+    assert on_offset["verdict"] == PASS and on_offset["results"][0]["unfit"] == {}
 
 
 def test_still_learning_reads_the_last_fifth_of_the_training_curve():

@@ -196,12 +196,13 @@ How to read it:
   seed rule decides: in most seeds (the default), in every seed, or in the best seed where the
   paper itself reports a best-of. "k of N seeds" counts the seeds that pass.
 - A verdict rests on models that learned what they were trained on (the fit gate): every run is
-  evaluated at its longest training length, and a claim beyond the training lengths, or a
-  comparison's winner, is decided only on the seeds whose figure there reaches the claim's fit
-  threshold (0.9 unless the spec sets another). The seeds that did not fit are set aside; when too
-  few are left to decide, the claim is "inconclusive" and says which model did not fit, with its
-  figures at the training length. A claim that a model cannot learn a task at all (its
-  transitions cannot represent it) is not gated: failing at the training lengths is that claim.
+  evaluated at its longest training length, and a claim beyond the training lengths, a claim that
+  a model succeeds, or a comparison's winner, is decided only on the seeds whose figure there
+  reaches the claim's fit threshold (0.9 unless the spec sets another). The seeds that did not fit
+  are set aside; when too few are left to decide, the claim is "inconclusive" and says which model
+  did not fit, with its figures at the training length. A claim that a model fails at the
+  training lengths, or cannot learn a task at all (its transitions cannot represent it), is not
+  gated: failing there is that claim.
 - ✓: the claim holds; ✗: it does not; "inconclusive": the fit gate left it undecided; "not
   measured": a run or a planned length it needs is missing; "not run at this scale": it names a
   model, task or scale this scale does not run.

@@ -213,9 +213,10 @@ def _missing_line(r: dict) -> str:
 # ---- the paper beside the measured figures -------------------------------------------------------
 MEASURE_SHORT = {"scaled": "scaled acc.", "sequence": "seq. acc.", "extrapolation": "extrapolates to"}
 OPERATORS = {"at_least": ">=", "below": "<", "beats": ">"}
-FIT_GATE_TEXT = ("the claim reaches beyond the training lengths (or compares models), and too few seeds of its model fit "
-                 "their longest training length (its figure there below the claim's fit threshold, 0.9 unless the spec sets "
-                 "another) to decide it; the seeds that did not fit are set aside, never counted for or against")
+FIT_GATE_TEXT = ("the claim reaches beyond the training lengths, says a model succeeds or compares models, and too few "
+                 "seeds of its model fit their longest training length (its figure there below the claim's fit threshold, "
+                 "0.9 unless the spec sets another) to decide it; the seeds that did not fit are set aside, never counted "
+                 "for or against")
 QUICK_NOTE = ("The quick scale is a small CPU version of the paper's setting: a ✗ there says what the small run shows, "
               "not that the paper is wrong (the paper scale has the paper's sizes).")
 

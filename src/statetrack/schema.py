@@ -472,6 +472,9 @@ class Paper(Section):
     fit: number(0, strict=False, high=1) = Field(
         FIT_THRESHOLD, description="a claim beyond the training lengths, or a comparison's winner, is decided only on seeds whose "
                                    "figure at the longest training length is at least this (the fit gate)")
+    fit_variant: Text | None = Field(
+        None, description="the evaluation variant (eval.variants) the fit is read on, where the training task's own targets are "
+                          "partly unpredictable (counting's random onsets); default: the training task")
     notes: Text | None = Field(None, description="what the measured results do and do not show (printed in the book)")
 
     _root = ("paper",)

@@ -248,7 +248,7 @@ def paper_of(spec: dict) -> dict | None:
             "text": claim.text, "models": claim.model, "tasks": claim.task, "dataset_size": claim.dataset_size,
             "measure": claim.measure or paper.measure, "lengths": paper.lengths if claim.lengths is None else claim.lengths,
             "test": test, "bound": getattr(claim, test), "seeds": claim.seeds, "scales": claim.scale, "note": claim.note or "",
-            "fit": paper.fit if claim.fit is None else claim.fit,
+            "fit": paper.fit if claim.fit is None else claim.fit, "fit_variant": paper.fit_variant,
         })
     return {"source": paper.source, "metric": " ".join(paper.metric.split()), "measure": paper.measure, "lengths": paper.lengths,
             "figures": paper.figures if per_task else {None: paper.figures}, "claims": claims, "notes": paper.notes or "",
@@ -299,17 +299,20 @@ def _range_text(lengths) -> str:
 
 def gate_length(entry: dict, claim: dict, lengths: list[int], planned: dict | None = None) -> int | None:
     """The longest training length at which the claim's model must have fit before the claim is
-    read over `lengths` (the fit gate), or None where the claim is decided without it: a claim about
-    extrapolation (a length beyond the training lengths, or the measure `extrapolation`) and every
-    comparison (`beats`) are gated; a claim about the training lengths themselves is not, nor one
-    whose plan does not record its training lengths, nor one on a metric (its own scale says nothing
-    of fit), nor one whose `fit` is 0 (a claim that the model cannot learn the task at all, so that
-    failing at the training lengths is the claim itself)."""
+    read over `lengths` (the fit gate), or None where the claim is decided without it. Gated: a
+    claim about extrapolation (a length beyond the training lengths, or the measure
+    `extrapolation`), every comparison (`beats`), and every claim that a model succeeds (`at_least`):
+    a run that did not fit what it was trained on tells nothing of what the model can learn, only
+    that its budget was short, so such a claim within the training lengths is ✓ or inconclusive.
+    Not gated: a claim that a model fails at the training lengths themselves (`below` within them),
+    one whose plan does not record its training lengths, one on a metric (its own scale says
+    nothing of fit), and one whose `fit` is 0 (a claim that the model cannot learn the task at all,
+    so that failing at the training lengths is the claim itself)."""
     train = (planned or {}).get("train_length", {}).get(entry.get("run_task", entry["task"]))
     if train is None or claim["fit"] <= 0 or claim["measure"].startswith("metric:"):
         return None
     beyond = claim["measure"] == "extrapolation" or max(lengths) > train
-    return train if beyond or claim["test"] == "beats" else None
+    return train if beyond or claim["test"] in ("beats", "at_least") else None
 
 
 def fit_figure(record: dict, measure: str, length: int) -> float | None:
@@ -520,7 +523,9 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                     figures, value = _entry_figure(e, claim, lengths, planned)
                     gate = gate_length(e, claim, lengths, planned)
                     if gate is not None:  # the fit gate: a seed that did not fit its training lengths decides nothing
-                        fits = {s: fit_figure(e["per_seed"][s], claim["measure"], gate) for s in figures if s in e["per_seed"]}
+                        trained = _trained_entry(e, summary, claim["fit_variant"])
+                        fits = {s: fit_figure(trained["per_seed"][s], claim["measure"], gate) for s in figures
+                                if s in trained["per_seed"]}  # a seed not finished yet is "not measured", not unfit
                         unfit = {s: v for s, v in fits.items() if v is None or v < claim["fit"] - 1e-9}
                 if claim["test"] == "beats" and lengths is not None:
                     against = {name: [_entry_figure(r, claim, lengths, planned)[1] for r in summary if covers(name, r["model"])
@@ -558,6 +563,15 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
             verdict = PASS
         out.append({"claim": claim, "verdict": verdict, "results": results, "missing": missing, "unplanned": unplanned, "reason": reason})
     return out
+
+
+def _trained_entry(entry: dict, summary: list[dict], variant: str | None = None) -> dict:
+    """The summary entry on which the fit of `entry`'s runs is read: the same runs scored on the task
+    they trained on, or on the evaluation variant `variant` (`paper.fit_variant`) where that task's
+    own targets are partly unpredictable; `entry` itself when it is that one or none is found."""
+    task = entry.get("run_task", entry["task"]) + (f" [{variant}]" if variant else "")
+    return next((e for e in summary if (e["task"], e["model"], e["dataset_size"], e["lr"])
+                 == (task, entry["model"], entry["dataset_size"], entry["lr"])), entry)
 
 
 def unfit_text(model: str, unfit: dict, length: int) -> str:
