@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import run_experiment
@@ -192,3 +193,24 @@ def test_a_plan_relabels_its_stored_runs(tiny_spec, tmp_path):
     after = {r["id"]: r["model"] for r in store.runs("tiny")}
     assert after == {i: f"{m} (relabelled)" for i, m in before.items()}
     assert {row["model"] for row in store.results("tiny")} == set(after.values())
+
+
+def test_a_model_entry_may_give_its_own_learning_rates(tmp_path):
+    """`lrs` in a model entry replaces the spec's for that model's runs (a family's own grid); it is
+    a run setting, not a model parameter, so the model's spec, name and ids are as without it."""
+    from statetrack.errors import StatetrackError
+    from statetrack.experiments.overview import planned_runs
+
+    path = tmp_path / "own.yaml"
+    path.write_text("task: {name: parity}\nmodels: [{name: lstm, lrs: [1.0e-2, 3.0e-3]}, {name: gru}]\n"
+                    "model_defaults: {d_model: 8}\nlrs: [1.0e-3]\nseeds: [0, 1]\neval: {lengths: [40]}\n")
+    runs = expand(load_spec(str(path)))
+    by_model = {}
+    for run in runs:
+        by_model.setdefault(run.model_name, set()).add(run.lr)
+        assert "lrs" not in run.model
+    assert by_model == {"LSTM": {1e-2, 3e-3}, "GRU": {1e-3}} and len(runs) == 6
+    assert planned_runs(yaml.safe_load(path.read_text())) == 6
+    path.write_text(path.read_text().replace("lrs: [1.0e-2, 3.0e-3]", "lrs: [-1]"))
+    with pytest.raises(StatetrackError, match=r"models\[0\]\.lrs\[0\] must be"):
+        load_spec(str(path))

@@ -171,9 +171,10 @@ def settings_line(spec: dict) -> str:
     model = (f"d_model {width}" if width else f"{defaults['params']:g} parameters per layer" if "params" in defaults else "model defaults") \
         + f", {defaults.get('num_layers', 1)} layer(s)"
     own = [t for t in tasks if isinstance(t, dict) and ("train" in t or "eval" in t)]
+    own_lrs = "".join(f" ({m['name']} {_join(m['lrs'])})" for m in spec["models"] if isinstance(m, dict) and m.get("lrs"))
     return (f"tasks {'; '.join(names)}; trained {lengths}" + (" (some tasks set their own lengths)" if own else "")
             + f", {steps} steps, batch {train.get('batch_size', '-')}; {model}; "
-            f"lr {_join(spec['lrs'])}; seeds {_join(spec['seeds'])}; evaluated at {_join(evaluate.get('lengths', []))} "
+            f"lr {_join(spec['lrs'])}{own_lrs}; seeds {_join(spec['seeds'])}; evaluated at {_join(evaluate.get('lengths', []))} "
             f"({evaluate.get('samples', 512)} samples per length)")
 
 

@@ -513,7 +513,7 @@ TOP_LEVEL = {  # the spec's keys in words (the JSON Schema's descriptions)
     "description": "one paragraph shown in the report",
     "task": "one task: a name or {name: ..., parameters...}",
     "tasks": "a list of tasks; an entry may carry its own train: and eval: settings for its runs",
-    "models": "list of models: names or {name: ..., parameters...} (see `statetrack models`)",
+    "models": "list of models: names or {name: ..., parameters...} (see `statetrack models`); an entry's `lrs` replaces the spec's for its runs",
     "model_defaults": "settings applied to every model (d_model, width, params, num_layers, mlp, ...)",
     "train": "training settings; dataset_size may be a list, one run per value",
     "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed, [variants, traces]",
@@ -563,6 +563,14 @@ class Spec(Section):
 
 
 TASK_SETTINGS = ("train", "eval")  # sections a task entry may override for its own runs
+MODEL_SETTINGS = ("lrs",)  # run settings a model entry may give for its own runs (not model parameters)
+
+
+class ModelSettings(Section):
+    """A model entry's own run settings, taken out before the model is built."""
+
+    lrs: list[number(0, text=True)] | None = Field(
+        None, min_length=1, description="this model's learning rates, in place of the spec's `lrs` (e.g. a family's own grid)")
 
 
 def validate_spec(spec: dict) -> None:
@@ -572,6 +580,9 @@ def validate_spec(spec: dict) -> None:
     if not isinstance(spec, dict):
         raise StatetrackError(f"an experiment spec must be a mapping with keys: {', '.join(TOP_LEVEL)}")
     Spec.check(spec, where)
+    for i, entry in enumerate(spec["models"]):
+        if isinstance(entry, dict) and any(key in entry for key in MODEL_SETTINGS):
+            ModelSettings.check({key: entry[key] for key in MODEL_SETTINGS if key in entry}, where, root=("models", i))
     listed = spec.get("tasks") is not None
     for i, entry in enumerate(spec["tasks"] if listed else [spec["task"]]):
         at = ("tasks", i) if listed else ("task",)
@@ -612,7 +623,9 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
 
     overrides = {key: {"type": "object", "description": f"this task's own {key} settings, merged over the spec's"}
                  for key in TASK_SETTINGS}
-    defs["ModelEntry"], defs["TaskEntry"] = entries("model", models, {}), entries("task", tasks, overrides)
+    own = {"lrs": {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 0},
+                   "description": ModelSettings.model_fields["lrs"].description}}
+    defs["ModelEntry"], defs["TaskEntry"] = entries("model", models, own), entries("task", tasks, overrides)
 
     def refer(node):  # an entry's placeholder -> a reference to its definition
         if isinstance(node, dict):

@@ -2,7 +2,7 @@
 it plans at a scale, and the wall time of its last measurement at that scale.
 
 The runs are counted from the spec as written, without building any model, so that the listing
-stays quick: per task, distinct models x `train.dataset_size` values x lrs x seeds, which is the
+stays quick: per task, distinct models x their lrs x `train.dataset_size` values x seeds, which is the
 number of runs `spec.expand` makes (a test holds the two equal for every shipped spec). The wall time
 is the sum of the parts of the committed snapshot `<book dir>/results/<name>.<scale>.json`
 (`statetrack.book`); an installed package has no snapshots, and shows none.
@@ -38,16 +38,16 @@ def shipped_raw_specs() -> dict[str, dict]:
 def planned_runs(raw: dict, scale: str = "quick") -> int:
     """How many runs the spec `raw` (as written) plans at `scale`; a value listed twice is one run."""
     spec = deep_merge(raw, (raw.get("scales") or {}).get(scale) or {})
-    distinct = lambda values: len({json.dumps(v, sort_keys=True) for v in values})  # noqa: E731
-    models = distinct(spec["models"])
-    lrs = len({float(lr) for lr in spec["lrs"]})
+    models = {json.dumps(m, sort_keys=True): m for m in spec["models"]}.values()
+    own = lambda m: m.get("lrs") if isinstance(m, dict) and m.get("lrs") else spec["lrs"]  # noqa: E731
+    runs_per_seed = sum(len({float(lr) for lr in own(m)}) for m in models)  # a model entry's lrs replace the spec's
     seeds = len({int(seed) for seed in spec["seeds"]})
     tasks = {json.dumps(t, sort_keys=True): t for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])}
     count = 0
     for task in tasks.values():
         train = deep_merge(spec.get("train") or {}, (task.get("train") or {}) if isinstance(task, dict) else {})
         sizes = train.get("dataset_size")
-        count += models * (len(set(sizes)) if isinstance(sizes, list) else 1) * lrs * seeds
+        count += runs_per_seed * (len(set(sizes)) if isinstance(sizes, list) else 1) * seeds
     return count
 
 

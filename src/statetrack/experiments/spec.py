@@ -27,7 +27,7 @@ from statetrack import limits, sizing, zoo
 from statetrack.errors import StatetrackError, unknown
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
-from statetrack.schema import EVAL_DEFAULTS, SCALES, TASK_SETTINGS, TOP_LEVEL, check_scales, validate_spec
+from statetrack.schema import EVAL_DEFAULTS, MODEL_SETTINGS, SCALES, TASK_SETTINGS, TOP_LEVEL, check_scales, validate_spec
 from statetrack.scoring import check_paper_names
 from statetrack.tasks import make_task
 from statetrack.train import TrainConfig, curriculum_tasks
@@ -167,8 +167,7 @@ def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:
                 name = task_label({k: v for k, v in entry.items() if k not in TASK_SETTINGS})
                 variants = {**((spec.get("eval") or {}).get("variants") or {}), **((entry.get("eval") or {}).get("variants") or {})}
                 tasks.update([name] + [f"{name} [{v}]" for v in variants])
-            defaults = spec.get("model_defaults") or {}
-            models.update(model_labels([sizing.apply_sizing(m, defaults) for m in spec.get("models") or []]))
+            models.update(model_labels([model_entry(m, spec)[0] for m in spec.get("models") or []]))
         except (StatetrackError, AttributeError, KeyError, TypeError):
             pass
     return models, tasks
@@ -257,6 +256,15 @@ def _dataset_sizes(spec: dict) -> list[dict]:
     return [{**train, "dataset_size": n} for n in dict.fromkeys(train["dataset_size"])]
 
 
+def model_entry(entry, spec: dict) -> tuple[dict, list]:
+    """(the resolved model spec of a `models:` entry, the learning rates of its runs: the entry's
+    own `lrs`, else the spec's). Run settings are not model parameters: they are taken out before
+    the model is built and are no part of its name."""
+    entry = {"name": entry} if isinstance(entry, str) else dict(entry)
+    own = {key: entry.pop(key) for key in MODEL_SETTINGS if key in entry}
+    return sizing.apply_sizing(entry, spec.get("model_defaults") or {}), own.get("lrs") or spec["lrs"]
+
+
 def model_labels(models: list[dict]) -> list[str]:
     """Each resolved model's display name, told apart where two different models of one experiment
     share it: "Transformer (num_layers=1)" and "Transformer (num_layers=2)" (the settings that differ)."""
@@ -274,9 +282,8 @@ def expand(spec: dict) -> list[RunSpec]:
     model is built for each task, every training and evaluation length is checked against the task, and
     each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
     tasks = [_task_spec(t, spec) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
-    defaults = spec.get("model_defaults") or {}
     # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.sizing): each run's model is concrete
-    models = [sizing.apply_sizing(m, defaults) for m in spec["models"]]
+    models, model_lrs = zip(*[model_entry(m, spec) for m in spec["models"]])
     for entry, task, trains, eval_spec in tasks:
         train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
         try:
@@ -311,11 +318,11 @@ def expand(spec: dict) -> list[RunSpec]:
                 limits.check_run_sizes(spec["name"], params[key], {**zoo.MODEL_DEFAULTS, **model}, config, eval_spec,
                                        len(eval_spec.get("variants") or {}))
     runs = {}  # by id: a value listed twice is one run
-    labels = model_labels(models)
+    labels = model_labels(list(models))
     for task, _, trains, eval_spec in tasks:
-        for model, label in zip(models, labels):
+        for model, label, lrs in zip(models, labels, model_lrs):
             for base in trains:
-                for lr in spec["lrs"]:
+                for lr in lrs:
                     for seed in spec["seeds"]:
                         train = {**base, "lr": float(lr), "seed": int(seed)}
                         TrainConfig.from_dict(train)  # validate early
