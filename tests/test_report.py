@@ -207,6 +207,28 @@ def test_a_variant_claim_reads_its_fit_on_the_training_task_or_on_the_fit_varian
     assert on_offset["verdict"] == PASS and on_offset["results"][0]["unfit"] == {}
 
 
+def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
+    """A run that used its whole budget with its loss still falling is "done, still learning" in
+    the runs table, and the status line counts it; one that stopped early is not marked."""
+    store = Store(tmp_path / "statetrack.db")
+    falling = [{"step": s, "loss": 2.0 * math.exp(-s / 400), "accuracy": 0.5} for s in range(50, 1001, 50)]
+    planned = []
+    for run_id, steps in (("budget", 1000), ("early", 1000)):
+        config = {"experiment": "parity", "model": {"name": "LSTM"}, "task": {"name": "parity"},
+                  "train": {"lr": 0.01, "seed": 0, "steps": 1000}, "eval": {"lengths": [40]}}
+        store.start_run(run_id, "parity", "LSTM", "parity", 0 if run_id == "budget" else 1, 0.01, config, "abc")
+        curve = falling if run_id == "budget" else falling[:10]
+        store.finish_run(run_id, [{"length": 40, "accuracy": 0.6, "scaled_accuracy": 0.2, "samples": 64}], curve,
+                         curve[-1]["step"], 100, 1.0, 0.1)
+        planned.append({"id": run_id, "model": "LSTM", "task": "parity", "lr": 0.01, "seed": 0 if run_id == "budget" else 1,
+                        "steps": steps})
+    store.set_plan("parity", {"name": "parity", "scale": "quick"}, planned)
+    md = (write_report("parity", store, tmp_path) / "report.md").read_text()
+    assert "2 of 2 runs done at scale quick (1 still learning when their budget ended" in md
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| budget") or line.startswith("| early")}
+    assert "done, still learning" in rows["budget"] and "still learning" not in rows["early"]
+
+
 def test_still_learning_reads_the_last_fifth_of_the_training_curve():
     flat = [{"step": s, "loss": 2.0 if s < 500 else 0.5} for s in range(100, 1001, 100)]
     falling = [{"step": s, "loss": 2.0 * math.exp(-s / 400)} for s in range(50, 1001, 50)]
