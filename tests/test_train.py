@@ -1,5 +1,7 @@
 """Trainer: learning on a real task, checkpoint resume equal to an uninterrupted run, NaN detection."""
 
+import math
+
 import pytest
 import torch
 
@@ -91,6 +93,22 @@ def test_checkpoints_hold_only_tensors_and_plain_data(tmp_path):
     torch.save(saved, tmp_path / "bad.pt")
     with pytest.raises(Exception, match="[Ww]eights only load failed"):
         Trainer(make(spec, task), task, config, progress=False).load(tmp_path / "bad.pt")
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "linear"])
+def test_learning_rate_schedules_warm_up_then_decay_to_their_floor(schedule):
+    """Warm-up rises linearly to the peak; cosine and linear then fall to min_lr_ratio of it at the
+    last step (Movahedi et al. 2025: cosine to 0.001 of the peak; linear after 300 warm-up steps)."""
+    task = make_task("parity")
+    config = TrainConfig(steps=110, warmup=10, schedule=schedule, min_lr_ratio=0.001, lr=1e-3, device="cpu")
+    trainer = Trainer(make({"name": "lstm", "d_model": 8}, task), task, config, progress=False)
+    factors = [trainer._lr_factor(step) for step in range(110)]
+    assert factors[:10] == pytest.approx([(i + 1) / 10 for i in range(10)]) and factors[10] == pytest.approx(1.0)
+    middle = {"constant": 1.0, "cosine": 0.001 + 0.999 * 0.5, "linear": 0.001 + 0.999 * 0.5}[schedule]
+    assert factors[60] == pytest.approx(middle)
+    last = {"constant": 1.0, "cosine": 0.001 + 0.999 * 0.5 * (1 + math.cos(math.pi * 0.99)), "linear": 0.001 + 0.999 * 0.01}
+    assert factors[-1] == pytest.approx(last[schedule])
+    assert all(a >= b - 1e-12 for a, b in zip(factors[10:], factors[11:]))
 
 
 def test_non_finite_loss_raises():

@@ -295,7 +295,9 @@ class Train(Section):
     min_length: integer(1) = Field(3, description="shortest training length")
     max_length: integer(1) = Field(40, description="longest training length")
     warmup: integer(0) = Field(0, description="linear warm-up steps")
-    schedule: choice(("constant", "cosine")) = Field("constant", description="learning-rate schedule after warm-up")
+    schedule: choice(("constant", "cosine", "linear")) = Field("constant", description="learning-rate schedule after warm-up")
+    min_lr_ratio: number(0, strict=False, high=1) = Field(
+        0.0, description="where a cosine or linear decay ends, as a fraction of the peak learning rate")
     log_every: integer(1) = Field(50, description="steps between logged training losses")
     val_every: integer(1) = Field(100, description="steps between validations at max_length")
     val_samples: integer(1) = Field(256, description="validation examples")

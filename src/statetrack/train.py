@@ -199,13 +199,16 @@ class Trainer:
         self.seconds = 0.0
 
     def _lr_factor(self, step: int) -> float:
+        """The learning rate over its peak at `step`: linear warm-up, then constant, or a cosine or
+        linear decay from 1 to `min_lr_ratio` at the last step."""
         c = self.config
         if step < c.warmup:
             return (step + 1) / c.warmup
-        if c.schedule == "cosine":
-            progress = (step - c.warmup) / max(1, c.steps - c.warmup)
-            return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-        return 1.0
+        progress = min(1.0, (step - c.warmup) / max(1, c.steps - c.warmup))
+        if c.schedule == "constant":
+            return 1.0
+        decay = 0.5 * (1 + math.cos(math.pi * progress)) if c.schedule == "cosine" else 1.0 - progress
+        return c.min_lr_ratio + (1.0 - c.min_lr_ratio) * decay
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, path: Path | None = None) -> None:
