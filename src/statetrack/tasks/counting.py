@@ -32,8 +32,10 @@ class Counting(Task):
 
     Phase-alignment test sets (`pattern`): `two_isi` = ITI, ISI, an ITI of `long_iti` steps
     (default 2 * iti_max, longer than any in training), ISI, then off; `double_isi` = ITI, ISI, a
-    short gap of `gap` steps (default max(1, isi // 5)), ISI, then off. They need `length` of at
-    least iti_max + 2 isi + the middle gap + 1.
+    short gap of `gap` steps (default max(1, iti_min // 2): half the shortest off interval of
+    training, so the model must restart its count sooner than it ever did), ISI, then off. They
+    need `length` of at least iti_max + 2 isi + the middle gap + 1. The paper does not give its
+    gap; the default is this library's reading of "deactivate briefly".
     """
 
     name = "counting"
@@ -62,7 +64,7 @@ class Counting(Task):
         self.iti_min = self.check_int(self.name, "iti_min", p_min if iti_min is None else iti_min, 1)
         self.iti_max = self.check_int(self.name, "iti_max", p_max if iti_max is None else iti_max, self.iti_min)
         self.long_iti = self.check_int(self.name, "long_iti", 2 * self.iti_max if long_iti is None else long_iti, 1)
-        self.gap = self.check_int(self.name, "gap", max(1, self.isi // 5) if gap is None else gap, 1)
+        self.gap = self.check_int(self.name, "gap", max(1, self.iti_min // 2) if gap is None else gap, 1)
         middle = {"train": None, "two_isi": self.long_iti, "double_isi": self.gap}[pattern]
         self.min_length = 2 if middle is None else self.iti_max + 2 * self.isi + middle + 1
         self.vocab = [PAD, "0", "1"]
