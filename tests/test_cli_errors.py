@@ -67,6 +67,13 @@ BAD = [
     (["run", "{tmp}/latin1.yaml"], "experiment file '{tmp}/latin1.yaml' is not UTF-8 text: byte 0xe9 at offset 29"),
     (["run", "{tmp}/huge.yaml"], "is not valid YAML: Exceeds the limit (4300 digits) for integer string conversion"),
     (["run", "demo", "train.steps=" + "9" * 5000], "(5000 characters): Exceeds the limit (4300 digits)"),
+    # strict YAML (statetrack.yamlio): duplicate keys, alias bombs, deep nesting, values a spec cannot hold
+    (["run", "{tmp}/twice.yaml"], "is not valid YAML: key 'train' is given twice in one mapping (lines 2 and 4); keep one"),
+    (["run", "{tmp}/bomb.yaml"], "is not valid YAML: line 6: expands to more than 100,000 values"),
+    (["run", "{tmp}/deep.yaml"], "is not valid YAML: nested more than 64 levels deep"),
+    (["run", "{tmp}/binary.yaml"], "is not valid YAML: description: a YAML bytes value is not allowed here"),
+    (["run", "demo", "seeds=!!set {1, 2}"], "cannot parse value '!!set {1, 2}': the value: a YAML set value is not allowed"),
+    (["run", "demo", "train={steps: 1, steps: 2}"], "key 'steps' is given twice in one mapping"),
     (["run", "demo", "seeds=[" + "1" * 4400 + "]"], "Exceeds the limit (4300 digits)"),
     (["run", "{tmp}/exits.yaml"], "experiment 'exits': imports: importing {tmp}/exits.py failed (line 2): it called sys.exit(3)"),
     (["run", "{tmp}/exits.yaml", "train.steps=-1"], "train.steps must be an integer >= 1, got -1"),  # checked before its imports run
@@ -222,6 +229,12 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "my spec.yaml").write_text(TINY)  # named after a file name that is no experiment name
     (tmp_path / "latin1.yaml").write_bytes("name: latin1\ndescription: caf\u00e9\n".encode("latin-1") + TINY.encode())
     (tmp_path / "huge.yaml").write_text("name: huge\n" + TINY.replace("seeds: [0]", f"seeds: [{'7' * 5000}]"))
+    (tmp_path / "twice.yaml").write_text("name: twice\ntrain: {steps: 5}\nseeds: [0]\ntrain: {steps: 6}\n")
+    (tmp_path / "bomb.yaml").write_text("name: bomb\n" + "".join(
+        f"{key}: &{key} [{', '.join([f'*{prev}' if prev else 'x'] * 10)}]\n"
+        for key, prev in zip("abcdef", [None, *"abcde"])))
+    (tmp_path / "deep.yaml").write_text("name: deep\ndescription: " + "[" * 5000 + "]" * 5000 + "\n")
+    (tmp_path / "binary.yaml").write_text("name: binary\ndescription: !!binary aGVsbG8=\n" + TINY)
     (tmp_path / "exits.py").write_text("import sys\nsys.exit(3)\n")  # a module that ends the program it is imported in
     (tmp_path / "exits.yaml").write_text("name: exits\nimports: [exits.py]\n" + TINY)
     (tmp_path / "locked").mkdir(mode=0o555)

@@ -14,8 +14,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
+from statetrack import yamlio
 from statetrack.book import read_snapshots, wall_seconds
 from statetrack.experiments.spec import deep_merge
 
@@ -31,7 +30,7 @@ def checkout_docs() -> Path | None:
 def shipped_raw_specs() -> dict[str, dict]:
     """Name -> the YAML of each shipped spec, as written (all scales)."""
     folder = resources.files("statetrack.experiments") / "specs"
-    return {entry.name[: -len(".yaml")]: yaml.safe_load(entry.read_text()) or {}
+    return {entry.name[: -len(".yaml")]: yamlio.load(entry.read_text()) or {}
             for entry in sorted(folder.iterdir(), key=lambda p: p.name) if entry.name.endswith(".yaml")}
 
 

@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
-from statetrack import limits, sizing, zoo
+from statetrack import limits, sizing, yamlio, zoo
 from statetrack.errors import StatetrackError, unknown
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
@@ -39,7 +37,7 @@ def shipped_specs() -> dict[str, str]:
     names = {}
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".yaml"):
-            names[entry.name[: -len(".yaml")]] = (yaml.safe_load(entry.read_text()) or {}).get("description", "")
+            names[entry.name[: -len(".yaml")]] = (yamlio.load(entry.read_text()) or {}).get("description", "")
     return names
 
 
@@ -64,9 +62,9 @@ def read_spec(name_or_path: str) -> dict:
         text = (resources.files("statetrack.experiments") / "specs" / f"{name_or_path}.yaml").read_text()
         default_name, folder = name_or_path, None
     try:
-        spec = yaml.safe_load(text)
-    except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer beyond Python's digit limit
-        raise StatetrackError(f"experiment {name_or_path!r} is not valid YAML: {_first_clause(error)}") from None
+        spec = yamlio.load(text)
+    except StatetrackError as error:
+        raise StatetrackError(f"experiment {name_or_path!r} is not valid YAML: {error}") from None
     if not isinstance(spec, dict):
         raise StatetrackError(f"experiment {name_or_path!r} must be a YAML mapping with keys: {', '.join(TOP_LEVEL)}")
     spec.setdefault("name", default_name)
@@ -88,22 +86,15 @@ def parse_override(text: str) -> tuple[list[str], object]:
         raise StatetrackError(f"override {text!r} is not of the form key=value (e.g. train.steps=200, seeds=[0,1])")
     key, value = text.split("=", 1)
     try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        raise StatetrackError(f"override {_shown(text)}: cannot parse value {_shown(value)}") from None
-    except ValueError as error:  # an integer beyond Python's digit limit
-        raise StatetrackError(f"override {_shown(text)}: cannot parse value {_shown(value)}: {_first_clause(error)}") from None
+        parsed = yamlio.load(value)
+    except StatetrackError as error:
+        raise StatetrackError(f"override {_shown(text)}: cannot parse value {_shown(value)}: {error}") from None
     return key.split("."), parsed
 
 
 def _shown(text: str, limit: int = 60) -> str:
     """`text` quoted, its middle left out past `limit` characters (an override may be thousands long)."""
     return repr(text) if len(text) <= limit else repr(f"{text[: limit // 2]}...{text[-10:]}") + f" ({len(text)} characters)"
-
-
-def _first_clause(error: Exception) -> str:
-    """The error's first line up to its first ';' (Python's advice after it names its own internals)."""
-    return str(error).splitlines()[0].split(";")[0] if str(error) else type(error).__name__
 
 
 def overrides_name(base: str, overrides: list[str]) -> str:
