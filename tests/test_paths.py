@@ -1,13 +1,15 @@
 """Experiment names are safe folder names wherever they enter, and every report, checkpoint and
 TensorBoard path resolves inside its root folder (symbolic links followed)."""
 
+import os
+
 import pytest
 
 from statetrack.errors import StatetrackError
 from statetrack.loggers import tensorboard_dir
 from statetrack.experiments.spec import RunSpec, load_spec, overrides_name, shipped_specs
 from statetrack.experiments.worker import checkpoint_path
-from statetrack.paths import NAME_MAX, check_name, under
+from statetrack.paths import NAME_MAX, check_name, under, write_text
 from statetrack.report import write_report
 from statetrack.store import Store
 
@@ -84,3 +86,64 @@ def test_a_store_takes_no_unsafe_name(tmp_path):
     with pytest.raises(StatetrackError, match="'../x' is not allowed"):
         store.start_run("r1", "../x", "LSTM", "parity", 0, 0.01, {}, "abc")
     assert store.experiments() == []
+
+
+def _plant(path, target):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(target)
+
+
+def test_open_for_write_refuses_links_fifos_and_devices(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    _plant(tmp_path / "link.txt", outside)
+    with pytest.raises(StatetrackError, match="link.txt is a symbolic link; statetrack writes no file through a link"):
+        write_text(tmp_path / "link.txt", "x")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(StatetrackError, match="fifo is a FIFO, not a regular file"):  # no reader: refused, not waited on
+        write_text(tmp_path / "fifo", "x")
+    with pytest.raises(StatetrackError, match="/dev/null is a device, not a regular file"):
+        write_text("/dev/null", "x")
+    assert outside.read_text() == "keep"
+    assert write_text(tmp_path / "plain.txt", "new").read_text() == "new"
+
+
+def test_every_writer_refuses_a_link_planted_at_its_file(tiny_spec, tmp_path, capsys):
+    """A link at each file a command writes (report, plots, index, CSV export, task export, checkpoint):
+    one-line error, exit 2, and the file the link points to is untouched."""
+    from cli_helpers import run_cli
+
+    from statetrack.train import Trainer
+
+    results = tmp_path / "r"
+    code, _, _ = run_cli(capsys, "run", str(tiny_spec(seeds="[0]")), "--results-dir", str(results), "--no-progress",
+                         "--workers", "1", "train.steps=5", "--name", "tiny")
+    assert code == 0
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    cases = [
+        (results / "tiny" / "report.md", ["report", "tiny"]),
+        (results / "tiny" / "report.html", ["report", "tiny"]),
+        (results / "tiny" / "accuracy_vs_length.png", ["report", "tiny"]),
+        (results / "index.html", ["report", "--all"]),
+        (results / "tiny" / "csv" / "evals.csv", ["export", "csv", "tiny"]),
+        (tmp_path / "tasks" / "parity=5.csv", ["tasks", "export", "parity", "--lengths", "5", "--samples", "2",
+                                               "--out", str(tmp_path / "tasks")]),
+    ]
+    for path, argv in cases:
+        path.unlink(missing_ok=True)
+        _plant(path, outside)
+        if argv[0] != "tasks":
+            argv = [*argv, "--results-dir", str(results)]
+        code, _, err = run_cli(capsys, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (path, err)
+        assert "is a symbolic link; statetrack writes no file through a link" in err, err
+        assert outside.read_text() == "keep", path
+        path.unlink()
+    # the checkpoint's temporary file
+    trainer = Trainer.__new__(Trainer)  # save() fails at the open, before it reads any state
+    checkpoint = results / "tiny" / "checkpoints" / "x.pt"
+    _plant(checkpoint.with_suffix(".tmp"), outside)
+    with pytest.raises(StatetrackError, match="x.tmp is a symbolic link"):
+        Trainer.save(trainer, checkpoint)
+    assert outside.read_text() == "keep"

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
+from statetrack.paths import write_text
 from statetrack.experiments.spec import shipped_specs
 from statetrack.report import (claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows,
                                verdict_line)
@@ -103,7 +104,7 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
                 "spec": plan["spec"], "plan": plan["runs"], "runs": runs, "results": store.results(experiment, ids),
                 "parts": parts}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
+    write_text(path, json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
     return path
 
 
@@ -354,5 +355,5 @@ def write_book(book_dir: str | Path = BOOK_DIR, readme: str | Path | None = "REA
     if not check:
         for path in differ:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(wanted[path])
+            write_text(path, wanted[path])
     return differ

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
-from statetrack.paths import under
+from statetrack.paths import open_for_write, under
 
 # where `log_to` (a run's logging settings) may point: {"tensorboard": DIR, "wandb": PROJECT, "mlflow": URI}
 KINDS = ("tensorboard", "wandb", "mlflow")
@@ -258,7 +258,7 @@ def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, st
                    **(e.get("metrics") or {})} for e in store.evals(row["id"])]
     for name, table in (("curves.csv", curves), ("evals.csv", evals)):
         columns = list(dict.fromkeys(k for entry in table for k in entry))
-        with open(folder / name, "w", newline="", encoding="utf-8") as f:
+        with open_for_write(folder / name, newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns)
             writer.writeheader()
             writer.writerows(table)

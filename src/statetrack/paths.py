@@ -3,13 +3,17 @@
 An experiment's name is a folder of the results folder (its report, plots and checkpoints) and of
 the TensorBoard folder. Specs and stores are files people send each other and results folders are
 shared, so a name is checked wherever it enters (`check_name`), and every path written under a
-root is checked to resolve inside it (`under`), symbolic links followed.
+root is checked to resolve inside it (`under`), symbolic links followed, and every file is opened
+through `open_for_write`, which creates it without following a link planted at its name and refuses
+anything but a regular file there (a FIFO, a device), so that no write can leave the folder.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -45,3 +49,37 @@ def under(root: str | Path, *parts: str) -> Path:
     if resolved == base or not resolved.is_relative_to(base):
         raise StatetrackError(f"{path} resolves to {resolved}, outside the folder {root}; nothing is written there")
     return path
+
+
+def open_for_write(path: str | Path, binary: bool = False, newline: str | None = None):
+    """`path` opened for writing (truncated), refusing in one line a symbolic link at its name
+    (`O_NOFOLLOW`: the check and the open are one step, so a link planted in between is refused
+    too) and anything that is not a regular file: a FIFO (opened without blocking, so no reader is
+    waited for) or a device. Writers call it on paths `under` placed inside their folder."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise StatetrackError(f"{path} is a symbolic link; statetrack writes no file through a link") from None
+        if error.errno == errno.ENXIO:
+            raise StatetrackError(f"{path} is a FIFO, not a regular file; nothing is written to it") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+            raise StatetrackError(f"{path} is {kind}, not a regular file; nothing is written to it")
+        os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8", newline=newline)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through `open_for_write`."""
+    with open_for_write(path) as f:
+        f.write(text)
+    return Path(path)

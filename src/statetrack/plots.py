@@ -17,7 +17,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from statetrack.paths import open_for_write  # noqa: E402
 from statetrack.store import Store  # noqa: E402
+
+
+def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
+    """Save `fig` to `path` in the format its suffix names, through `paths.open_for_write` (no link
+    or FIFO at the name is written through)."""
+    with open_for_write(path, binary=True) as f:
+        fig.savefig(f, format=Path(path).suffix[1:] or "png", dpi=dpi)
 
 
 def model_label(model: str, dataset_size: int | None = None) -> str:
@@ -112,7 +120,7 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | No
         axes[0][-1].plot([], [], color="0.4", lw=0.7, alpha=0.6, label="one seed (thin)")
         axes[0][-1].fill_between([], [], [], color="0.4", alpha=0.15, lw=0, label="mean ± std over seeds")
     _shared_legend(fig, axes[0])
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -150,7 +158,7 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
         _score_axes(ax, sorted({n for e in entries for n in e["by_size"]}), "training-set size N",
                     f"scaled accuracy at length {entries[0]['length']}", task)
     _shared_legend(fig, axes[0])
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -233,7 +241,7 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     ax.set_ylabel("training loss (log scale)")
     ax.grid(axis="y", which="major", color="0.92", lw=0.6)
     fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -303,7 +311,7 @@ def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path:
         ax.legend(fontsize=7)
     fig.suptitle(f"{name} vs {xlabel}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -389,7 +397,7 @@ def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path
         ax.set_title(f"{task}, length {', '.join(map(str, sorted(lengths)))}")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -430,7 +438,7 @@ def plot_traces(store: Store, summary: list[dict], runs: list[dict], answers: di
         fig.suptitle(f"{task}: model output against the input (length {entries[0][1]['length']})")
         fig.tight_layout()
         path = out / f"traces_{re.sub(r'[^A-Za-z0-9_.-]+', '_', task).strip('_')}.png"
-        fig.savefig(path, dpi=110)
+        save_figure(fig, path, dpi=110)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -11,7 +11,7 @@ import re
 import time
 from pathlib import Path
 
-from statetrack.paths import under
+from statetrack.paths import under, write_text
 from statetrack.plots import (METRIC_NAMES, answer_labels, entry_label, run_label, metrics_by_length, model_label,
                               plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
                               plot_position_accuracy, plot_traces, position_series, train_ranges)
@@ -493,7 +493,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     if missing:
         md += [f"## Missing runs ({len(missing)})", ""] + [f"- {_missing_line(r)}" for r in missing] + [""]
     md += ["## Runs", "", markdown_table(run_header, run_rows), ""]
-    (out / "report.md").write_text("\n".join(md))
+    write_text(out / "report.md", "\n".join(md))
 
     def images(paths):
         return "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in paths)
@@ -510,7 +510,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
 {f"<h2>Missing runs ({len(missing)})</h2><ul>" + missing_html + "</ul>" if missing else ""}
 <h2>Runs</h2>{html_table(run_header, run_rows)}
 </body></html>"""
-    (out / "report.html").write_text(page)
+    write_text(out / "report.html", page)
     return out
 
 
@@ -553,7 +553,7 @@ def write_index(store: Store, results_dir: str | Path = "results", papers: dict 
                      str(len(missing) - failed), claims, when, description])
         links.append(f"{name}/report.html")
     md = ["# statetrack results", ""] + [markdown_table(header, [[f"[{r[0]}]({link})"] + r[1:] for r, link in zip(rows, links)]), ""]
-    (results_dir / "index.md").write_text("\n".join(md))
+    write_text(results_dir / "index.md", "\n".join(md))
     text = text_columns(header, rows)
     cls = lambda i: ' class="text"' if text[i] else ""  # noqa: E731
     body = "".join(
@@ -566,5 +566,5 @@ def write_index(store: Store, results_dir: str | Path = "results", papers: dict 
 <style>{STYLE}</style></head><body><h1>statetrack results</h1>
 <table class="index"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>"""
     path = results_dir / "index.html"
-    path.write_text(page)
+    write_text(path, page)
     return path

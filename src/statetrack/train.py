@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from statetrack import diagnostics
 from statetrack.errors import StatetrackError
+from statetrack.paths import open_for_write
 from statetrack.schema import TrainConfig  # the training settings are a section of the spec schema
 from statetrack.tasks import Batch, Task
 
@@ -217,20 +218,21 @@ class Trainer:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        torch.save(
-            {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "generator": self.generator.get_state(),
-                "step": self.step,
-                "stage": self.stage,
-                "curve": self.curve,
-                "stopped_early": self.stopped_early,
-                "seconds": self.seconds,
-            },
-            tmp,
-        )
+        with open_for_write(tmp, binary=True) as f:
+            torch.save(
+                {
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "generator": self.generator.get_state(),
+                    "step": self.step,
+                    "stage": self.stage,
+                    "curve": self.curve,
+                    "stopped_early": self.stopped_early,
+                    "seconds": self.seconds,
+                },
+                f,
+            )
         os.replace(tmp, path)  # atomic: a kill never leaves half a checkpoint
 
     def load(self, path: Path) -> None:

@@ -141,11 +141,13 @@ def save_figure(fig, title: str, path: str | Path) -> Path:
     """Title, lay out, write and close an analysis figure; returns its path (folders created)."""
     import matplotlib.pyplot as plt
 
+    from statetrack import plots
+
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    plots.save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from statetrack.errors import StatetrackError
+from statetrack.paths import open_for_write, write_text
 from statetrack.limits import check_export_size
 from statetrack.tasks.base import Batch, Task
 
@@ -63,7 +64,7 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
     word_problem = task.name == "word_problem"
     paths = []
     meta = out / f"{task.name}.meta.json"
-    meta.write_text(
+    write_text(meta,
         json.dumps(
             {"task": task.name, "params": task.params, "vocab": task.vocab, "answers": task.answers, "seed": seed, "format": fmt},
             indent=1,
@@ -73,7 +74,7 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
     for length in lengths:
         if word_problem and fmt == "csv":
             path = out / f"{task.group}={length}.csv"
-            with path.open("w", newline="") as f:
+            with open_for_write(path, newline="") as f:
                 writer = csv.writer(f)
                 writer.writerow(["seed", "input", "target"])
                 for batch in _batches(task, length, samples, seed):
@@ -81,7 +82,7 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
                         writer.writerow([seed, _ids(x), _ids(y)])
         elif fmt == "csv":
             path = out / f"{task.name}={length}.csv"
-            with path.open("w", newline="") as f:
+            with open_for_write(path, newline="") as f:
                 writer = csv.writer(f)
                 writer.writerow(["input", "target", "mask"])
                 for batch in _batches(task, length, samples, seed):
@@ -89,7 +90,7 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
                         writer.writerow([_ids(x), _ids(y), _ids(m)])
         else:
             path = out / f"{task.name}={length}.jsonl"
-            with path.open("w") as f:
+            with open_for_write(path) as f:
                 for batch in _batches(task, length, samples, seed):
                     soft = None if batch.soft_targets is None else batch.soft_targets.tolist()
                     for i, (x, y, m) in enumerate(zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.int().tolist())):
