@@ -11,12 +11,27 @@ import json
 import sys
 from pathlib import Path
 
-from statetrack import __version__
+from statetrack import __version__, limits
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
 from statetrack.paths import check_name, check_writable
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS
+
+
+def _int(low: int | None = None, high: int | None = None):
+    """An argparse type for an integer option bounded by `statetrack.limits` (the upper bound of every
+    integer is 64 bits); values below a command's own minimum are left to the command's message."""
+    def parse(text: str) -> int:
+        value = int(text)
+        top = limits.MAX_INT if high is None else high
+        if value > top or (low is not None and value < low):
+            expected = f"an integer <= {top:,}" if low is None else f"an integer from {low} to {top:,}"
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {limits.shown(value)}")
+        return value
+
+    parse.__name__ = "int"  # argparse's "invalid int value: 'x'"
+    return parse
 
 
 def _params(pairs: list[str]) -> dict:
@@ -155,6 +170,7 @@ def cmd_tasks(args) -> int:
         lengths = list(dict.fromkeys(args.lengths or [max(task.min_length, 8)]))
         for length in lengths:
             task.check_length(length)
+        limits.check_tokens(args.count, max(lengths), "tasks show")
         print(f"{task!r}: vocab {task.vocab_size} tokens, {task.num_classes} classes, chance {task.chance:.4f}")
         for length in lengths:
             batch = task.sample(args.count, length, torch.Generator().manual_seed(args.seed))
@@ -411,6 +427,11 @@ def cmd_analyze(args) -> int:
         floor = shortcut_floor(window=args.window, **params)
         print(format_floor(params.get("states", 6), params.get("machine_seed", 0), floor))
         return 0
+    for option in ("samples", "length"):
+        if getattr(args, option, None) is not None and getattr(args, option) < 1:
+            raise StatetrackError(f"--{option} must be >= 1, got {getattr(args, option)}")
+    if getattr(args, "samples", None) and getattr(args, "length", None):
+        limits.check_tokens(args.samples, args.length, f"analyze {args.analysis}")
     if args.analysis == "belief":
         from statetrack.analysis.belief import analyze_belief
 
@@ -465,6 +486,7 @@ def cmd_construct(args) -> int:
     task = make_task(args.task, **_params(args.params))
     for length in args.lengths:
         task.check_length(length)
+    limits.check_tokens(min(args.samples, args.batch_size), max(args.lengths), "construct")
     built = construct(task, args.structure, normalize_every=args.normalize_every)
     spec = built.spec
     size = f"d_model {spec['d_model']}, hidden {spec['hidden']}" + (f", rank {spec['rank']}" if spec["structure"] == "cp" else "")
@@ -524,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=_int(), default=None,
                    help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); ray: CPUs of a local Ray instance")
     p.add_argument("--backend", default="local", choices=["local", "ray"],
                    help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')")
@@ -553,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--workers", type=int, default=None, help="as for `run`")
+    p.add_argument("--workers", type=_int(), default=None, help="as for `run`")
     p.add_argument("--backend", default="local", choices=["local", "ray"], help="as for `run`")
     p.add_argument("--address", default=None, help="ray: join the cluster at this address")
     p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run")
@@ -574,22 +596,22 @@ def build_parser() -> argparse.ArgumentParser:
     show = tsub.add_parser("show", help="print readable examples of a task")
     show.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
     show.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=S5")
-    show.add_argument("--lengths", type=int, nargs="+", default=None, metavar="L",
+    show.add_argument("--lengths", type=_int(high=limits.MAX_LENGTH), nargs="+", default=None, metavar="L",
                       help="task lengths, --count examples at each (default: 8, or the task's minimum length if longer)")
-    show.add_argument("--count", type=int, default=3, help="examples per length (default: 3)")
-    show.add_argument("--seed", type=int, default=0, help="seed of the examples (default: 0)")
+    show.add_argument("--count", type=_int(), default=3, help="examples per length (default: 3)")
+    show.add_argument("--seed", type=_int(0), default=0, help="seed of the examples (default: 0)")
     export = tsub.add_parser("export", help="write datasets to disk (CSV or JSONL)")
     export.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
     export.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=A5")
-    export.add_argument("--lengths", type=int, nargs="+", required=True, metavar="L", help="task lengths, one file per length")
-    export.add_argument("--samples", type=int, required=True, metavar="N", help="examples per length")
+    export.add_argument("--lengths", type=_int(high=limits.MAX_LENGTH), nargs="+", required=True, metavar="L", help="task lengths, one file per length")
+    export.add_argument("--samples", type=_int(), required=True, metavar="N", help="examples per length")
     export.add_argument("--out", required=True, metavar="DIR",
                         help="folder to write into, created if missing: one file per length and NAME.meta.json "
                              "(vocabulary, answer classes, parameters)")
     export.add_argument("--format", choices=["csv", "jsonl"], default="csv",
                         help="csv: columns input,target,mask (word problems: GROUP=L.csv with seed,input,target, "
                              "as Merrill et al. 2024); jsonl: one object per example (default: csv)")
-    export.add_argument("--seed", type=int, default=0,
+    export.add_argument("--seed", type=_int(0), default=0,
                         help="seed of the examples; each length has its own generator, seeded from (seed, length), "
                              "so a file does not change when lengths are added (default: 0)")
     p.set_defaults(func=cmd_tasks)
@@ -599,8 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--params", dest="budget", default=None, metavar="BUDGET",
                       help="choose each model's d_model for this many trainable parameters per layer (e.g. 3e6), and print it")
-    size.add_argument("--width", type=int, default=None, metavar="N", help="print each model's parameters per layer at d_model N")
-    p.add_argument("--num-layers", type=int, default=None, metavar="N", help="with --params or --width: also count all N layers")
+    size.add_argument("--width", type=_int(high=limits.MAX_WIDTH), default=None, metavar="N", help="print each model's parameters per layer at d_model N")
+    p.add_argument("--num-layers", type=_int(high=limits.MAX_LAYERS), default=None, metavar="N", help="with --params or --width: also count all N layers")
     p.add_argument("--set", dest="settings", nargs="+", action="extend", default=None, metavar="key=value",
                    help="with --params or --width: model settings, applied to each model that has the key (e.g. mlp=false num_heads=4)")
     p.add_argument("--json", action="store_true", help="a JSON list, one object per model: name, display_name, summary, recurrent, "
@@ -654,36 +676,36 @@ def build_parser() -> argparse.ArgumentParser:
         a = with_store(asub.add_parser(name, help=help))
         a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
         a.add_argument("--model", default=None, help=f'display name of the model when RUN is an experiment, e.g. "{example}"')
-        a.add_argument("--run-seed", type=int, default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+        a.add_argument("--run-seed", type=_int(0), default=None, help="seed of the run when RUN is an experiment (default: lowest)")
         a.set_defaults(func=cmd_analyze)
         return a
 
     a = of_a_run("spectrum", "eigenvalues of a run's learned state transitions, printed and plotted", "DeltaNet [-1,1]")
-    a.add_argument("--samples", type=int, default=64, help="input sequences (default: 64)")
-    a.add_argument("--length", type=int, default=None, help="input length (default: the run's longest training length)")
-    a.add_argument("--seed", type=int, default=0, help="seed of the inputs")
+    a.add_argument("--samples", type=_int(), default=64, help="input sequences (default: 64)")
+    a.add_argument("--length", type=_int(high=limits.MAX_LENGTH), default=None, help="input length (default: the run's longest training length)")
+    a.add_argument("--seed", type=_int(0), default=0, help="seed of the inputs")
     a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot spectrum_RUNID.png (default: RESULTS_DIR/EXPERIMENT)")
     a = of_a_run("rotations", "a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted",
                  "Bilinear rotation")
-    a.add_argument("--top", type=int, default=20, help="planes printed (default: 20; the plot shows every plane)")
+    a.add_argument("--top", type=_int(), default=20, help="planes printed (default: 20; the plot shows every plane)")
     a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot rotations_RUNID.png (default: RESULTS_DIR/EXPERIMENT)")
     of_a_run("signs", "a real-diagonal bilinear parity run's dominant coordinate and whether its sign tracks parity at long lengths "
              "(every such run of an EXPERIMENT without --model)", "Bilinear diagonal frozen norm")
     a = of_a_run("heads", "a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, "
                  "ranked and plotted", "DeltaNet [-1,1]")
-    a.add_argument("--samples", type=int, default=64, help="input sequences (default: 64)")
-    a.add_argument("--length", type=int, default=None, help="input length (default: the run's longest training length)")
-    a.add_argument("--seed", type=int, default=0, help="seed of the inputs (the evaluation set of that seed at --length)")
-    a.add_argument("--sweep", type=int, default=4, help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)")
+    a.add_argument("--samples", type=_int(), default=64, help="input sequences (default: 64)")
+    a.add_argument("--length", type=_int(high=limits.MAX_LENGTH), default=None, help="input length (default: the run's longest training length)")
+    a.add_argument("--seed", type=_int(0), default=0, help="seed of the inputs (the evaluation set of that seed at --length)")
+    a.add_argument("--sweep", type=_int(), default=4, help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)")
     a.add_argument("--out", default=None, metavar="DIR", help="folder for the plots heads_RUNID_beta.png, heads_RUNID_keys.png and "
                                                              "heads_RUNID_intervention.png (default: RESULTS_DIR/EXPERIMENT)")
     a = asub.add_parser("belief",
                         help="a PFSA-SR task's unnormalised belief recurrence: predicted vs observed float32/float64 underflow, printed and plotted")
     a.add_argument("task", metavar="TASK", help="a task with a belief recurrence: pfsa")
     a.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. n=4 noise=0.5 reveal_prob=0.3")
-    a.add_argument("--length", type=int, default=4000, help="tokens per sequence (default: 4000, past the float64 underflow at the defaults)")
-    a.add_argument("--samples", type=int, default=64, help="sequences (default: 64)")
-    a.add_argument("--seed", type=int, default=0, help="seed of the sequences")
+    a.add_argument("--length", type=_int(high=limits.MAX_LENGTH), default=4000, help="tokens per sequence (default: 4000, past the float64 underflow at the defaults)")
+    a.add_argument("--samples", type=_int(), default=64, help="sequences (default: 64)")
+    a.add_argument("--seed", type=_int(0), default=0, help="seed of the sequences")
     a.add_argument("--results-dir", default="results", help="folder for the plot (default: results)")
     a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot belief_TASK_PARAMS.png (default: RESULTS_DIR/belief)")
     a.set_defaults(func=cmd_analyze)
@@ -691,7 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = asub.add_parser("shortcut", help="the random state machine's last-k-symbols floor: the accuracy of guessing the final "
                                          "state from the last k symbols alone, exact")
     a.add_argument("params", nargs="*", default=[], metavar="param=value", help="fsm parameters, e.g. states=6 machine_seed=0")
-    a.add_argument("--window", type=int, default=4, help="the longest window k (default: 4, a causal convolution of 4 tokens)")
+    a.add_argument("--window", type=_int(), default=4, help="the longest window k (default: 4, a causal convolution of 4 tokens)")
     a.set_defaults(func=cmd_analyze)
 
     p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")
@@ -699,12 +721,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. states=6 machine_seed=1, m=20, group=A5")
     p.add_argument("--structure", default="full",
                    help="full, cp, block (any automaton), rotation (commuting tokens: Z_m, abelian groups) or diagonal (parity)")
-    p.add_argument("--lengths", type=int, nargs="+", default=[10, 100, 1000, 10000], help="evaluation lengths (default: 10 100 1000 10000)")
-    p.add_argument("--samples", type=int, default=16, help="inputs per length (default: 16)")
-    p.add_argument("--batch-size", type=int, default=16, help="inputs per batch (default: 16)")
-    p.add_argument("--chunk-size", type=int, default=1024, help="tokens fed per call, carrying the state (default: 1024)")
-    p.add_argument("--normalize-every", type=int, default=1, help="the mixer's evaluation-time renormalisation period (default: 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the evaluation inputs")
+    p.add_argument("--lengths", type=_int(high=limits.MAX_LENGTH), nargs="+", default=[10, 100, 1000, 10000], help="evaluation lengths (default: 10 100 1000 10000)")
+    p.add_argument("--samples", type=_int(), default=16, help="inputs per length (default: 16)")
+    p.add_argument("--batch-size", type=_int(), default=16, help="inputs per batch (default: 16)")
+    p.add_argument("--chunk-size", type=_int(high=limits.MAX_LENGTH), default=1024, help="tokens fed per call, carrying the state (default: 1024)")
+    p.add_argument("--normalize-every", type=_int(), default=1, help="the mixer's evaluation-time renormalisation period (default: 1)")
+    p.add_argument("--seed", type=_int(0), default=0, help="seed of the evaluation inputs")
     p.set_defaults(func=cmd_construct)
     return parser
 

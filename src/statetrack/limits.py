@@ -1,4 +1,11 @@
-"""Upper bounds on sizes, checked before anything is written or trained: a run whose estimated memory
+"""Upper bounds on numbers and sizes, checked before anything is written or trained.
+
+Every integer a user gives (spec values, task parameters, model settings, command-line options) is
+checked by `check_int` against one of the ranges declared here: seeds and stored integers fit the
+signed 64 bits of SQLite and torch, class counts (moduli, states, symbols) an embedding row each,
+lengths a sequence in memory, layers and widths a model that can be built before it is sized.
+
+Sizes: a run whose estimated memory
 exceeds what this machine has available, or whose estimated arithmetic would take a day or more,
 and a task export larger than 10 GiB or the free disk space, are refused with one line. The
 estimates are rough and leave out attention's quadratic terms and torch's own overheads, so they err
@@ -18,6 +25,39 @@ MAX_EXPORT_BYTES = 10 * 2**30  # hours of writing CSV from Python
 # Floats kept per token and d_model unit: every layer's intermediate activations for the backward
 # pass (training, per layer), only the current layer's (evaluation, without gradients).
 TRAIN_ACTIVATIONS, EVAL_ACTIVATIONS = 16, 8
+
+MAX_INT = 2**63 - 1  # seeds and every stored integer: SQLite's INTEGER and torch's seeds are signed 64-bit
+MAX_CLASSES = 1_000_000  # moduli, states, symbols, answer classes: one embedding or read-out row each
+MAX_LENGTH = 10**8  # tokens in one sequence (a length, an interval, a pattern)
+MAX_LAYERS = 1024
+MAX_WIDTH = 2**16  # d_model and other widths
+
+
+def shown(value) -> str:
+    """`value` for an error message: an integer too long to print whole is described by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:60] + "..."
+
+
+def check_int(value, what: str, low: int, high: int = MAX_INT) -> int:
+    """`value` when it is an integer in low..high (true/false are not integers); else a one-line
+    error naming `what` and the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        too_large = isinstance(value, int) and not isinstance(value, bool) and value > high
+        expected = f"an integer from {low} to {high:,}" if too_large else f"an integer >= {low}"
+        raise StatetrackError(f"{what} must be {expected}, got {shown(value)}")
+    return value
+
+
+def check_tokens(count: int, length: int, what: str) -> None:
+    """Refuse `count` sequences of `length` tokens whose tensors (inputs, targets, mask, outputs:
+    about 32 bytes a token) exceed the memory available."""
+    need, free = 32 * count * length, available_memory()
+    if need > free and not lifted():
+        raise StatetrackError(f"{what}: {count:,} sequences of {length:,} tokens need about {_gib(need)}, more than the "
+                              f"{_gib(free)} of memory available; {HOW_TO_LIFT}")
 
 
 def lifted() -> bool:

@@ -23,6 +23,7 @@ from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import SkipJsonSchema
 
 from statetrack.errors import StatetrackError
+from statetrack.limits import MAX_INT
 from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN, check_name
 
 SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes) and `paper` (the papers' sizes)
@@ -105,7 +106,7 @@ REFUSED = object()
 
 
 def _is_int(value, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= MAX_INT
 
 
 def _is_number(value) -> bool:
@@ -119,7 +120,8 @@ def _value(check, expected: str, schema: dict, base: Any = Any):
     def validate(value):
         kept = check(value)
         if kept is REFUSED:
-            raise _expected(expected)
+            too_large = isinstance(value, int) and not isinstance(value, bool) and value > MAX_INT
+            raise _expected(f"{expected}, at most {MAX_INT} (64 bits)" if too_large else expected)
         return kept
 
     return Annotated[base, PlainValidator(validate), WithJsonSchema(schema)]
@@ -128,7 +130,7 @@ def _value(check, expected: str, schema: dict, base: Any = Any):
 def integer(low: int, null: str | None = None):
     """An integer >= low; with `null`, also null, which means `null` (said in the message)."""
     expected = f"an integer >= {low}" + (f" (or null: {null})" if null else "")
-    schema = {"type": "integer", "minimum": low}
+    schema = {"type": "integer", "minimum": low, "maximum": MAX_INT}
     return _value(lambda v: v if _is_int(v, low) or (null and v is None) else REFUSED, expected,
                   {"anyOf": [schema, {"type": "null"}]} if null else schema, int)
 
@@ -170,7 +172,7 @@ def int_list(low: int):
     """A non-empty list of integers >= low."""
     return _value(lambda v: v if isinstance(v, list) and v and all(_is_int(n, low) for n in v) else REFUSED,
                   f"a non-empty list of integers >= {low}",
-                  {"type": "array", "items": {"type": "integer", "minimum": low}, "minItems": 1}, list)
+                  {"type": "array", "items": {"type": "integer", "minimum": low, "maximum": MAX_INT}, "minItems": 1}, list)
 
 
 AnyNumber = _value(lambda v: v if _is_number(v) else REFUSED, "a number", {"type": "number"})

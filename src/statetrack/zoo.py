@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 
+from statetrack import limits
 from statetrack.errors import StatetrackError, unknown
 from statetrack.layers import MODELS, ModelEntry, register_model
 from statetrack.model import SequenceModel
@@ -56,9 +57,8 @@ def resolve(spec: dict | str) -> dict:
         valid = ", ".join(list(MODEL_DEFAULTS) + list(mixer_params))
         raise StatetrackError(f"model {spec['name']!r} has no parameter {bad[0]!r}; its parameters: {valid}")
     spec = {"name": spec["name"], **MODEL_DEFAULTS, **get_entry(spec["name"]).stack_defaults, **mixer_params, **spec}
-    for key in ("d_model", "num_layers"):
-        if isinstance(spec[key], bool) or not isinstance(spec[key], int) or spec[key] < 1:
-            raise StatetrackError(f"model {spec['name']!r}: {key} must be an integer >= 1, got {spec[key]!r}")
+    for key, high in (("d_model", limits.MAX_WIDTH), ("num_layers", limits.MAX_LAYERS)):
+        limits.check_int(spec[key], f"model {spec['name']!r}: {key}", 1, high)
     if not isinstance(spec["mlp"], bool):
         raise StatetrackError(f"model {spec['name']!r}: mlp must be true or false, got {spec['mlp']!r}")
     return spec

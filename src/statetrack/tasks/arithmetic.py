@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack import limits
 from statetrack.tasks.base import PAD, Batch, FinalAnswerTask, Task
 from statetrack.tasks.registry import register
 
@@ -40,7 +41,7 @@ class ModularAddition(FinalAnswerTask):
     summary = "integers in [0, m); answer = sum mod m (Ebrahimi & Memisevic 2025)"
 
     def __init__(self, m: int = 20):
-        self.m = self.check_int(self.name, "m", m, 2)
+        self.m = self.check_int(self.name, "m", m, 2, limits.MAX_CLASSES)
         self._init_vocab(_integers(m), _integers(m))
 
     def _draw(self, batch_size, length, g):
@@ -62,7 +63,7 @@ class ModularArithmetic(FinalAnswerTask):
     operators = ("+", "-", "*")
 
     def __init__(self, m: int = 20):
-        self.m = self.check_int(self.name, "m", m, 2)
+        self.m = self.check_int(self.name, "m", m, 2, limits.MAX_CLASSES)
         self._init_vocab(_integers(m) + list(self.operators), _integers(m))
 
     def _draw(self, batch_size, length, g):
@@ -140,7 +141,7 @@ class ModularArithmeticPrecedence(FinalAnswerTask):
     operators = ("+", "-", "*")
 
     def __init__(self, m: int = 5):
-        self.m = self.check_int(self.name, "m", m, 2)
+        self.m = self.check_int(self.name, "m", m, 2, limits.MAX_CLASSES)
         self._init_vocab(_integers(m) + list(self.operators), _integers(m))
 
     def _draw(self, batch_size, length, g):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack import limits
 from statetrack.tasks.base import FinalAnswerTask
 from statetrack.tasks.registry import register
 
@@ -21,7 +22,7 @@ class RandomStateMachine(FinalAnswerTask):
     summary = "random permutation automaton on n states; answer = final state (Ebrahimi & Memisevic 2025)"
 
     def __init__(self, states: int = 6, machine_seed: int = 0):
-        self.states = self.check_int(self.name, "states", states, 2)
+        self.states = self.check_int(self.name, "states", states, 2, limits.MAX_CLASSES)
         self.machine_seed = self.check_int(self.name, "machine_seed", machine_seed, 0)
         g = torch.Generator().manual_seed(machine_seed)
         # transitions[q, s] = delta(q, s); each row is a permutation of the states.

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import torch
 
+from statetrack import limits
 from statetrack.errors import StatetrackError
 
 PAD, BOS, EOI = "[PAD]", "[BOS]", "[EOI]"
@@ -136,16 +137,12 @@ class Task:
 
     # ---- helpers for subclasses --------------------------------------------------------------
     def check_length(self, length: int) -> None:
-        if not isinstance(length, int) or length < self.min_length:
-            raise StatetrackError(
-                f"task {self.name!r}: length must be an integer >= {self.min_length}, got {length!r}"
-            )
+        limits.check_int(length, f"task {self.name!r}: length", self.min_length, limits.MAX_LENGTH)
 
     @staticmethod
-    def check_int(task: str, name: str, value, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise StatetrackError(f"task {task!r}: {name} must be an integer >= {minimum}, got {value!r}")
-        return value
+    def check_int(task: str, name: str, value, minimum: int, maximum: int = limits.MAX_INT) -> int:
+        """`value` of parameter `name` when an integer in minimum..maximum (`statetrack.limits`)."""
+        return limits.check_int(value, f"task {task!r}: {name}", minimum, maximum)
 
 
 class FinalAnswerTask(Task):

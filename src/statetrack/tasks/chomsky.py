@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import FinalAnswerTask
 from statetrack.tasks.registry import register
@@ -41,7 +42,7 @@ class CycleNavigation(FinalAnswerTask):
     steps = (0, 1, -1)
 
     def __init__(self, cycle: int = 5):
-        self.cycle = self.check_int(self.name, "cycle", cycle, 2)
+        self.cycle = self.check_int(self.name, "cycle", cycle, 2, limits.MAX_CLASSES)
         self._init_vocab(["0", "+1", "-1"], [str(i) for i in range(cycle)])
 
     def _draw(self, batch_size, length, g):
@@ -123,7 +124,7 @@ class ModularArithmeticBrackets(FinalAnswerTask):
     grammars = ("bracketed", "precedence")
 
     def __init__(self, m: int = 5, grammar: str = "bracketed"):
-        self.m = self.check_int(self.name, "m", m, 2)
+        self.m = self.check_int(self.name, "m", m, 2, limits.MAX_CLASSES)
         if grammar not in self.grammars:
             raise StatetrackError(
                 f"task {self.name!r}: unknown grammar {grammar!r}; expected one of: {', '.join(self.grammars)}"

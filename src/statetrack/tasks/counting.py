@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
 from statetrack.tasks.registry import register
@@ -60,11 +61,11 @@ class Counting(Task):
             raise StatetrackError(f"task {self.name!r}: supervise must be 'all' or 'isi', got {supervise!r}")
         p_isi, p_min, p_max, self.paper_length = PRESETS[preset]
         self.preset, self.pattern, self.supervise = preset, pattern, supervise
-        self.isi = self.check_int(self.name, "isi", p_isi if isi is None else isi, 1)
-        self.iti_min = self.check_int(self.name, "iti_min", p_min if iti_min is None else iti_min, 1)
-        self.iti_max = self.check_int(self.name, "iti_max", p_max if iti_max is None else iti_max, self.iti_min)
-        self.long_iti = self.check_int(self.name, "long_iti", 2 * self.iti_max if long_iti is None else long_iti, 1)
-        self.gap = self.check_int(self.name, "gap", max(1, self.iti_min // 2) if gap is None else gap, 1)
+        self.isi = self.check_int(self.name, "isi", p_isi if isi is None else isi, 1, limits.MAX_LENGTH)
+        self.iti_min = self.check_int(self.name, "iti_min", p_min if iti_min is None else iti_min, 1, limits.MAX_LENGTH)
+        self.iti_max = self.check_int(self.name, "iti_max", p_max if iti_max is None else iti_max, self.iti_min, limits.MAX_LENGTH)
+        self.long_iti = self.check_int(self.name, "long_iti", 2 * self.iti_max if long_iti is None else long_iti, 1, limits.MAX_LENGTH)
+        self.gap = self.check_int(self.name, "gap", max(1, self.iti_min // 2) if gap is None else gap, 1, limits.MAX_LENGTH)
         middle = {"train": None, "two_isi": self.long_iti, "double_isi": self.gap}[pattern]
         self.min_length = 2 if middle is None else self.iti_max + 2 * self.isi + middle + 1
         self.vocab = [PAD, "0", "1"]

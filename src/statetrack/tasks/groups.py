@@ -172,18 +172,26 @@ def _direct_product(factors: list[Group]) -> Group:
 
 
 def _parse_factor(token: str, full_name: str) -> tuple[str, int]:
-    match = re.fullmatch(r"([ZSA])(\d+)", token)
+    match = re.fullmatch(r"([ZSA])(\d{1,9})", token)
     if not match:
-        raise StatetrackError(f"unknown group {full_name!r}; expected {_VALID_FORMS}")
+        raise StatetrackError(f"unknown group {_shown_name(full_name)}; expected {_VALID_FORMS}")
     kind, size = match.group(1), int(match.group(2))
     minimum = {"Z": 2, "S": 2, "A": 3}[kind]
     if size < minimum:
-        raise StatetrackError(f"unknown group {full_name!r}: {kind}{size} needs {kind}<n> with n >= {minimum}; expected {_VALID_FORMS}")
+        raise StatetrackError(f"unknown group {_shown_name(full_name)}: {kind}{size} needs {kind}<n> with n >= {minimum}; expected {_VALID_FORMS}")
     return kind, size
 
 
 def _factor_order(kind: str, size: int) -> int:
+    """The order of Z<size>, S<size> or A<size>; for S and A of degree above 12 (orders far past
+    MAX_ORDER) a bound, so that no huge factorial is computed."""
+    if kind != "Z" and size > 12:
+        return math.factorial(13)
     return size if kind == "Z" else math.factorial(size) // (2 if kind == "A" else 1)
+
+
+def _shown_name(name: str, limit: int = 40) -> str:
+    return repr(name) if len(name) <= limit else repr(name[:limit] + "...")
 
 
 def canonical_group_name(name: str) -> str:
@@ -192,9 +200,12 @@ def canonical_group_name(name: str) -> str:
         raise StatetrackError(f"unknown group {name!r}; expected {_VALID_FORMS}")
     tokens = name.strip().upper().split("X")
     parsed = [_parse_factor(t, name) for t in tokens]
-    order = math.prod(_factor_order(k, s) for k, s in parsed)
-    if order > MAX_ORDER:
-        raise StatetrackError(f"group {name!r} has order {order}; at most {MAX_ORDER} is supported (Cayley table)")
+    order = 1
+    for kind, size in parsed:  # stop once past the bound: a product of many factors is never formed
+        order *= _factor_order(kind, size)
+        if order > MAX_ORDER:
+            raise StatetrackError(f"group {_shown_name(name)} has order above {MAX_ORDER}; at most {MAX_ORDER} is supported "
+                                  "(Cayley table)")
     return "x".join(f"{k}{s}" for k, s in parsed)
 
 

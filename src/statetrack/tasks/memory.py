@@ -8,6 +8,7 @@ import string
 
 import torch
 
+from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
 from statetrack.tasks.registry import register
@@ -29,7 +30,7 @@ class Copying(Task):
     BOS, SEP, EOS = "$", "|", "."
 
     def __init__(self, symbols: int = 26):
-        self.symbols = self.check_int(self.name, "symbols", symbols, 2)
+        self.symbols = self.check_int(self.name, "symbols", symbols, 2, limits.MAX_CLASSES)
         if symbols > 26:
             raise StatetrackError(f"task {self.name!r}: symbols must be an integer <= 26 (letters), got {symbols!r}")
         letters = list(string.ascii_lowercase[:symbols])
@@ -67,9 +68,9 @@ class _DelayedRecall(Task):
         if vary not in ("blanks", "pattern"):
             raise StatetrackError(f"task {self.name!r}: vary must be 'blanks' or 'pattern', got {vary!r}")
         self.vary = vary
-        self.pattern = self.check_int(self.name, "pattern", pattern, 1)
-        self.blanks = self.check_int(self.name, "blanks", blanks, 0)
-        self.symbols = self.check_int(self.name, "symbols", symbols, 2)
+        self.pattern = self.check_int(self.name, "pattern", pattern, 1, limits.MAX_LENGTH)
+        self.blanks = self.check_int(self.name, "blanks", blanks, 0, limits.MAX_LENGTH)
+        self.symbols = self.check_int(self.name, "symbols", symbols, 2, limits.MAX_CLASSES)
         digits = [str(i) for i in range(symbols)]
         self.vocab = [PAD] + digits + [self.BLANK, self.INDICATOR]
         self.answers = digits

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
 from statetrack.tasks.groups import get_group
@@ -46,7 +47,7 @@ class PermutationPFSA(Task):
     summary = "noisy swaps + reveals of a permutation; exact belief targets (PFSA-SR, Siems et al. 2026)"
 
     def __init__(self, n: int = 4, noise: float = 0.5, reveal_prob: float = 0.3, belief: str = "auto"):
-        self.n = self.check_int(self.name, "n", n, 2)
+        self.n = self.check_int(self.name, "n", n, 2, limits.MAX_CLASSES)
         if n > MAX_N:
             raise StatetrackError(f"task {self.name!r}: n must be an integer <= {MAX_N} (exact joint tracking), got {n!r}")
         for label, value in (("noise", noise), ("reveal_prob", reveal_prob)):

@@ -19,6 +19,7 @@ import string
 
 import torch
 
+from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
 from statetrack.tasks.registry import register
@@ -47,10 +48,10 @@ class ReplTrace(Task):
     position_unit, position_label = "supervised", "reveal (print)"  # per-position accuracy is per reveal
 
     def __init__(self, n: int = 5, spacing: int = 1, moves: str = "full"):
-        self.n = self.check_int(self.name, "n", n, 2)
+        self.n = self.check_int(self.name, "n", n, 2, limits.MAX_CLASSES)
         if n > 26:
             raise StatetrackError(f"task {self.name!r}: n must be an integer <= 26 (one letter per variable), got {n!r}")
-        self.spacing = self.check_int(self.name, "spacing", spacing, 1)
+        self.spacing = self.check_int(self.name, "spacing", spacing, 1, limits.MAX_LENGTH)
         if moves not in ("full", "swap"):
             raise StatetrackError(f"task {self.name!r}: moves must be 'full' or 'swap', got {moves!r}")
         self.moves = moves
