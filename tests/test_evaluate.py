@@ -80,3 +80,33 @@ def test_scores_print_as_a_table_and_per_position_figures_come_on_request():
     assert all("position_accuracy" not in row for row in rows)
     (row,) = evaluate_lengths(_Oracle(task, 1), task, [4], samples=64, batch_size=16, positions=True)
     assert row["position_accuracy"][5:10] == [0.5] + [1.0] * 4 and row["accuracy"] == rows[0]["accuracy"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"samples": 0}, "samples must be an integer >= 1, got 0"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+    ({"chunk_size": -1}, "chunk_size (or None: the whole input at once) must be an integer >= 1, got -1"),
+    ({"chunk_size": 0}, "chunk_size"),
+    ({"seed": 2**64}, "seed must be an integer from 0 to 9,223,372,036,854,775,807"),
+    ({"lengths": []}, "lengths must be a non-empty list of integers, got []"),
+    ({"lengths": [0]}, "length must be an integer >= 1, got 0"),
+])
+def test_evaluate_lengths_refuses_bad_arguments(kwargs, message):
+    from statetrack import zoo
+    from statetrack.errors import StatetrackError
+    from statetrack.evaluate import evaluate_lengths
+    from statetrack.tasks import make_task
+
+    task = make_task("parity")
+    model = zoo.build_model({"name": "lstm", "d_model": 8}, task.vocab_size, task.num_classes)
+    with pytest.raises(StatetrackError) as error:
+        evaluate_lengths(model, task, **{"lengths": [5], **kwargs})
+    assert message in str(error.value)
+
+
+def test_eig_range_given_as_a_list_is_a_one_line_error():
+    from statetrack import zoo
+    from statetrack.errors import StatetrackError
+
+    with pytest.raises(StatetrackError, match=r"unknown eig_range \[-1, 1\]; expected one of"):
+        zoo.build_model({"name": "deltanet", "eig_range": [-1, 1]}, 4, 2)

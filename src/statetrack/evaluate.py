@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from statetrack import diagnostics
+from statetrack import diagnostics, limits
+from statetrack.errors import StatetrackError
 from statetrack.scoring import scaled_accuracy
 from statetrack.tasks import Batch, Task
 
@@ -151,6 +152,16 @@ def evaluate_lengths(
     belief on `pfsa`) adds them to `metrics`, averaged over the supervised positions. With `traces` > 0, `traces`
     holds that many examples' per-position outputs (see `trace`).
     """
+    for name, value in (("samples", samples), ("batch_size", batch_size)):
+        limits.check_int(value, name, 1)
+    if chunk_size is not None:
+        limits.check_int(chunk_size, "chunk_size (or None: the whole input at once)", 1)
+    limits.check_int(seed, "seed", 0)
+    limits.check_int(traces, "traces", 0)
+    if not lengths or not isinstance(lengths, (list, tuple)):
+        raise StatetrackError(f"lengths must be a non-empty list of integers, got {limits.shown(lengths)}")
+    for length in lengths:
+        task.check_length(length)
     model.eval()
     results = LengthScores()
     diagnostics.drain(model)  # nothing recorded before this call counts

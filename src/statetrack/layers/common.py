@@ -23,7 +23,7 @@ DEFAULT_EIG_RANGE = "[0,1]"
 
 def check_eig_range(eig_range: str) -> float:
     """The gate scale of `eig_range` (EIG_RANGES); an unknown range is a StatetrackError."""
-    if eig_range not in EIG_RANGES:
+    if not isinstance(eig_range, str) or eig_range not in EIG_RANGES:
         raise StatetrackError(f"unknown eig_range {eig_range!r}; expected one of: {', '.join(EIG_RANGES)}")
     return EIG_RANGES[eig_range]
 
