@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from statetrack.errors import StatetrackError
-from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Store
+from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreDamaged
 
 OLD_STORE = """
 CREATE TABLE runs (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, model TEXT NOT NULL, task TEXT NOT NULL,
@@ -138,3 +138,55 @@ def test_a_file_with_an_sqlite_header_and_nothing_else_is_refused(tmp_path):
         with pytest.raises(StatetrackError, match="is damaged"):
             Store(tmp_path / "s.db", read_only=read_only)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]
+
+
+def _store_with_a_result(tmp_path) -> Path:
+    path = tmp_path / "s.db"
+    store = Store(path)
+    store.set_plan("demo", {"name": "demo"}, [])
+    for run_id in ("a" * 16, "b" * 16):
+        assert store.start_run(run_id, "demo", "LSTM", "parity", 0, 0.01, {"task": {"name": "parity"}}, "rev")
+        store.finish_run(run_id, [{"length": 8, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 64}], [], 10, 100, 0.0, 0.0)
+    return path
+
+
+@pytest.mark.parametrize("damage, what", [
+    ("UPDATE runs SET config = 'not json' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),
+    ("UPDATE evals SET accuracy = 'high' WHERE run_id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
+    ("UPDATE evals SET metrics = '[1' WHERE run_id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
+])
+def test_rows_that_do_not_decode_are_skipped_and_named(tmp_path, damage, what):
+    path = _store_with_a_result(tmp_path)
+    db = sqlite3.connect(path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    store = Store(path, read_only=True)
+    with pytest.warns(StoreDamaged, match=f"skipped 1 run.s. whose {what} is damaged .aaaaaaaaaaaaaaaa.") as caught:
+        rows = store.results("demo") if what == "evaluation" else store.runs("demo")
+    assert len(caught) == 1 and [r.get("run_id", r.get("id")) for r in rows] == ["b" * 16]
+
+
+def test_a_dropped_table_is_a_damaged_store(tmp_path):
+    path = _store_with_a_result(tmp_path)
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE evals")
+    db.commit()
+    db.close()
+    with pytest.raises(StatetrackError, match="is damaged .no such table: evals."):
+        Store(path, read_only=True).results("demo")
+
+
+def test_a_store_locked_by_another_writer_is_one_line_after_a_bounded_wait(tmp_path, monkeypatch):
+    import statetrack.store as store_module
+
+    path = _store_with_a_result(tmp_path)
+    monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StatetrackError, match=r"is locked by another process \(waited 0.2 s\); try again"):
+            Store(path).set_plan("other", {"name": "other"}, [])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from statetrack import __version__, limits
@@ -16,7 +17,7 @@ from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
 from statetrack.paths import check_name, check_writable
 from statetrack.plugins import load_imports
-from statetrack.store import LEASE_SECONDS
+from statetrack.store import LEASE_SECONDS, StoreDamaged
 
 
 def _int(low: int | None = None, high: int | None = None):
@@ -731,6 +732,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_show_warning = warnings.showwarning
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    """statetrack's own warnings (damaged store rows) as one line; others as Python shows them."""
+    if issubclass(category, StoreDamaged):
+        print(f"statetrack: warning: {message}", file=sys.stderr)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -746,6 +758,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"statetrack: error: {error}", file=sys.stderr)
         return 2
     keep_freed_memory()  # large tensors reuse heap memory (statetrack.allocator)
+    warnings.showwarning = _one_line_warning
     try:
         load_imports(_imports(args), origin="--import")
         return args.func(args)

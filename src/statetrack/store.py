@@ -29,6 +29,7 @@ import os
 import socket
 import sqlite3
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -176,7 +177,22 @@ def _task_params(task_config: str | None) -> dict:
 
 
 def _decode_metrics(text: str | None) -> dict:
-    return json.loads(text) if text else {}
+    """A stored metrics mapping; ValueError when it is not one."""
+    metrics = json.loads(text) if text else {}
+    if not isinstance(metrics, dict):
+        raise ValueError("metrics are not a mapping")
+    return metrics
+
+
+BUSY_SECONDS = 60  # how long a command waits for another process's write to the store
+
+
+class StoreDamaged(UserWarning):
+    """Rows of the store that do not decode, skipped (the message names their runs)."""
+
+
+class StoreLocked(StatetrackError):
+    """The store stayed locked by another process's write for BUSY_SECONDS."""
 
 
 class Store:
@@ -196,11 +212,13 @@ class Store:
             with self._opened("open"):
                 self._identify()
                 with self._connect() as db:
+                    self._check_tables(db)
                     if self._outdated(db):
                         self.memory = sqlite3.connect(":memory:", check_same_thread=False)
                         db.backup(self.memory)
                 if self.memory is not None:
                     with self._connect() as db:
+                        self._check_tables(db)
                         db.executescript(SCHEMA)
                         self._add_missing_columns(db)
             return
@@ -214,11 +232,12 @@ class Store:
             for attempt in range(20):
                 try:
                     with self._connect() as db:
+                        self._check_tables(db)
                         db.executescript(SCHEMA)
                         self._add_missing_columns(db)
                         self._stamp(db)
                     break
-                except sqlite3.OperationalError as error:
+                except (StoreLocked, sqlite3.OperationalError) as error:
                     # two drivers creating one store at once: switching a new file to WAL mode can
                     # report "locked" without waiting for the busy timeout; the other one finishes first
                     if "locked" not in str(error) or attempt == 19:
@@ -286,6 +305,16 @@ class Store:
             if db.execute(f"PRAGMA {pragma}").fetchone()[0] != value:
                 db.execute(f"PRAGMA {pragma} = {value}")
 
+    def _check_tables(self, db) -> None:
+        """A store stamped with this schema version has every table of it: one that lacks a table lost
+        it (dropped, or a damaged file), and is refused rather than read as empty or recreated."""
+        if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            return
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [t for t in ("runs", "evals", "traces", "curves", "plans") if t not in tables]
+        if missing:
+            raise self._damaged(f"no such table: {', '.join(missing)}")
+
     @staticmethod
     def _outdated(db) -> bool:
         """Whether the store lacks a table or column of the current schema."""
@@ -327,7 +356,7 @@ class Store:
             with self.memory:
                 yield self.memory
             return
-        db = self._read_only_connection() if self.read_only else sqlite3.connect(self.path, timeout=60)
+        db = self._read_only_connection() if self.read_only else sqlite3.connect(self.path, timeout=BUSY_SECONDS)
         db.row_factory = sqlite3.Row
         try:
             if not self.read_only:
@@ -338,6 +367,11 @@ class Store:
         except sqlite3.DatabaseError as error:
             if type(error) is sqlite3.DatabaseError:  # damaged pages (locks, constraints: its subclasses, raised as they are)
                 raise self._damaged(error) from None
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                raise StoreLocked(f"results store {self.path} is locked by another process (waited {BUSY_SECONDS} s); "
+                                  "try again when it has finished") from None
+            if isinstance(error, sqlite3.OperationalError) and str(error).startswith(("no such table", "no such column")):
+                raise self._damaged(error) from None
             raise
         finally:
             db.close()
@@ -345,7 +379,7 @@ class Store:
     def _read_only_connection(self) -> sqlite3.Connection:
         # immutable when no writer is active (no -wal file): SQLite then creates no -wal/-shm files either
         mode = "ro" if self.path.with_name(self.path.name + "-wal").exists() else "ro&immutable=1"
-        return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=60)
+        return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=BUSY_SECONDS)
 
     # ---- writes --------------------------------------------------------------------------------
     def start_run(self, run_id: str, experiment: str, model: str, task: str, seed: int, lr: float, config: dict, git_rev: str,
@@ -467,7 +501,33 @@ class Store:
         with `config` decoded."""
         with self._connect() as db:
             rows = db.execute("SELECT * FROM runs WHERE experiment = ? ORDER BY model, task, lr, seed", (experiment,)).fetchall()
-        return [{**dict(r), "config": json.loads(r["config"])} for r in rows]
+        out, damaged = [], []
+        for r in rows:
+            try:
+                config = json.loads(r["config"])
+                if not isinstance(config, dict):
+                    raise ValueError("not a mapping")
+            except (TypeError, ValueError):
+                damaged.append(r["id"])
+                continue
+            out.append({**dict(r), "config": config})
+        self._report_damaged(damaged, "configuration")
+        return out
+
+    def _metrics(self, text: str | None, run_id: str) -> dict:
+        """Stored metrics, or {} with a StoreDamaged warning when they do not decode."""
+        try:
+            return _decode_metrics(text)
+        except ValueError:
+            self._report_damaged([run_id], "metrics")
+            return {}
+
+    def _report_damaged(self, run_ids: list, what: str) -> None:
+        """Warn (StoreDamaged, one line) of the runs skipped because their `what` does not decode."""
+        if run_ids:
+            ids = ", ".join(map(str, sorted(set(run_ids))[:5])) + (" and more" if len(set(run_ids)) > 5 else "")
+            warnings.warn(StoreDamaged(f"results store {self.path}: skipped {len(set(run_ids))} run(s) whose {what} is "
+                                       f"damaged ({ids})"), stacklevel=3)
 
     def plan(self, experiment: str) -> dict | None:
         """The latest plan of the experiment: {experiment, scale, spec, runs, created_at}, or None."""
@@ -501,17 +561,26 @@ class Store:
         `run_ids`: only these runs (the runs of the experiment's plan, say)."""
         with self._connect() as db:
             rows = db.execute(
-                "SELECT r.id, r.model, r.task, json_extract(r.config, '$.task') AS task_config,"
-                " json_extract(r.config, '$.eval.variants') AS variants,"
-                " json_extract(r.config, '$.train.dataset_size') AS dataset_size,"
+                "SELECT r.id, r.model, r.task, json_valid(r.config) AS config_ok,"
+                " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.task') END AS task_config,"
+                " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.eval.variants') END AS variants,"
+                " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.train.dataset_size') END AS dataset_size,"
                 " r.seed, r.lr, r.diverged_at, e.variant, e.length, e.accuracy, e.scaled_accuracy, e.sequence_accuracy, e.metrics"
                 " FROM runs r JOIN evals e ON e.run_id = r.id"
                 " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, e.variant, dataset_size, r.lr, r.seed, e.length",
                 (experiment,),
             ).fetchall()
-        out = []
+        out, damaged = [], []
         for r in rows:
             if run_ids is not None and r["id"] not in run_ids:
+                continue
+            try:
+                metrics = _decode_metrics(r["metrics"])
+            except ValueError:
+                metrics = None
+            if (not r["config_ok"] or metrics is None
+                    or not all(isinstance(r[k], (int, float)) for k in ("length", "accuracy", "scaled_accuracy"))):
+                damaged.append(r["id"])
                 continue
             row = {"model": r["model"], "task": r["task"], "task_params": _task_params(r["task_config"])}
             if r["variant"]:
@@ -524,9 +593,10 @@ class Store:
                 row["sequence_accuracy"] = r["sequence_accuracy"]
             row["diverged"] = r["diverged_at"] is not None
             row["run_id"] = r["id"]
-            for name, value in _decode_metrics(r["metrics"]).items():
+            for name, value in metrics.items():
                 row[f"metric_{name}" if name in RESULT_KEYS else name] = value
             out.append(row)
+        self._report_damaged(damaged, "evaluation")
         return out
 
     def curves(self, run_id: str) -> list[dict]:
@@ -535,7 +605,7 @@ class Store:
         with self._connect() as db:
             rows = db.execute("SELECT step, loss, accuracy, metrics, stage FROM curves WHERE run_id = ? ORDER BY step",
                               (run_id,)).fetchall()
-        return [{**{k: r[k] for k in ("step", "loss", "accuracy")}, "metrics": _decode_metrics(r["metrics"]),
+        return [{**{k: r[k] for k in ("step", "loss", "accuracy")}, "metrics": self._metrics(r["metrics"], run_id),
                  **({} if r["stage"] is None else {"stage": r["stage"]})} for r in rows]
 
     def evals(self, run_id: str, variant: str | None = "") -> list[dict]:
@@ -549,7 +619,7 @@ class Store:
         return [{**{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")}, **({"variant": r["variant"]} if r["variant"] else {}),
                  **({} if r["sequence_accuracy"] is None else {"sequence_accuracy": r["sequence_accuracy"]}),
                  **({} if r["position_accuracy"] is None else {"position_accuracy": json.loads(r["position_accuracy"])}),
-                 "metrics": _decode_metrics(r["metrics"])} for r in rows]
+                 "metrics": self._metrics(r["metrics"], run_id)} for r in rows]
 
     def traces(self, run_id: str) -> list[dict]:
         """{variant, length, examples} per traced evaluation (examples: `evaluate.trace`'s dicts)."""
