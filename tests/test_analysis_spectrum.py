@@ -54,10 +54,12 @@ def test_cli_errors_name_what_exists(tmp_path, capsys):
     assert "abc123def4567890 = Mamba [0,1]" in capsys.readouterr().err
 
 
-def test_models_without_a_linear_transition_say_so(tmp_path):
+def test_models_without_a_linear_transition_are_an_error(tmp_path, capsys):
     store = fake_run(tmp_path, {"name": "transformer", "d_model": 8})
-    text, plot = analyze_run(store, "abc", tmp_path, samples=2)
-    assert plot is None and "no linear state transition" in text
+    with pytest.raises(StatetrackError, match="has no linear state transition to materialise in any layer"):
+        analyze_run(store, "abc", tmp_path, samples=2)
+    assert main(["analyze", "spectrum", "abc123def4567890", "--results-dir", str(tmp_path), "--samples", "2"]) == 2
+    assert "the spectrum applies to linear RNNs" in capsys.readouterr().err
 
 
 def test_layer_spectra_of_a_two_layer_model_and_stats():

@@ -137,6 +137,7 @@ BAD = [
     (["models", "nope", "--width", "8"], "unknown model 'nope'"),
     (["models", "--width", "0"], "--width must be >= 1"),
     (["models", "--params", "1e5", "nosuchmodel"], "unknown model 'nosuchmodel'"),
+    (["models", "deltanet", "lstm", "--width", "8", "--set", "num_heads=0"], "deltanet: model 'deltanet': num_heads must be an integer >= 1, got 0"),
     (["models", "--params", "1e5", "--set", "bogus=1"], "none of the listed models has a parameter 'bogus'"),
     (["models", "--params", "1e5", "--width", "8"], "not allowed with argument"),
     # results, report, analyze: the store must exist and is never written

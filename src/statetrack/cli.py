@@ -255,7 +255,7 @@ def _model_sizes(args) -> int:
     layers = args.num_layers is not None
     header = ["model", "display name", "d_model", "per layer"] + (["vs budget"] if budget is not None else []) + \
         ([f"{args.num_layers} layers"] if layers else [])
-    body, notes = [], []
+    body, notes, failed = [], [], []
     for name, spec in zip(names, specs):
         try:
             if budget is not None:
@@ -265,7 +265,7 @@ def _model_sizes(args) -> int:
                 count = sizing.layer_parameters(spec)
         except StatetrackError as error:
             body.append([name, zoo.display_name(spec), "-", "-"] + (["-"] if budget is not None else []) + (["-"] if layers else []))
-            notes.append(f"{name}: {error}")
+            failed.append(f"{name}: {error}")
             continue
         row = [name, zoo.display_name(spec), str(spec["d_model"]), f"{count:,}"]
         if budget is not None:
@@ -285,6 +285,8 @@ def _model_sizes(args) -> int:
     print(text_table(header, body))
     for note in notes:
         print(note)
+    if failed:  # the table shows the others; the settings that fail a model are the command's error
+        raise StatetrackError("; ".join(failed))
     return 0
 
 
