@@ -353,6 +353,8 @@ def cmd_report(args) -> int:
 
     if not args.all and not args.experiment:
         raise StatetrackError("report needs an EXPERIMENT name or --all")
+    if args.all and args.experiment:
+        raise StatetrackError(f"report takes an EXPERIMENT name or --all, not both (got {args.experiment!r} and --all)")
     if args.experiment is not None:
         check_name(args.experiment)
     store = _store(args)

@@ -35,6 +35,7 @@ from statetrack.train import resolve_device
 
 BACKENDS = ("local", "ray")
 
+MAX_LEASE = 7 * 24 * 3600.0  # seconds a driver may go without renewing its claims (finite: the heartbeat sleeps on it)
 
 def available_cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -365,8 +366,8 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
         raise StatetrackError("--address joins a Ray cluster; use it with --backend ray")
     if address and address != "auto":  # 'auto' is found by Ray itself, from this machine's running instance
         check_reachable(address)
-    if lease is not None and not lease > 0:
-        raise StatetrackError(f"--lease must be a number of seconds > 0, got {lease:g}")
+    if lease is not None and not 0 < lease <= MAX_LEASE:
+        raise StatetrackError(f"--lease must be a number of seconds > 0 and at most {MAX_LEASE:g} (a week), got {lease:g}")
     if gpus_per_run is not None:
         if name != "ray":
             raise StatetrackError("--gpus-per-run sets the GPUs of each Ray task; use it with --backend ray")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_backend, experiment_device, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
 from statetrack.loggers import check_log_to
@@ -198,6 +199,9 @@ def run_experiment(
     store is opened, so a bad setting trains nothing and writes nothing.
     """
     check_backend(backend, workers, address, device, gpus_per_run, lease)
+    for option, value in (("--tensorboard", tensorboard), ("--wandb", wandb), ("--mlflow", mlflow)):
+        if value is not None and not str(value).strip():
+            raise StatetrackError(f"{option} needs a value; got an empty one")
     log_to = {k: v for k, v in {"tensorboard": str(Path(tensorboard).resolve()) if tensorboard else None,
                                 "wandb": wandb, "mlflow": mlflow}.items() if v is not None}
     check_log_to(log_to)  # fail now, not after the first run
