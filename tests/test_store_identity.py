@@ -190,3 +190,27 @@ def test_a_store_locked_by_another_writer_is_one_line_after_a_bounded_wait(tmp_p
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_fifo_a_device_or_a_folder_is_not_taken_for_a_store(tmp_path, read_only):
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "folder").mkdir()
+    for path, kind in ((tmp_path / "fifo", "a FIFO"), (Path("/dev/null"), "a device"), (tmp_path / "folder", "a folder")):
+        with pytest.raises(StatetrackError, match=f"results store {path} is {kind}, not a file"):
+            Store(path, read_only=read_only)
+    assert not Path("/dev/null-journal").exists() and not Path("/dev/null-wal").exists()
+
+
+def test_a_database_holding_only_a_view_is_another_applications(tmp_path):
+    path = tmp_path / "views.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE VIEW answer AS SELECT 42 AS value")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StatetrackError, match="is not a statetrack results store but an SQLite database of another application"):
+        Store(path)
+    assert path.read_bytes() == before

@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 import time
 import warnings
 from contextlib import contextmanager
@@ -206,6 +207,8 @@ class Store:
         self.read_only = read_only
         self.memory: sqlite3.Connection | None = None  # the upgraded copy of an old read-only store
         if read_only:
+            if self.path.exists() and not self.path.is_file():
+                self._identify()  # says what it is instead
             if not self.path.is_file():
                 raise StatetrackError(f"no results store at {self.path} (it is written by `statetrack run`; "
                                       f"pass --store FILE or --results-dir DIR of an earlier run)")
@@ -261,10 +264,14 @@ class Store:
         beside it: read-only (immutable while no writer is active), so another application's
         database stays byte-for-byte as it was. A missing or empty file is a new store."""
         try:
-            with open(self.path, "rb") as file:
-                header = file.read(100)
+            mode = os.stat(self.path).st_mode
         except FileNotFoundError:
             return
+        if not stat.S_ISREG(mode):  # a FIFO would block the read below, a device (/dev/null) read as an empty file
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+            raise StatetrackError(f"results store {self.path} is {kind}, not a file; pass --store FILE or --results-dir DIR")
+        with open(self.path, "rb") as file:
+            header = file.read(100)
         if not header:
             return
         if not header.startswith(b"SQLite format 3\x00"):
@@ -274,6 +281,8 @@ class Store:
             application_id = db.execute("PRAGMA application_id").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
             names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+            others = db.execute("SELECT count(*) FROM sqlite_master WHERE type != 'table' AND name NOT LIKE 'sqlite_%'"
+                                " AND tbl_name NOT IN (SELECT name FROM sqlite_master WHERE type = 'table')").fetchone()[0]
             tables = {t: {r[0] for r in db.execute("SELECT name FROM pragma_table_info(?)", (t,))} for t in names}
             problems = [r[0] for r in db.execute("PRAGMA quick_check(1)")]
         except sqlite3.DatabaseError as error:
@@ -289,7 +298,7 @@ class Store:
             return
         old = "runs" in tables and all(t in BASE_COLUMNS and BASE_COLUMNS[t] <= columns or t == "evals_before_variants"
                                        for t, columns in tables.items())
-        if application_id == 0 and (old or (not tables and version == 0)):
+        if application_id == 0 and (old or (not tables and not others and version == 0)):
             return  # a store written before the application id, or an empty database
         raise StatetrackError(f"{self.path} is not a statetrack results store but an SQLite database of another application "
                               f"(application id {application_id}); it is left as it is")
