@@ -138,8 +138,11 @@ def cmd_reproduce(args) -> int:
 
 def cmd_book(args) -> int:
     """Write the book from the committed snapshots; --check: exit 1 when a page differs from its generation."""
-    from statetrack.book import write_book
+    from statetrack.book import read_snapshots, write_book
 
+    if not read_snapshots(args.book_dir):
+        raise StatetrackError(f"no snapshots under {Path(args.book_dir) / 'results'} to write the book from; "
+                              "`statetrack reproduce` measures them (or pass --book-dir DIR of a checkout's docs)")
     differ = write_book(args.book_dir, args.readme, check=args.check)
     for path in differ:
         print(f"{'differs from its generation' if args.check else 'wrote'}: {path}")
