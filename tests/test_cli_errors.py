@@ -61,6 +61,7 @@ BAD = [
     (["run", "demo", "--lease", "inf"], "--lease must be a number of seconds > 0 and at most 604800 (a week), got inf"),
     (["run", "demo", "--tensorboard", ""], "--tensorboard needs a value; got an empty one"),
     (["report", "demo", "--all"], "report takes an EXPERIMENT name or --all, not both"),
+    (["results", "demo", "--store", "{tmp}/line\nbreak.db"], "no results store at {tmp}/line\\nbreak.db"),
     (["book", "--book-dir", "{tmp}/nodocs"], "no snapshots under {tmp}/nodocs/results to write the book from"),
     (["run", "demo", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["run", "demo", "--store", "{text}"], "is not a statetrack results store"),

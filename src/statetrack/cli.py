@@ -739,6 +739,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    """An error message as the one line it must be: line breaks and other control characters (a path
+    may hold them) written as escapes."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 _show_warning = warnings.showwarning
 
 
@@ -770,14 +776,14 @@ def main(argv: list[str] | None = None) -> int:
         load_imports(_imports(args), origin="--import")
         return args.func(args)
     except StatetrackError as error:
-        print(f"statetrack: error: {error}", file=sys.stderr)
+        print(f"statetrack: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and closed early: not an error (before OSError, its base class)
         sys.stderr.close()
         return 0
     except OSError as error:  # a folder or file the command cannot create, read or write
         where = f": {error.filename}" if error.filename else ""
-        print(f"statetrack: error: {error.strerror or error}{where}", file=sys.stderr)
+        print(f"statetrack: error: {_one_line(f'{error.strerror or error}{where}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:
         print("statetrack: interrupted; finished runs are in the store, re-run the same command to resume", file=sys.stderr)
