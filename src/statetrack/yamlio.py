@@ -94,7 +94,10 @@ def _check_values(value: object, where: str) -> None:
 
 def load(text: str) -> object:
     """Parse one YAML document strictly (see the module docstring); raises StatetrackError."""
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # reads the first characters: a control character is refused here
+    except yaml.YAMLError as error:
+        raise StatetrackError(_one_line(error)) from None
     try:
         try:
             node = loader.get_single_node()

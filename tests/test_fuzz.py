@@ -1,0 +1,115 @@
+"""A fuzzer for the input contract: whatever a user types (spec files, key=value overrides, task
+parameters, command-line options), statetrack either accepts it or answers with one line on stderr
+and exit status 2, never a traceback, never a write outside the results folder, never a hang.
+
+Each property runs twice: a quick profile (fixed examples, in `make test`) and a long one behind the
+`fuzz` marker (`make test-fuzz`; FUZZ_EXAMPLES per property, default 2000, new examples each time).
+Nothing here trains: overrides are checked the way `run` checks them before its first run
+(`load_spec` and `expand`), and CLI invocations are ones that stop before training.
+"""
+
+import os
+import string
+
+import pytest
+from cli_helpers import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statetrack import yamlio
+from statetrack.errors import StatetrackError
+from statetrack.experiments.spec import expand, load_spec
+
+HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+QUICK = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=HEALTH)
+LONG = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 2000)), deadline=None, suppress_health_check=HEALTH)
+
+
+def profiles(strategies: tuple, prop):
+    """The quick and the long (marked `fuzz`) test of property `prop` over `strategies`."""
+    return QUICK(given(*strategies)(prop)), pytest.mark.fuzz(LONG(given(*strategies)(prop)))
+
+# numbers at and past every bound, unicode and control characters, YAML's own syntax
+NUMBERS = st.one_of(st.integers(), st.sampled_from([0, -1, 1, 2**31, 2**63 - 1, 2**63, 2**64, 10**100]),
+                    st.floats(allow_nan=True, allow_infinity=True))
+TEXT = st.one_of(st.text(max_size=30), st.text(alphabet=string.printable, max_size=30),
+                 st.sampled_from(["", "~", "null", "[", "{", "&a", "*a", "!!binary aGk=", "!!python/name:os.system",
+                                  "a\nb", "\x00", "é", "../..", "1e-3", "yes", "2025-01-01"]))
+SCALARS = st.one_of(NUMBERS, TEXT, st.booleans(), st.none())
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(TEXT, inner, max_size=3)), max_leaves=8)
+KEYS = st.one_of(
+    st.sampled_from(["seeds", "lrs", "train.steps", "train.batch_size", "train.min_length", "train.max_length", "train.lr",
+                     "train.schedule", "train.warmup", "train.seed", "train.device", "train.dataset_size", "train.curriculum",
+                     "train.early_stop_accuracy", "eval.lengths", "eval.samples", "eval.chunk_size", "eval.variants",
+                     "model_defaults.d_model", "model_defaults.num_layers", "model_defaults.mlp", "models", "task", "tasks",
+                     "selection.lr", "selection.criterion", "paper.fit", "paper.claims", "name", "imports", "scales"]),
+    st.text(min_size=1, max_size=12))
+
+
+def _yaml(value) -> str:
+    """`value` as YAML flow text (the form an override's value takes)."""
+    import json
+
+    try:
+        return json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def any_yaml_text_is_read_or_refused_in_one_line(text):
+    try:
+        yamlio.load(text)
+    except StatetrackError as error:
+        assert "\n" not in str(error)
+
+
+def any_override_is_accepted_or_refused_in_one_line(key, value):
+    """What `run` checks before its first run: the spec with the override, and every run it expands to."""
+    try:
+        expand(load_spec("demo", overrides=[f"{key}={value}"]))
+    except StatetrackError as error:
+        assert str(error).strip()
+
+
+COMMANDS = st.sampled_from([
+    ["tasks", "show", "{task}", "{param}", "--lengths", "{int}", "--count", "{int}", "--seed", "{int}"],
+    ["tasks", "show", "word_problem", "group={text}"],
+    ["construct", "{task}", "{param}", "--lengths", "{int}", "--samples", "{int}"],
+    ["models", "{text}", "--width", "{int}"],
+    ["models", "deltanet", "--width", "8", "--set", "{param}"],
+    ["results", "{text}", "--results-dir", "{tmp}"],
+    ["report", "{text}", "--results-dir", "{tmp}"],
+    ["analyze", "spectrum", "{text}", "--samples", "{int}", "--results-dir", "{tmp}"],
+    ["analyze", "shortcut", "{param}", "--window", "{int}"],
+    ["run", "{text}", "--results-dir", "{tmp}"],
+    ["export", "csv", "{text}", "--results-dir", "{tmp}"],
+])
+TASKS = st.sampled_from(["parity", "modadd", "fsm", "word_problem", "copy", "counting", "nosuch", ""])
+PARAMS = st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["m", "states", "group", "n", "machine_seed", "symbols", "x", ""]),
+                   st.one_of(NUMBERS.map(str), TEXT))
+INTS = st.one_of(NUMBERS.map(str), TEXT)
+
+
+def cli_answers_bad_input_in_one_line_and_writes_nothing_outside(tmp_path_factory, capsys, argv, task, param, number, text):
+    tmp = tmp_path_factory.mktemp("fuzz")
+    outside = set(os.listdir(tmp.parent))
+    filled = [part.replace("{task}", task).replace("{param}", param).replace("{int}", number).replace("{text}", text)
+                  .replace("{tmp}", str(tmp)) for part in argv]
+    if filled[0] == "run" and filled[1] in ("demo",) or (filled[0] == "run" and os.path.isfile(filled[1])):
+        return  # a valid experiment would train
+    code, _, err = run_cli(capsys, *filled)
+    assert "Traceback" not in err
+    assert code in (0, 2), (filled, code, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("statetrack: error: "), (filled, err)
+    assert set(os.listdir(tmp.parent)) - outside <= {tmp.name}, filled
+
+
+test_yaml_quick, test_yaml_long = profiles(
+    (st.one_of(TEXT, st.text(max_size=200), VALUES.map(_yaml)),), any_yaml_text_is_read_or_refused_in_one_line)
+test_overrides_quick, test_overrides_long = profiles(
+    (KEYS, st.one_of(VALUES.map(_yaml), TEXT)), any_override_is_accepted_or_refused_in_one_line)
+test_cli_quick, test_cli_long = profiles(
+    (COMMANDS, TASKS, PARAMS, INTS, TEXT), cli_answers_bad_input_in_one_line_and_writes_nothing_outside)
