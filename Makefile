@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.statetrack-installed
 
-.PHONY: test test-slow test-fuzz demo bench clean
+.PHONY: test test-slow test-fuzz test-cuda demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,6 +18,9 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+test-cuda: $(STAMP)
+	$(PY) -m pytest -q -m cuda tests/test_cuda.py
 
 test-fuzz: $(STAMP)
 	$(PY) -m pytest -q -m fuzz tests/test_fuzz.py

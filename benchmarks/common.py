@@ -45,14 +45,22 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def matmul_rate(m: int, k: int, n: int, repeat: int) -> tuple[float, float]:
-    """(median milliseconds, GFLOP/s) of an [m, k] x [k, n] float32 product: the machine's matrix rate."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
+def synchronize(device: str | torch.device = "cpu") -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously; a timer must not stop before it)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_rate(m: int, k: int, n: int, repeat: int, device: str = "cpu") -> tuple[float, float]:
+    """(median milliseconds, GFLOP/s) of an [m, k] x [k, n] float32 product on `device`: the machine's matrix rate."""
+    a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
     a @ b
     times = []
     for _ in range(repeat):
+        synchronize(device)
         start = time.perf_counter()
         a @ b
+        synchronize(device)
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
     return seconds * 1e3, 2 * m * k * n / seconds / 1e9

@@ -3,6 +3,7 @@
     python benchmarks/train_step.py                # human tables
     python benchmarks/train_step.py --markdown     # the table of docs/performance.md
     python benchmarks/train_step.py --json         # one object per (model, length, layers)
+    python benchmarks/train_step.py --device cuda  # on a GPU (the timer waits for the GPU's queue)
 
 A step is what `Trainer.fit` does per step (draw a batch of the task, forward, loss, backward,
 gradient clipping, AdamW, the schedule), measured through the trainer itself: `--warmup` steps
@@ -37,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import emit, layer_parser, matmul_rate  # noqa: E402
+from common import emit, layer_parser, matmul_rate, synchronize  # noqa: E402
 
 from statetrack import zoo  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
@@ -49,13 +50,13 @@ TASK = {"name": "word_problem", "group": "S3"}  # dense supervision, a small voc
 
 
 def trainer(name: str, task, length: int, layers: int, width: int, batch: int, steps: int,
-            min_length: int | None = None, compile: bool = False) -> Trainer:
+            min_length: int | None = None, compile: bool = False, device: str = "cpu") -> Trainer:
     """A trainer of `steps` steps on lengths min_length..length (length alone by default); `compile`:
     the model under torch.compile (the optimizer holds the same parameters)."""
     torch.manual_seed(0)
     model = zoo.build_model({"name": name, "d_model": width, "num_layers": layers}, task.vocab_size, task.num_classes)
     config = TrainConfig(steps=steps, batch_size=batch, lr=1e-3, min_length=min(min_length or length, length), max_length=length,
-                         early_stop_loss=None, device="cpu", log_every=10**9)
+                         early_stop_loss=None, device=device, log_every=10**9)
     t = Trainer(model, task, config, progress=False)
     if compile:
         t.model = torch.compile(model)
@@ -63,13 +64,15 @@ def trainer(name: str, task, length: int, layers: int, width: int, batch: int, s
 
 
 def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, warmup: int, steps: int,
-            min_length: int | None = None, compile: bool = False) -> float:
+            min_length: int | None = None, compile: bool = False, device: str = "cpu") -> float:
     """Milliseconds per step of `steps` steps that follow `warmup` steps of the same trainer."""
-    t = trainer(name, task, length, layers, width, batch, warmup, min_length, compile)
+    t = trainer(name, task, length, layers, width, batch, warmup, min_length, compile, device)
     t.fit()
     extend(t, warmup + steps)
+    synchronize(device)
     start = time.perf_counter()
     t.fit()
+    synchronize(device)
     return (time.perf_counter() - start) / steps * 1e3
 
 
@@ -96,7 +99,7 @@ def profile(name: str, task, length: int, layers: int, width: int, batch: int, t
 def measure(args) -> tuple[list[dict], dict]:
     task = make_task(**TASK)
     names = args.models or list(zoo.MODELS)
-    rate = matmul_rate(4096, 256, 256, max(args.repeat, 30))[1]
+    rate = matmul_rate(4096, 256, 256, max(args.repeat, 30), args.device)[1]
     rows = []
     for length in args.lengths:
         for layers in args.layers:
@@ -106,7 +109,7 @@ def measure(args) -> tuple[list[dict], dict]:
                 for name in names:
                     for compiled in modes:
                         per_step[name, compiled].append(step_ms(name, task, length, layers, args.width, args.batch, args.warmup,
-                                                                args.steps, args.min_length, compiled))
+                                                                args.steps, args.min_length, compiled, args.device))
             ms = {key: statistics.median(v) for key, v in per_step.items()}
             lstm = ms.get(("lstm", False))
             for name in names:
@@ -123,7 +126,12 @@ def measure(args) -> tuple[list[dict], dict]:
         first = [r for r in rows if (r["T"], r["layers"]) == (args.lengths[0], args.layers[0])]
         for r in sorted(first, key=lambda r: r["ms"], reverse=True)[: args.profile]:
             profiles[r["model"]] = profile(r["model"], task, r["T"], r["layers"], args.width, args.batch)
-    return rows, {"matmul_gflops": rate, "threads": torch.get_num_threads(), "malloc": args.malloc, "profiles": profiles}
+    return rows, {"matmul_gflops": rate, "threads": torch.get_num_threads(), "malloc": args.malloc, "profiles": profiles,
+                  "device": _device_name(args.device)}
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "CPU"
 
 
 ADAMW_FORMS = {"one at a time": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
@@ -199,7 +207,7 @@ def table(rows: list[dict], args) -> str:
 def markdown(rows: list[dict], args) -> str:
     shapes = list(dict.fromkeys((r["T"], r["layers"]) for r in rows))
     header = "| model | " + " | ".join(f"T {t}, {n} layer{'s' if n > 1 else ''}: ms (x LSTM)" for t, n in shapes) + " | GFLOP (T %d, 1 layer) | x arith |" % shapes[0][0]
-    lines = [f"Matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s), malloc {args.info['malloc']}; batch {args.batch}, "
+    lines = [f"{args.info['device']}, torch {torch.__version__}: matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s), malloc {args.info['malloc']}; batch {args.batch}, "
              f"d_model {args.width}, {TASK['name']}({TASK['group']}).", "", header, "| --- |" + " ---: |" * (len(shapes) + 2)]
     by = {(r["model"], r["T"], r["layers"]): r for r in rows}
     for model in sorted({r["model"] for r in rows}, key=lambda m: by[(m, *shapes[0])]["ms"]):
@@ -223,6 +231,7 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--models", nargs="+", default=None, help="registered model names (default: all)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N); the timed steps wait for the GPU's queue")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=20, help="timed steps")
     parser.add_argument("--min-length", type=int, default=None,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from statetrack.errors import StatetrackError
 from statetrack.paths import write_text
-from statetrack.experiments.spec import shipped_specs
+from statetrack.experiments.spec import shipped_specs, spec_tasks
 from statetrack.report import (claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows,
                                verdict_line)
 from statetrack.schema import SCALES
@@ -156,7 +156,7 @@ def settings_line(spec: dict) -> str:
     from statetrack.experiments.spec import task_label
 
     train, evaluate, defaults = spec.get("train") or {}, spec.get("eval") or {}, spec.get("model_defaults") or {}
-    tasks = spec["tasks"] if "tasks" in spec else [spec["task"]]
+    tasks = spec_tasks(spec)
     names = [task_label({k: v for k, v in ({"name": t} if isinstance(t, str) else t).items() if k not in ("train", "eval")})
              for t in tasks]
     steps = train.get("steps", "-")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from statetrack import yamlio
 from statetrack.book import read_snapshots, wall_seconds
-from statetrack.experiments.spec import deep_merge
+from statetrack.experiments.spec import deep_merge, spec_tasks
 
 
 def checkout_docs() -> Path | None:
@@ -41,7 +41,7 @@ def planned_runs(raw: dict, scale: str = "quick") -> int:
     own = lambda m: m.get("lrs") if isinstance(m, dict) and m.get("lrs") else spec["lrs"]  # noqa: E731
     runs_per_seed = sum(len({float(lr) for lr in own(m)}) for m in models)  # a model entry's lrs replace the spec's
     seeds = len({int(seed) for seed in spec["seeds"]})
-    tasks = {json.dumps(t, sort_keys=True): t for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])}
+    tasks = {json.dumps(t, sort_keys=True): t for t in spec_tasks(spec)}
     count = 0
     for task in tasks.values():
         train = deep_merge(spec.get("train") or {}, (task.get("train") or {}) if isinstance(task, dict) else {})

@@ -73,6 +73,11 @@ def read_spec(name_or_path: str) -> dict:
     return spec
 
 
+def spec_tasks(spec: dict) -> list:
+    """The spec's task entries: `tasks` when given (not null), else the one `task`."""
+    return spec["tasks"] if spec.get("tasks") is not None else [spec["task"]]
+
+
 def deep_merge(base: dict, update: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in update.items():
@@ -152,7 +157,7 @@ def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:
     models, tasks = set(), set()
     for spec in specs:
         try:
-            entries = spec["tasks"] if "tasks" in spec else [spec["task"]]
+            entries = spec_tasks(spec)
             for entry in entries:
                 entry = {"name": entry} if isinstance(entry, str) else entry
                 name = task_label({k: v for k, v in entry.items() if k not in TASK_SETTINGS})
@@ -272,7 +277,7 @@ def expand(spec: dict) -> list[RunSpec]:
     """Every (task, model, dataset size, lr, seed) of the spec as a RunSpec, validated: each distinct
     model is built for each task, every training and evaluation length is checked against the task, and
     each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
-    tasks = [_task_spec(t, spec) for t in (spec["tasks"] if "tasks" in spec else [spec["task"]])]
+    tasks = [_task_spec(t, spec) for t in spec_tasks(spec)]
     # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.sizing): each run's model is concrete
     models, model_lrs = zip(*[model_entry(m, spec) for m in spec["models"]])
     for entry, task, trains, eval_spec in tasks:
