@@ -28,6 +28,7 @@ are noisy on shared machines.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -44,7 +45,7 @@ from statetrack import zoo  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.sizing import pass_flops  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
-from statetrack.train import Trainer, TrainConfig  # noqa: E402
+from statetrack.train import Diverged, Trainer, TrainConfig  # noqa: E402
 
 TASK = {"name": "word_problem", "group": "S3"}  # dense supervision, a small vocabulary: the quick word problems
 
@@ -67,11 +68,14 @@ def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, w
             min_length: int | None = None, compile: bool = False, device: str = "cpu") -> float:
     """Milliseconds per step of `steps` steps that follow `warmup` steps of the same trainer."""
     t = trainer(name, task, length, layers, width, batch, warmup, min_length, compile, device)
-    t.fit()
-    extend(t, warmup + steps)
-    synchronize(device)
-    start = time.perf_counter()
-    t.fit()
+    try:
+        t.fit()
+        extend(t, warmup + steps)
+        synchronize(device)
+        start = time.perf_counter()
+        t.fit()
+    except Diverged:  # a model that cannot train at this shape (a bilinear state overflowing without renormalisation)
+        return math.nan
     synchronize(device)
     return (time.perf_counter() - start) / steps * 1e3
 

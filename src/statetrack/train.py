@@ -246,7 +246,8 @@ class Trainer:
             self.model.load_state_dict(saved["model"])
             self.optimizer.load_state_dict(saved["optimizer"])
             self.scheduler.load_state_dict(saved["scheduler"])
-            self.generator.set_state(saved["generator"])
+            # the data generator is a CPU one; map_location put its state on the run's device
+            self.generator.set_state(saved["generator"].cpu() if isinstance(saved["generator"], torch.Tensor) else saved["generator"])
             self.step, self.curve = int(saved["step"]), list(saved["curve"])
             self.stopped_early, self.seconds = bool(saved["stopped_early"]), float(saved["seconds"])
         except (KeyError, ValueError, TypeError, RuntimeError) as error:
