@@ -83,8 +83,8 @@ BAD = [
     (["tasks", "show", "fsm", "machine_seed=" + "9" * 20], "machine_seed must be an integer from 0 to 9,223,372,036,854,775,807, got 99999999999999999999"),
     (["tasks", "show", "word_problem", "group=S1000000"], "group 'S1000000' has order above 1000"),
     (["tasks", "show", "word_problem", "group=" + "Z2x" * 30 + "Z2"], "has order above 1000"),
-    (["analyze", "spectrum", "x", "--samples", "0"], "--samples must be >= 1, got 0"),
-    (["analyze", "spectrum", "x", "--length", "0"], "--length must be >= 1, got 0"),
+    (["analyze", "spectrum", "x", "--samples", "0"], "--samples must be an integer >= 1, got 0"),
+    (["analyze", "spectrum", "x", "--length", "0"], "--length must be an integer >= 1, got 0"),
     (["construct", "parity", "--lengths", "100000000", "--samples", "100000", "--batch-size", "100000"], "construct: 100,000 sequences"),
     (["models", "--width", "99999999"], "--width: must be an integer <= 65,536"),
     # strict YAML (statetrack.yamlio): duplicate keys, alias bombs, deep nesting, values a spec cannot hold

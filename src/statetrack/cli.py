@@ -437,7 +437,7 @@ def cmd_analyze(args) -> int:
         return 0
     for option in ("samples", "length"):
         if getattr(args, option, None) is not None and getattr(args, option) < 1:
-            raise StatetrackError(f"--{option} must be >= 1, got {getattr(args, option)}")
+            raise StatetrackError(f"--{option} must be an integer >= 1, got {getattr(args, option)}")
     if getattr(args, "samples", None) and getattr(args, "length", None):
         limits.check_tokens(args.samples, args.length, f"analyze {args.analysis}")
     if args.analysis == "belief":
