@@ -235,8 +235,8 @@ def test_cli_models_width_and_settings(capsys):
 
 
 def test_cli_models_marks_budgets_out_of_reach(capsys):
-    code, out, _ = run_cli(capsys, "models", "rnn", "transformer", "--width", "7")
-    assert code == 0 and "transformer: model 'transformer': d_model 7 is not divisible by num_heads 2" in out
+    code, out, err = run_cli(capsys, "models", "rnn", "transformer", "--width", "7")  # the table, then the failing row's error
+    assert code == 2 and "\nrnn " in out and "transformer: model 'transformer': d_model 7 is not divisible by num_heads 2" in err
     code, out, _ = run_cli(capsys, "models", "rnn", "--params", "10")
     assert code == 0 and "+" in out and "*" in out and "rnn: * no d_model comes within 5%" in out
 
