@@ -2,6 +2,10 @@
 TensorBoard path resolves inside its root folder (symbolic links followed)."""
 
 import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +151,68 @@ def test_every_writer_refuses_a_link_planted_at_its_file(tiny_spec, tmp_path, ca
     with pytest.raises(StatetrackError, match="x.tmp is a symbolic link"):
         Trainer.save(trainer, checkpoint)
     assert outside.read_text() == "keep"
+
+
+def test_the_store_and_its_companions_are_never_written_through_a_link(tmp_path):
+    """SQLite follows links: a link at the store or at its -wal/-shm/-journal file is refused before
+    SQLite opens anything, and the file it points to is untouched."""
+    outside = tmp_path / "outside.db"
+    outside.write_bytes(b"")
+    for name in ("s.db", "s.db-wal", "s.db-shm", "s.db-journal"):
+        folder = tmp_path / name.replace(".", "_")
+        _plant(folder / name, outside)
+        with pytest.raises(StatetrackError, match=f"{name} is a symbolic link; statetrack writes no file through a link"):
+            Store(folder / "s.db")
+    assert outside.read_bytes() == b""
+
+
+@pytest.mark.parametrize("where", ["results", "tensorboard"])
+def test_run_refuses_a_linked_run_folder_before_writing_anything(tiny_spec, tmp_path, capsys, where):
+    """The experiment's folder in the results folder (checkpoints) or in the TensorBoard folder a link
+    to elsewhere: `run` says so in one line with exit 2 before it opens the store or trains a run."""
+    from cli_helpers import run_cli
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    results, tensorboard = tmp_path / "r", tmp_path / "tb"
+    _plant((results if where == "results" else tensorboard) / "tiny", outside)
+    code, _, err = run_cli(capsys, "run", str(tiny_spec(seeds="[0]")), "--results-dir", str(results), "--no-progress",
+                           "--workers", "1", "train.steps=5", "--name", "tiny", "--tensorboard", str(tensorboard))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "outside the folder" in err and "nothing is written there" in err, err
+    assert list(outside.iterdir()) == []
+    assert not (results / "statetrack.db").exists()
+
+
+def _limited_cli(limit: int, *argv) -> subprocess.CompletedProcess:
+    """`statetrack *argv` in a process that may write no file beyond `limit` bytes: a write past it
+    fails as on a full disk (EFBIG; Python ignores SIGXFSZ)."""
+
+    def limit_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "statetrack.cli", *argv], capture_output=True, text=True,
+                          preexec_fn=limit_files, timeout=300)
+
+
+def test_a_write_that_fails_midway_is_one_line_and_leaves_no_partial_file(tiny_spec, tmp_path, capsys):
+    """A report, a plot or the store written to a disk that fills up: exit 2, one line naming the file
+    (or the store, whose earlier rows stay intact), and no half-written file left behind."""
+    from cli_helpers import run_cli
+
+    results = tmp_path / "r"
+    argv = ["run", str(tiny_spec(seeds="[0]")), "--results-dir", str(results), "--no-progress", "--workers", "1",
+            "train.steps=5", "--name", "tiny"]
+    assert run_cli(capsys, *argv)[0] == 0
+    for name in ("report.md", "report.html", "accuracy_vs_length.png", "training_curves.png"):
+        (results / "tiny" / name).unlink()
+    done = _limited_cli(2000, "report", "tiny", "--results-dir", str(results))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "File too large: " in done.stderr and str(results / "tiny") in done.stderr, done.stderr
+    assert not Path(done.stderr.strip().split("File too large: ")[1]).exists()  # removed, not left half-written
+    done = _limited_cli(20000, *argv[:-2], "--name", "other")  # the store grows past the limit while it trains
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"cannot write results store {results / 'statetrack.db'}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    code, out, _ = run_cli(capsys, "results", "tiny", "--results-dir", str(results))
+    assert code == 0 and "LSTM" in out  # what was stored before is intact

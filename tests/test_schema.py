@@ -64,7 +64,7 @@ def test_the_json_schema_names_every_models_and_tasks_parameters(spec_schema):
     ({"eval": {"lengths": [4], "samples": 0}}, "eval.samples must be an integer >= 1, got 0"),
     ({"task": None, "tasks": ["parity", {"name": "parity", "eval": {"chunk_size": 0}}]},
      "tasks[1].eval.chunk_size must be an integer >= 1 (or null: the whole input at once), got 0"),
-    ({"lrs": [0.1, -1]}, "lrs[1] must be a number > 0, got -1"),
+    ({"lrs": [0.1, -1]}, "lrs[1] must be a number in (0, 10], got -1"),
     ({"seeds": [0, True]}, "seeds[1] must be an integer >= 0, got True"),
     ({"models": []}, "models must be a non-empty list, got []"),
     ({"selection": {"threshold": 0}}, "selection.threshold must be a number in (0, 1], got 0"),

@@ -31,6 +31,7 @@ MAX_CLASSES = 1_000_000  # moduli, states, symbols, answer classes: one embeddin
 MAX_LENGTH = 10**8  # tokens in one sequence (a length, an interval, a pattern)
 MAX_LAYERS = 1024
 MAX_WIDTH = 2**16  # d_model and other widths
+MAX_FLOAT = 3.4028234663852886e38  # float32's largest finite value: every real setting reaches the model's float32 arithmetic
 
 
 def shown(value) -> str:

@@ -14,6 +14,7 @@ import errno
 import os
 import re
 import stat
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -51,11 +52,14 @@ def under(root: str | Path, *parts: str) -> Path:
     return path
 
 
+@contextmanager
 def open_for_write(path: str | Path, binary: bool = False, newline: str | None = None):
-    """`path` opened for writing (truncated), refusing in one line a symbolic link at its name
-    (`O_NOFOLLOW`: the check and the open are one step, so a link planted in between is refused
-    too) and anything that is not a regular file: a FIFO (opened without blocking, so no reader is
-    waited for) or a device. Writers call it on paths `under` placed inside their folder."""
+    """`path` opened for writing (truncated), as a context manager, refusing in one line a symbolic
+    link at its name (`O_NOFOLLOW`: the check and the open are one step, so a link planted in
+    between is refused too) and anything that is not a regular file: a FIFO (opened without
+    blocking, so no reader is waited for) or a device. A failed write (a full disk) removes the
+    partial file and is an OSError naming `path`. Writers call it on paths `under` placed inside
+    their folder."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, 0o666)
@@ -72,9 +76,18 @@ def open_for_write(path: str | Path, binary: bool = False, newline: str | None =
             raise StatetrackError(f"{path} is {kind}, not a regular file; nothing is written to it")
         os.ftruncate(fd, 0)
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8", newline=newline)
+        file = os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8", newline=newline)
     except BaseException:
         os.close(fd)
+        raise
+    try:
+        with file:
+            yield file
+    except OSError as error:  # the part written is no file of ours: removed, not left truncated
+        with suppress(OSError):
+            os.unlink(path)
+        if error.filename is None and error.errno is not None:  # write() and close() name no file
+            raise OSError(error.errno, error.strerror, str(path)) from None
         raise
 
 

@@ -23,7 +23,7 @@ from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import SkipJsonSchema
 
 from statetrack.errors import StatetrackError
-from statetrack.limits import MAX_INT
+from statetrack.limits import MAX_FLOAT, MAX_INT
 from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN, check_name
 
 SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes) and `paper` (the papers' sizes)
@@ -103,6 +103,7 @@ def _rule(text: str) -> Violation:
 
 
 REFUSED = object()
+MAX_LR = 10.0  # far above any rate AdamW trains with; near float32's largest a rate overflows in its first step (it divides by 1 - beta1)
 
 
 def _is_int(value, low: int) -> bool:
@@ -136,7 +137,8 @@ def integer(low: int, null: str | None = None):
 
 
 def number(low: float, *, strict: bool = True, high: float | None = None, text: bool = False):
-    """A finite number > low (>= low when not `strict`), <= high if given; with `text`, also a text
+    """A finite number > low (>= low when not `strict`), <= high if given, and within float32's
+    range (it reaches the model's float32 arithmetic); with `text`, also a text
     that reads as one (YAML reads `1e-3`, no dot, as a string), kept as a float."""
 
     def check(value):
@@ -147,13 +149,15 @@ def number(low: float, *, strict: bool = True, high: float | None = None, text: 
                 return REFUSED
         if not _is_number(value) or (value <= low if strict else value < low) or (high is not None and value > high):
             return REFUSED
+        if abs(value) > MAX_FLOAT:
+            raise _expected(f"{expected}, at most {MAX_FLOAT:.4g} (float32's largest)")
         return float(value) if text else value
 
     if high is not None:
         expected = f"a number in ({low:g}, {high:g}]"
     else:
         expected = f"a number {'>' if strict else '>='} {low:g}"
-    schema = {"type": "number", "exclusiveMinimum" if strict else "minimum": low, **({"maximum": high} if high is not None else {})}
+    schema = {"type": "number", "exclusiveMinimum" if strict else "minimum": low, "maximum": MAX_FLOAT if high is None else high}
     return _value(check, expected, {"anyOf": [schema, {"type": "string"}]} if text else schema, float)
 
 
@@ -212,15 +216,20 @@ Figures = Annotated[dict, PlainValidator(_figures), WithJsonSchema(
 Mapping = _value(lambda v: v if isinstance(v, dict) else REFUSED, "a mapping", {"type": "object"}, dict)
 
 
+DEVICE_TYPES = ("cpu", "cuda")  # what statetrack trains on; torch names more (meta, mps, xpu) that its ops do not support
+
+
+def parse_device(value) -> torch.device | None:
+    """`value` ('cpu', 'cuda' or 'cuda:N') as a torch device; None for any other value, 'auto' included."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        return None
+    return device if device.type in DEVICE_TYPES else None
+
+
 def _device(value):
-    if not isinstance(value, str):
-        return REFUSED
-    if value != "auto":
-        try:
-            torch.device(value)
-        except (RuntimeError, TypeError):
-            return REFUSED
-    return value
+    return value if value == "auto" or (isinstance(value, str) and parse_device(value) is not None) else REFUSED
 
 
 Device = _value(_device, "a device: auto, cpu, cuda or cuda:N", {"type": "string", "examples": ["auto", "cpu", "cuda", "cuda:0"]}, str)
@@ -290,7 +299,7 @@ class Train(Section):
 
     steps: integer(1) = Field(2000, description="optimizer steps (with a curriculum: its stages' sum)")
     batch_size: integer(1) = Field(64, description="examples per step")
-    lr: number(0) = Field(1e-3, description="AdamW learning rate (a spec gives it in `lrs`)")
+    lr: number(0, high=MAX_LR) = Field(1e-3, description="AdamW learning rate (a spec gives it in `lrs`)")
     weight_decay: number(0, strict=False) = Field(0.0, description="AdamW weight decay")
     betas: Betas = Field((0.9, 0.999), description="AdamW betas")
     clip: number(0) = Field(1.0, description="gradient-norm clipping")
@@ -543,7 +552,7 @@ class Spec(Section):
     model_defaults: Mapping = Field(default_factory=dict, description=TOP_LEVEL["model_defaults"])
     train: SpecTrain = Field(default_factory=SpecTrain, description=TOP_LEVEL["train"])
     eval: Eval = Field(description=TOP_LEVEL["eval"])
-    lrs: list[number(0, text=True)] = Field(min_length=1, description=TOP_LEVEL["lrs"])
+    lrs: list[number(0, high=MAX_LR, text=True)] = Field(min_length=1, description=TOP_LEVEL["lrs"])
     seeds: list[integer(0)] = Field(min_length=1, description=TOP_LEVEL["seeds"])
     selection: Selection = Field(default_factory=Selection, description=TOP_LEVEL["selection"])
     scales: dict[choice(SCALES), Mapping] = Field(default_factory=dict, description=TOP_LEVEL["scales"])
@@ -573,7 +582,7 @@ MODEL_SETTINGS = ("lrs",)  # run settings a model entry may give for its own run
 class ModelSettings(Section):
     """A model entry's own run settings, taken out before the model is built."""
 
-    lrs: list[number(0, text=True)] | None = Field(
+    lrs: list[number(0, high=MAX_LR, text=True)] | None = Field(
         None, min_length=1, description="this model's learning rates, in place of the spec's `lrs` (e.g. a family's own grid)")
 
 

@@ -226,6 +226,9 @@ class Store:
                         self._add_missing_columns(db)
             return
         with self._opened("write"):
+            for file in (self.path, *(self.path.with_name(self.path.name + end) for end in ("-wal", "-shm", "-journal"))):
+                if file.is_symlink():  # SQLite would follow it: the store and its companions are written in place only
+                    raise StatetrackError(f"{file} is a symbolic link; statetrack writes no file through a link")
             self._identify()
             for file_or_folder, what in ((self.path, "the file"), (self.path.parent, "its folder")):
                 # SQLite writes FILE-wal and FILE-shm beside the file
@@ -381,6 +384,11 @@ class Store:
                                   "try again when it has finished") from None
             if isinstance(error, sqlite3.OperationalError) and str(error).startswith(("no such table", "no such column")):
                 raise self._damaged(error) from None
+            if isinstance(error, sqlite3.OperationalError) and str(error) in ("database or disk is full", "disk I/O error"):
+                # SQLITE_FULL, SQLITE_IOERR (a full disk can fail the WAL's shared memory first): the write is rolled back
+                problem = "the disk is full" if "full" in str(error) else "a disk I/O error (a full or failing disk)"
+                raise StatetrackError(f"cannot write results store {self.path}: {problem}; what was stored before is "
+                                      "intact (free some space and re-run the same command to resume)") from None
             raise
         finally:
             db.close()

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from statetrack import diagnostics
 from statetrack.errors import StatetrackError
 from statetrack.paths import open_for_write
-from statetrack.schema import TrainConfig  # the training settings are a section of the spec schema
+from statetrack.schema import TrainConfig, parse_device  # the training settings are a section of the spec schema
 from statetrack.tasks import Batch, Task
 
 
@@ -119,13 +119,13 @@ def _draw_answers(task: Task, length: int, answers: torch.Tensor, generator: tor
 
 
 def resolve_device(device: str) -> torch.device:
-    """'auto' picks CUDA when present, else CPU; anything else is a torch device string (cpu, cuda, cuda:1)."""
+    """'auto' picks CUDA when present, else CPU; else 'cpu', 'cuda' or 'cuda:N' (other torch devices are refused)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError):
-        raise StatetrackError(f"unknown device {device!r}; expected one of: auto, cpu, cuda, cuda:N") from None
+    parsed = parse_device(device)
+    if parsed is None:
+        raise StatetrackError(f"unknown device {device!r}; expected one of: auto, cpu, cuda, cuda:N")
+    return parsed
 
 
 class Diverged(FloatingPointError):

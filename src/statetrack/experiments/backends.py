@@ -36,6 +36,7 @@ from statetrack.train import resolve_device
 BACKENDS = ("local", "ray")
 
 MAX_LEASE = 7 * 24 * 3600.0  # seconds a driver may go without renewing its claims (finite: the heartbeat sleeps on it)
+MAX_GPUS_PER_RUN = 1024  # GPUs of one Ray task: a fraction shares one GPU among tasks
 
 def available_cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
@@ -371,8 +372,8 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
     if gpus_per_run is not None:
         if name != "ray":
             raise StatetrackError("--gpus-per-run sets the GPUs of each Ray task; use it with --backend ray")
-        if gpus_per_run < 0:
-            raise StatetrackError(f"--gpus-per-run must be >= 0, got {gpus_per_run:g}")
+        if not 0 <= gpus_per_run <= MAX_GPUS_PER_RUN:  # nan fails both comparisons
+            raise StatetrackError(f"--gpus-per-run must be a number from 0 to {MAX_GPUS_PER_RUN}, got {gpus_per_run:g}")
     if device is not None:
         resolve_device(device)
         if name == "local":

@@ -32,7 +32,8 @@ from tqdm.auto import tqdm
 from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_backend, experiment_device, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
-from statetrack.loggers import check_log_to
+from statetrack.experiments.worker import checkpoint_path
+from statetrack.loggers import check_log_to, tensorboard_dir
 from statetrack.paths import check_writable
 from statetrack.plugins import load_imports
 from statetrack.sizing import pass_flops
@@ -211,6 +212,10 @@ def run_experiment(
     spec = load_spec(name_or_path, scale, overrides, name)
     runs = expand(spec)
     device = experiment_device(spec["name"], runs, device, backend)
+    for run in runs:  # every folder a run writes resolves inside its root (a link planted at one is refused now)
+        checkpoint_path(results_dir, run.experiment, run.id)
+        if tensorboard:
+            tensorboard_dir(tensorboard, run)
     imports = list(dict.fromkeys(imports + spec.get("imports", [])))
     results_dir = Path(results_dir)
     store = Store(store_path or results_dir / "statetrack.db")
