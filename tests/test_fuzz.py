@@ -4,7 +4,9 @@ and exit status 2, never a traceback, never a write outside the results folder, 
 
 Each property runs twice: a quick profile (fixed examples, in `make test`) and a long one behind the
 `fuzz` marker (`make test-fuzz`; FUZZ_EXAMPLES per property, default 2000, new examples each time).
-Nothing here trains: overrides are checked the way `run` checks them before its first run
+The links property plants a symbolic link at each path a command writes in a results folder and
+checks that the file or folder it points to outside is never written.
+Nothing here trains but the links property's one two-step run: overrides are checked the way `run` checks them before its first run
 (`load_spec` and `expand`), and CLI invocations are ones that stop before training.
 """
 
@@ -25,9 +27,11 @@ QUICK = settings(max_examples=60, deadline=None, derandomize=True, suppress_heal
 LONG = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 2000)), deadline=None, suppress_health_check=HEALTH)
 
 
-def profiles(strategies: tuple, prop):
-    """The quick and the long (marked `fuzz`) test of property `prop` over `strategies`."""
-    return QUICK(given(*strategies)(prop)), pytest.mark.fuzz(LONG(given(*strategies)(prop)))
+def profiles(strategies: tuple, prop, quick: int | None = None):
+    """The quick (`quick` examples, default QUICK's) and the long (marked `fuzz`) test of property
+    `prop` over `strategies`."""
+    fast = QUICK if quick is None else settings(QUICK, max_examples=quick)
+    return fast(given(*strategies)(prop)), pytest.mark.fuzz(LONG(given(*strategies)(prop)))
 
 # numbers at and past every bound, unicode and control characters, YAML's own syntax
 NUMBERS = st.one_of(st.integers(), st.sampled_from([0, -1, 1, 2**31, 2**63 - 1, 2**63, 2**64, 10**100]),
@@ -113,3 +117,58 @@ test_overrides_quick, test_overrides_long = profiles(
     (KEYS, st.one_of(VALUES.map(_yaml), TEXT)), any_override_is_accepted_or_refused_in_one_line)
 test_cli_quick, test_cli_long = profiles(
     (COMMANDS, TASKS, PARAMS, INTS, TEXT), cli_answers_bad_input_in_one_line_and_writes_nothing_outside)
+
+
+@pytest.fixture(scope="module")
+def trained_results(tmp_path_factory):
+    """A results folder with one finished experiment ('tiny': the demo for two steps), made once."""
+    import contextlib
+    import io
+
+    from statetrack.cli import main
+
+    results = tmp_path_factory.mktemp("trained") / "r"
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["run", "demo", "--name", "tiny", "--results-dir", str(results), "--no-progress", "--workers", "1",
+                     "train.steps=2", "seeds=[0]", "eval.lengths=[4, 8]", "eval.samples=8"])
+    assert code == 0
+    return results
+
+
+# every path under the results folder that a command below writes, and the commands
+LINKED = st.sampled_from(["tiny", "tiny/report.md", "tiny/report.html", "tiny/accuracy_vs_length.png",
+                          "tiny/training_curves.png", "tiny/csv", "tiny/csv/evals.csv", "tiny/csv/runs.csv", "index.html",
+                          "index.md", "statetrack.db-wal", "statetrack.db-journal"])
+READERS = st.sampled_from([["report", "tiny"], ["report", "--all"], ["export", "csv", "tiny"], ["results", "tiny"]])
+TARGETS = st.sampled_from(["file", "folder", "missing"])
+
+
+def a_link_in_the_results_folder_is_never_written_through(trained_results, tmp_path_factory, capsys, linked, argv, target):
+    import shutil
+
+    base = tmp_path_factory.mktemp("linked")
+    results = base / "r"
+    shutil.copytree(trained_results, results, symlinks=True)
+    outside = base / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    aim = {"file": outside / "keep.txt", "folder": outside, "missing": outside / "new"}[target]
+    path = results / linked
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(aim)
+    filled = list(argv)
+    code, _, err = run_cli(capsys, *filled, "--results-dir", str(results))
+    assert "Traceback" not in err
+    assert code in (0, 2), (linked, filled, code, err)
+    if code == 2:
+        assert len(err.strip().splitlines()) == 1 and err.startswith("statetrack: error: "), (linked, filled, err)
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"] and (outside / "keep.txt").read_text() == "keep", \
+        (linked, filled)
+
+
+test_links_quick, test_links_long = profiles((LINKED, READERS, TARGETS), a_link_in_the_results_folder_is_never_written_through,
+                                            quick=20)  # each example writes a report with its plots
