@@ -75,6 +75,8 @@ def one_line(error: ValidationError, where: str = "", root: tuple = ()) -> str:
         text = f"{path} is required"
     elif kind == "too_short":
         text = f"{path} must be a non-empty list, got {got!r}"
+    elif kind == "list_type":  # a scalar where a list belongs: YAML's flow list, quoted for the shell
+        text = f"{path} must be a list such as [{got}] (on the command line, quoted: '{path}=[{got}]'), got {got!r}"
     elif kind in ("model_type", "model_attributes_type", "dict_type"):
         text = f"{path or 'the spec'} must be a mapping of settings, got {got!r}"
     else:  # pydantic's own wording, e.g. a list that is not one
