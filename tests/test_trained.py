@@ -59,3 +59,11 @@ def test_run_ids_are_in_the_results_rows_and_never_read_as_a_metric(trained, tmp
     rows = json.loads(out)
     assert code == 0 and {r["run_id"] for r in rows} == {r["id"] for r in trained.runs("tiny")}
     assert all(entry["metrics_mean"] == {} for entry in summarize(rows))
+
+
+def test_a_missing_store_is_named_in_pythons_words(tmp_path):
+    """Python callers pass store= or results_dir=, not the CLI's options."""
+    for call in (lambda: statetrack.load_run("abc", results_dir=tmp_path), lambda: statetrack.load_runs("demo", store=tmp_path / "x.db")):
+        with pytest.raises(StatetrackError, match=r"no results store at .*pass store=FILE or results_dir=DIR of an earlier run"):
+            call()
+    assert list(tmp_path.iterdir()) == []

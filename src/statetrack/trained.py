@@ -46,7 +46,11 @@ class TrainedRun:
 def _open(store: Store | str | Path | None, results_dir: str | Path) -> Store:
     if isinstance(store, Store):
         return store
-    return Store(Path(store) if store is not None else Path(results_dir) / "statetrack.db", read_only=True)
+    path = Path(store) if store is not None else Path(results_dir) / "statetrack.db"
+    if not path.exists():  # in Python's words: the CLI's own message names its options
+        raise StatetrackError(f"no results store at {path} (it is written by `statetrack run`; pass store=FILE or "
+                              f"results_dir=DIR of an earlier run)")
+    return Store(path, read_only=True)
 
 
 def run_row(store: Store, run_id: str) -> dict:
