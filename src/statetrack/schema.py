@@ -570,15 +570,6 @@ class Spec(Section):
             data = {k: ({} if v is None and k in ("train", "eval", "selection", "model_defaults", "scales") else v) for k, v in data.items()}
         return data
 
-    @field_validator("seeds", "lrs")
-    @classmethod
-    def _distinct(cls, values: list):
-        """Each seed and learning rate is one run of every model and task: a repeat would be the same run twice."""
-        repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
-        if repeated is not None:
-            raise _rule(f"lists {repeated:g} twice; each value is one run, give it once")
-        return values
-
     @model_validator(mode="after")
     def _one_task_key(self):
         if (self.task is None) == (self.tasks is None):
