@@ -1,15 +1,22 @@
 # Setup is the same for every target: a local virtual environment with the pinned CPU torch.
 VENV ?= .venv
 PY := $(VENV)/bin/python
+CORE := $(VENV)/.statetrack-core
 STAMP := $(VENV)/.statetrack-installed
 
 .PHONY: test test-slow test-fuzz test-cuda demo bench clean
 
-$(STAMP): pyproject.toml
+# the package alone: what `make demo` needs
+$(CORE): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# Pin torch before anything else: an unpinned torch pulls gigabytes of CUDA wheels.
 	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e .
+	touch $(CORE)
+
+# the tests' extras on top: Ray, the trackers, the oracles
+$(STAMP): $(CORE)
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
@@ -25,7 +32,7 @@ test-cuda: $(STAMP)
 test-fuzz: $(STAMP)
 	$(PY) -m pytest -q -m fuzz tests/test_fuzz.py
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(VENV)/bin/statetrack run demo
 
 clean:

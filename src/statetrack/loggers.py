@@ -2,25 +2,40 @@
 is written, then with the run's evaluation.
 
 A `Logger` has `log_point(point)` (a curve point: step, loss, accuracy and the model's metrics, see
-`Trainer`), `log_eval(rows)` (the per-length evaluation rows, as the store keeps them) and
-`close()`. The same loggers serve a run while it trains (`statetrack run --tensorboard DIR
---wandb PROJECT --mlflow URI`, written from the process that trains it) and a finished run replayed
-from the store (`statetrack export`). TensorBoard, Weights & Biases and MLflow are optional
-packages, imported when a logger is made, with an error naming the extra to install.
+`Trainer`), `log_eval(rows, score)` (the per-length evaluation rows, as the store keeps them, and
+the run's selection score) and `close(status)` (done, diverged, failed or killed). The same loggers
+serve a run while it trains (`statetrack run --tensorboard DIR --wandb PROJECT --mlflow URI`,
+written from the process that trains it) and a finished run replayed from the store (`statetrack
+export`). TensorBoard, Weights & Biases and MLflow are optional packages, imported when a logger is
+made, with an error naming the extra to install.
+
+What the trackers hold per run: its settings (MLflow: flattened params, `train.steps`; W&B: the
+nested config), tags (experiment, statetrack version, git revision, host; W&B groups runs by
+experiment), the training curve per step, one metric per evaluation length
+(`eval/scaled_accuracy/256`, `eval_VARIANT/...` for an evaluation variant) and `selection/score`
+(the value the spec's selection rule ranks runs by), and its outcome: a diverged, failed or
+interrupted run ends as failed (MLflow FAILED or KILLED, W&B exit code 1) with its status as a tag.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import socket
 import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
 from statetrack.paths import open_for_write, under
 
-# where `log_to` (a run's logging settings) may point: {"tensorboard": DIR, "wandb": PROJECT, "mlflow": URI}
+# where `log_to` (a run's logging settings) may point: {"tensorboard": DIR, "wandb": PROJECT, "mlflow": URI},
+# beside "context": {"selection": the spec's selection rule, "git_rev": the driver's revision}
 KINDS = ("tensorboard", "wandb", "mlflow")
 EVAL_KEYS = ("accuracy", "scaled_accuracy", "sequence_accuracy")
+STATUSES = ("done", "diverged", "failed", "killed")  # how a run ends (`Logger.close`)
+CHECK_SECONDS = 5.0  # how long a tracking server has to answer before any run starts
 
 
 def scalars(prefix: str, row: dict, keys: tuple[str, ...]) -> dict[str, float]:
@@ -33,6 +48,27 @@ def scalars(prefix: str, row: dict, keys: tuple[str, ...]) -> dict[str, float]:
 def eval_label(row: dict) -> str:
     """'eval' for the training task, 'eval_VARIANT' for an evaluation variant."""
     return f"eval_{row['variant']}" if row.get("variant") else "eval"
+
+
+def eval_metrics(rows: list[dict], score: float | None = None) -> dict[str, float]:
+    """One value per metric and length, `eval/scaled_accuracy/256` (a tracker's run table then
+    shows every length, not the last one logged), and `selection/score` when there is one."""
+    out = {f"{key}/{row['length']}": value for row in rows for key, value in scalars(eval_label(row), row, EVAL_KEYS).items()}
+    if score is not None:
+        out["selection/score"] = float(score)
+    return out
+
+
+def flatten(settings: dict, prefix: str = "") -> dict[str, str]:
+    """Nested settings as one level of dotted keys (`train.steps`, `model.d_model`), values as text
+    (lists as JSON): what MLflow params can filter and sort on."""
+    out: dict[str, str] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+    return out
 
 
 def tensorboard_dir(root: str | Path, run) -> Path:
@@ -52,16 +88,17 @@ class Logger:
     def log_point(self, point: dict) -> None:
         pass
 
-    def log_eval(self, rows: list[dict]) -> None:
+    def log_eval(self, rows: list[dict], score: float | None = None) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, status: str = "done") -> None:
         pass
 
 
 class TensorBoardLogger(Logger):
     """TensorBoard events in `folder`: train/loss, train/accuracy and train/<metric> per step, flushed
-    at each point (the event file grows while the run trains); eval/<metric> with the length as step."""
+    at each point (the event file grows while the run trains); eval/<metric> with the length as step
+    (a curve over length), selection/score at step 0."""
 
     def __init__(self, folder: str | Path):
         try:
@@ -76,22 +113,27 @@ class TensorBoardLogger(Logger):
             self.writer.add_scalar(key, value, point["step"])
         self.writer.flush()
 
-    def log_eval(self, rows: list[dict]) -> None:
+    def log_eval(self, rows: list[dict], score: float | None = None) -> None:
         for row in rows:
             for key, value in scalars(eval_label(row), row, EVAL_KEYS).items():
                 self.writer.add_scalar(key, value, row["length"])
+        if score is not None:
+            self.writer.add_scalar("selection/score", score, 0)
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, status: str = "done") -> None:
         self.writer.close()
 
 
 class WandbLogger(Logger):
-    """A Weights & Biases run in `project`: train/* per step as history; eval/* as a table (one row
-    per variant and length) and as summary values `eval/<metric>@<length>`. `mode` as wandb's
-    (online, offline; default: WANDB_MODE, else online)."""
+    """A Weights & Biases run in `project`, grouped by experiment: train/* per step as history;
+    eval/* as a table (one row per variant and length) and as summary values
+    `eval/<metric>/<length>`, with `selection/score`. `mode` as wandb's (online, offline; default:
+    WANDB_MODE, else online). A run that did not end done finishes with exit code 1 (failed in the
+    W&B interface) and its status in the summary."""
 
-    def __init__(self, project: str, name: str, config: dict, folder: str | Path | None = None, mode: str | None = None):
+    def __init__(self, project: str, name: str, config: dict, group: str | None = None, tags: dict | None = None,
+                 folder: str | Path | None = None, mode: str | None = None):
         try:
             import wandb
         except ImportError:
@@ -100,30 +142,35 @@ class WandbLogger(Logger):
         kwargs = {"dir": str(folder)} if folder else {}
         if folder:
             Path(folder).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=project, name=name, config=config, mode=mode, reinit="create_new", **kwargs)
+        labels = [f"{key}:{value}"[:64] for key, value in (tags or {}).items()]  # W&B tags are short strings
+        self.run = wandb.init(project=project, name=name, config={**config, **(tags or {})}, group=group, tags=labels, mode=mode,
+                              reinit="create_new", **kwargs)
 
     def log_point(self, point: dict) -> None:
         self.run.log(scalars("train", point, ("loss", "accuracy")), step=point["step"])
 
-    def log_eval(self, rows: list[dict]) -> None:
-        if not rows:
-            return
-        columns = ["variant", "length", *EVAL_KEYS]
-        table = self.wandb.Table(columns=columns, data=[[r.get("variant") or "", r["length"], *(r.get(k) for k in EVAL_KEYS)] for r in rows])
-        self.run.log({"eval/table": table})
-        for row in rows:
-            for key, value in scalars(eval_label(row), row, EVAL_KEYS).items():
-                self.run.summary[f"{key}@{row['length']}"] = value
+    def log_eval(self, rows: list[dict], score: float | None = None) -> None:
+        if rows:
+            columns = ["variant", "length", *EVAL_KEYS]
+            table = self.wandb.Table(columns=columns, data=[[r.get("variant") or "", r["length"], *(r.get(k) for k in EVAL_KEYS)] for r in rows])
+            self.run.log({"eval/table": table})
+        for key, value in eval_metrics(rows, score).items():
+            self.run.summary[key] = value
 
-    def close(self) -> None:
-        self.run.finish()
+    def close(self, status: str = "done") -> None:
+        self.run.summary["status"] = status
+        self.run.finish(exit_code=0 if status == "done" else 1)
 
 
 class MLflowLogger(Logger):
-    """An MLflow run in experiment `experiment` at `tracking_uri`: the run's settings as params,
-    train/* per step, eval/* with the length as step (MLflow metric keys allow '/')."""
+    """An MLflow run in experiment `experiment` at `tracking_uri`: the run's settings as flattened
+    params (`train.steps`), `tags`, train/* per step, one metric per evaluation length
+    (`eval/scaled_accuracy/256`) and `selection/score`; it ends FINISHED when the run is done,
+    KILLED when interrupted, FAILED otherwise (diverged or failed, tag `statetrack.status`)."""
 
-    def __init__(self, tracking_uri: str, experiment: str, name: str, params: dict):
+    TERMINAL = {"done": "FINISHED", "killed": "KILLED"}  # anything else: FAILED
+
+    def __init__(self, tracking_uri: str, experiment: str, name: str, params: dict, tags: dict | None = None):
         try:
             import mlflow
             from mlflow.entities import Param
@@ -132,8 +179,11 @@ class MLflowLogger(Logger):
         self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
-        self.run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
-        self.client.log_batch(self.run_id, params=[Param(key, str(value)[:6000]) for key, value in params.items()])
+        run_tags = {f"statetrack.{key}": str(value) for key, value in (tags or {}).items()}
+        if (tags or {}).get("git_rev", "unknown") != "unknown":
+            run_tags["mlflow.source.git.commit"] = str(tags["git_rev"]).removesuffix("+dirty")
+        self.run_id = self.client.create_run(experiment_id, run_name=name, tags=run_tags).info.run_id
+        self.client.log_batch(self.run_id, params=[Param(key, value[:6000]) for key, value in flatten(params).items()])
 
     def _log(self, values: dict[str, float], step: int) -> None:
         """One request per point, not one per metric."""
@@ -145,12 +195,14 @@ class MLflowLogger(Logger):
     def log_point(self, point: dict) -> None:
         self._log(scalars("train", point, ("loss", "accuracy")), point["step"])
 
-    def log_eval(self, rows: list[dict]) -> None:
-        for row in rows:
-            self._log(scalars(eval_label(row), row, EVAL_KEYS), row["length"])
+    def log_eval(self, rows: list[dict], score: float | None = None) -> None:
+        values = eval_metrics(rows, score)
+        if values:
+            self._log(values, 0)
 
-    def close(self) -> None:
-        self.client.set_terminated(self.run_id)
+    def close(self, status: str = "done") -> None:
+        self.client.set_tag(self.run_id, "statetrack.status", status)
+        self.client.set_terminated(self.run_id, status=self.TERMINAL.get(status, "FAILED"))
 
 
 class ProgressLogger(Logger):
@@ -168,12 +220,14 @@ class ProgressLogger(Logger):
 
 
 def check_log_to(log_to: dict) -> None:
-    """Fail now, before anything trains, when a logger's package is missing or its setting is bad."""
-    unknown = sorted(set(log_to) - set(KINDS))
+    """Fail now, before anything trains, when a logger's package is missing, its setting is bad or
+    the MLflow tracking store does not answer (`check_mlflow`)."""
+    kinds = {k: v for k, v in log_to.items() if k != "context"}
+    unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         raise StatetrackError(f"unknown logger {unknown[0]!r}; expected one of {', '.join(KINDS)}")
     packages = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}
-    for kind, value in log_to.items():
+    for kind, value in kinds.items():
         if not value or not str(value).strip():
             raise StatetrackError(f"--{kind} needs a value (a folder, a project or a tracking URI), got {value!r}")
         module, extra = packages[kind]
@@ -181,39 +235,118 @@ def check_log_to(log_to: dict) -> None:
             __import__(module)
         except ImportError:
             raise StatetrackError(f"--{kind} needs the {extra} package: pip install 'statetrack[{extra}]'") from None
+    if kinds.get("mlflow"):
+        check_mlflow(str(kinds["mlflow"]))
 
 
-def run_loggers(run, log_to: dict) -> list[Logger]:
-    """The loggers `log_to` asks for, for one run: TensorBoard events in DIR/EXPERIMENT/<run label>,
-    a W&B run in the project, an MLflow run in the experiment's name at the tracking URI."""
+@contextlib.contextmanager
+def _patient(seconds: float):
+    """MLflow's HTTP client for the next `seconds`: one try, `seconds` long (its default retries
+    with back-off for minutes)."""
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ.update({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(max(1, seconds)))})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def check_mlflow(uri: str, seconds: float = CHECK_SECONDS) -> None:
+    """Reach the MLflow tracking store at `uri` within about `seconds`, or raise a one-line error
+    saying what to do: a tracking server (http, https) must answer its /health page; any store must
+    list its experiments. A local store is `sqlite:///PATH` (the `mlflow` extra installs what it
+    needs); MLflow 3 refuses a `file:` store unless MLFLOW_ALLOW_FILE_STORE=true."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    scheme = urllib.parse.urlparse(uri).scheme
+    if scheme in ("http", "https"):
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=seconds).close()
+        except urllib.error.HTTPError as error:
+            if error.code in (401, 403):
+                raise StatetrackError(f"--mlflow {uri}: the tracking server refused us (HTTP {error.code}); set "
+                                      "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN") from None
+            # any other answer means a server is there: the experiment listing below decides
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            raise StatetrackError(f"--mlflow {uri}: no tracking server answered within {seconds:g} s ({reason})") from None
+    import mlflow
+
+    try:
+        with _patient(seconds), warnings_quiet():
+            mlflow.tracking.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+    except Exception as error:  # MLflow's own errors, a missing driver, an unreadable folder
+        text = " ".join(str(error).split())
+        if "sqlalchemy" in text.lower() or "alembic" in text.lower():
+            raise StatetrackError(f"--mlflow {uri}: a sqlite: store needs SQLAlchemy and Alembic: pip install 'statetrack[mlflow]'") from None
+        if "filesystem tracking backend" in text.lower():
+            raise StatetrackError(f"--mlflow {uri}: MLflow {mlflow.__version__} refuses a folder (file:) store; use a local database, "
+                                  "--mlflow sqlite:///PATH/mlflow.db, or set MLFLOW_ALLOW_FILE_STORE=true") from None
+        raise StatetrackError(f"--mlflow {uri}: the tracking store did not answer: {text[:300]}") from None
+
+
+@contextlib.contextmanager
+def warnings_quiet():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def run_loggers(run, log_to: dict, tags: dict | None = None) -> list[Logger]:
+    """The loggers `log_to` asks for, for one run: an MLflow run in the experiment's name at the
+    tracking URI, a W&B run in the project, TensorBoard events in DIR/EXPERIMENT/<run label>.
+    `tags`: what identifies the run beyond its settings (default: the experiment, statetrack's
+    version, `log_to['context']['git_rev']` and this host). MLflow comes first: a tracker that
+    fails to open a run leaves no empty run in the others."""
+    from statetrack import __version__
+
+    context = log_to.get("context") or {}
+    tags = tags or {"experiment": run.experiment, "version": __version__, "git_rev": context.get("git_rev", "unknown"),
+                    "host": socket.gethostname()}
     loggers: list[Logger] = []
     try:
-        if log_to.get("tensorboard"):
-            loggers.append(TensorBoardLogger(tensorboard_dir(log_to["tensorboard"], run)))
         settings = {"experiment": run.experiment, "run_id": run.id, "model": run.model, "task": run.task, "lr": run.lr,
                     "seed": run.seed, "train": run.train}
-        if log_to.get("wandb"):
-            loggers.append(WandbLogger(log_to["wandb"], run_label(run), settings))  # WANDB_MODE, WANDB_DIR as wandb reads them
         if log_to.get("mlflow"):
-            loggers.append(MLflowLogger(log_to["mlflow"], run.experiment, run_label(run), settings))
+            loggers.append(MLflowLogger(log_to["mlflow"], run.experiment, run_label(run), settings, tags))
+        if log_to.get("wandb"):  # WANDB_MODE and WANDB_DIR read now, for each run (wandb reads them once per process)
+            loggers.append(WandbLogger(log_to["wandb"], run_label(run), settings, group=run.experiment, tags=tags,
+                                       folder=os.environ.get("WANDB_DIR") or None, mode=os.environ.get("WANDB_MODE") or None))
+        if log_to.get("tensorboard"):
+            loggers.append(TensorBoardLogger(tensorboard_dir(log_to["tensorboard"], run)))
     except BaseException:
         for logger in loggers:
-            logger.close()
+            logger.close("failed")
         raise
     return loggers
 
 
-def replay(loggers: list[Logger], curve: list[dict], evals: list[dict]) -> None:
+def selection_score(evals: list[dict], log_to: dict) -> float | None:
+    """The run's score under the selection rule in `log_to['context']` (the default rule without one)."""
+    from statetrack.scoring import evals_score
+
+    return evals_score(evals, (log_to.get("context") or {}).get("selection"))
+
+
+def replay(loggers: list[Logger], curve: list[dict], evals: list[dict], score: float | None = None, status: str = "done") -> None:
     """A finished run's curve and evaluation, as it would have been logged live; closes the loggers."""
     try:
         for point in curve:
             for logger in loggers:
                 logger.log_point(point)
         for logger in loggers:
-            logger.log_eval(evals)
+            logger.log_eval(evals, score)
     finally:
         for logger in loggers:
-            logger.close()
+            logger.close(status)
 
 
 # ---- finished runs ---------------------------------------------------------------------------------
@@ -236,16 +369,31 @@ def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, st
     project `target`) or mlflow (runs at the tracking URI `target`). Returns (runs, where)."""
     import csv
 
+    from statetrack import __version__
+
     if kind not in EXPORTS:
         raise StatetrackError(f"unknown export {kind!r}; expected one of {', '.join(EXPORTS)}")
     rows = [r for r in store.runs(experiment) if r["status"] == "done"]
     if not rows:
         raise StatetrackError(f"experiment {experiment!r} has no finished runs in {store.path} to export")
     if kind != "csv":
-        check_log_to({kind: target})
+        from statetrack.scoring import selection_of
+
+        plan = store.plan(experiment)
+        log_to = {kind: target, "context": {"selection": selection_of(plan["spec"]) if plan else None}}
+        check_log_to(log_to)
         for row in rows:
             run = stored_run(row)
-            replay(run_loggers(run, {kind: target}), store.curves(run.id), store.evals(run.id))
+            tags = {"experiment": run.experiment, "version": __version__, "git_rev": row.get("git_rev") or "unknown",
+                    "host": row.get("host") or "unknown"}
+            status = "diverged" if row.get("diverged_at") is not None else "done"
+            evals = store.evals(run.id)
+            try:
+                replay(run_loggers(run, log_to, tags), store.curves(run.id), evals, selection_score(evals, log_to), status)
+            except StatetrackError:
+                raise
+            except Exception as error:  # a tracker's own error, in one line
+                raise StatetrackError(f"export {kind} to {target}: {type(error).__name__}: {' '.join(str(error).split())[:300]}") from None
         return len(rows), target
     folder = Path(target)
     folder.mkdir(parents=True, exist_ok=True)

@@ -68,6 +68,19 @@ def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
     return (mean_scaled,)
 
 
+def evals_score(evals: list[dict], selection: dict | None = None) -> float | None:
+    """One run's score under `selection` from its evaluation rows as the store keeps them (the
+    training task's, variant ''): the criterion value `summarize` ranks its runs by (mean scaled
+    accuracy, or the extrapolation length). None without rows, or when the rule's metric was not measured."""
+    selection = {**SELECTION_DEFAULTS, **(selection or {})}
+    rows = [r for r in evals if not r.get("variant")]
+    key = "sequence_accuracy" if selection["metric"] == "sequence_accuracy" else "accuracy"
+    if not rows or any(r.get(key) is None for r in rows):
+        return None
+    score = run_score({r["length"]: r["scaled_accuracy"] for r in rows}, {r["length"]: r[key] for r in rows}, selection)
+    return float(score[0])
+
+
 def _mean_score(scores: list[tuple]) -> tuple:
     return tuple(statistics.mean(parts) for parts in zip(*scores))
 

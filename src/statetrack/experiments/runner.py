@@ -36,6 +36,7 @@ from statetrack.experiments.worker import checkpoint_path
 from statetrack.loggers import check_log_to, tensorboard_dir
 from statetrack.paths import check_writable
 from statetrack.plugins import load_imports
+from statetrack.scoring import selection_of
 from statetrack.sizing import pass_flops
 from statetrack.store import LEASE_SECONDS, Store
 from statetrack.train import TrainConfig
@@ -148,6 +149,12 @@ def describe(run: RunSpec) -> str:
     return f"{run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}"
 
 
+def first_line(error: str, width: int = 300) -> str:
+    """A run's stored error (message, then traceback) as one console line."""
+    line = next((part.strip() for part in str(error).splitlines() if part.strip()), "unknown error")
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def short(run: RunSpec) -> str:
     """A run in the progress bar's one line: its model and seed."""
     return f"{run.model_name} s{run.seed}"
@@ -220,6 +227,8 @@ def run_experiment(
     results_dir = Path(results_dir)
     store = Store(store_path or results_dir / "statetrack.db")
     git_rev = git_revision()
+    if log_to:  # what the trackers tag each run with and score it by
+        log_to["context"] = {"git_rev": git_rev, "selection": selection_of(spec)}
     status = {r.id: store.status(r.id) for r in runs}
     finished = {"done"} if retry_failed else {"done", "failed"}
     # the longest runs first, so that the workers finish together instead of one waiting on a late long run
@@ -271,7 +280,7 @@ def run_experiment(
                     outcome_status = record(store, run, outcome)
                     heartbeat.release(run.id)
                     if outcome_status == "failed":
-                        say(f"  failed: {describe(run)} (the error is in the store and the report)")
+                        say(f"  failed: {describe(run)} (run {run.id}): {first_line(outcome['error'])}")
                     elif outcome_status == "diverged":
                         say(f"  diverged: {describe(run)} at step {outcome['diverged_at']} (scored as chance)")
                     elif not pool.in_process:

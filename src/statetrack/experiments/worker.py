@@ -27,7 +27,7 @@ from statetrack import zoo
 from statetrack.allocator import keep_freed_memory
 from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.spec import RunSpec
-from statetrack.loggers import ProgressLogger, run_loggers
+from statetrack.loggers import ProgressLogger, run_loggers, selection_score
 from statetrack.paths import under
 from statetrack.plugins import load_imports
 from statetrack.tasks import make_task
@@ -143,7 +143,7 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
     it trained with (a run is bit-identical at a fixed thread count only).
     """
     threads = torch.get_num_threads()
-    loggers = []
+    loggers, ended = [], "failed"  # how the run ended, as the trackers are told
     try:
         torch.manual_seed(run.seed)  # parameter initialisation
         task = make_task(**run.task)
@@ -157,7 +157,11 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
         try:
             trainer.fit()
         except Diverged as diverged:
-            return {"status": "diverged", "diverged_at": diverged.step, "message": str(diverged), "evals": chance_evals(run, task),
+            evals = chance_evals(run, task)
+            for logger in loggers:
+                logger.log_eval(evals, selection_score(evals, log_to or {}))
+            ended = "diverged"
+            return {"status": "diverged", "diverged_at": diverged.step, "message": str(diverged), "evals": evals,
                     "curve": trainer.curve, "steps": trainer.step, "num_parameters": model.num_parameters(),
                     "train_seconds": trainer.seconds, "eval_seconds": 0.0, "host": socket.gethostname(), "threads": threads}
         start = time.perf_counter()
@@ -173,14 +177,19 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
             )
             evals += [{**row, "variant": variant} for row in rows]
         for logger in loggers:
-            logger.log_eval(evals)
+            logger.log_eval(evals, selection_score(evals, log_to or {}))
+        ended = "done"
         return {"status": "done", "evals": evals, "curve": trainer.curve, "steps": trainer.step,
                 "num_parameters": model.num_parameters(), "train_seconds": trainer.seconds,
                 "eval_seconds": time.perf_counter() - start, "host": socket.gethostname(), "threads": threads}
     except KeyboardInterrupt:
+        ended = "killed"
         raise
     except Exception as error:  # recorded, and the grid goes on
         return failed_outcome(f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=5)}", socket.gethostname())
     finally:
         for logger in loggers:
-            logger.close()
+            try:
+                logger.close(ended)
+            except Exception as error:  # a tracker that cannot close its run costs the tracker, never the stored result
+                print(f"warning: {type(logger).__name__} could not end run {run.id}: {' '.join(str(error).split())[:200]}", file=sys.stderr)
