@@ -214,3 +214,22 @@ def test_a_model_entry_may_give_its_own_learning_rates(tmp_path):
     path.write_text(path.read_text().replace("lrs: [1.0e-2, 3.0e-3]", "lrs: [-1]"))
     with pytest.raises(StatetrackError, match=r"models\[0\]\.lrs\[0\] must be"):
         load_spec(str(path))
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tiny_spec, tmp_path, capsys):
+    from cli_helpers import run_cli
+
+    spec = str(tiny_spec(steps=10))
+    runs = expand(load_spec(spec))
+    code, out, err = run_cli(capsys, "run", spec, "--dry-run", "--results-dir", str(tmp_path / "r"), "train.steps=12")
+    assert code == 0, err
+    assert not (tmp_path / "r").exists()
+    assert "name: tiny_train.steps-12" in out and "steps: 12" in out and "4 planned runs, 4 to train" in out
+    planned = expand(load_spec(spec, overrides=["train.steps=12"]))
+    assert all(f"{r.id}  {r.model_name}" in out and out.count(r.id) == 1 for r in planned)
+    assert not {r.id for r in runs} & {r.id for r in planned}  # the override is part of every run's id
+    run_experiment(spec, results_dir=tmp_path / "r", progress=False, workers=1, log=lambda *a: None)
+    code, out, _ = run_cli(capsys, "run", spec, "--dry-run", "--results-dir", str(tmp_path / "r"))
+    assert code == 0 and "4 planned runs, 0 to train" in out and out.count("  done") == 4
+    code, _, err = run_cli(capsys, "run", spec, "--dry-run", "models=[{name: nope}]")
+    assert code == 2 and "nope" in err

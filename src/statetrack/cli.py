@@ -66,6 +66,8 @@ def cmd_run(args) -> int:
     from statetrack.report import index_verdicts, table_rows, text_table, write_report
     from statetrack.scoring import describe_selection, experiment_summary
 
+    if args.dry_run:
+        return dry_run(args)
     spec, runs = run_experiment(
         args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
         progress=not args.no_progress, workers=args.workers, backend=args.backend, address=args.address,
@@ -89,6 +91,41 @@ def cmd_run(args) -> int:
     # status 1 for errors only: a run that diverged is done (the outcome of its setting, scored as chance)
     failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed" and r["id"] in ids]
     return 1 if failed else 0
+
+
+def dry_run(args) -> int:
+    """`run --dry-run`: the resolved spec and every planned run with its training cost and its status
+    in the store (when there is one), and nothing trained or written."""
+    import yaml
+
+    from statetrack.experiments.backends import check_backend
+    from statetrack.experiments.runner import plan_entry, plan_experiment, training_cost
+    from statetrack.report import text_table
+
+    check_backend(args.backend, args.workers, args.address, args.device, args.gpus_per_run, args.lease)
+    spec, runs, _ = plan_experiment(args.experiment, args.scale, args.overrides, args.name, _imports(args))
+    path = Path(args.store or Path(args.results_dir) / "statetrack.db")
+    status = {}
+    if path.is_file():
+        status = {r["id"]: r["status"] for r in _store(args, read_only=True).runs(spec["name"])}
+    print(f"# experiment {spec['name']} at the {args.scale} scale, resolved (overrides applied, defaults filled in)")
+    first = {key: spec[key] for key in ("name", "scale") if key in spec}
+    print(yaml.safe_dump({**first, **spec}, sort_keys=False, width=120).rstrip())
+    header = ["run", "model", "task", "lr", "seed", "steps", "train lengths", "eval lengths", "GFLOP", "status"]
+    body, costs = [], [training_cost(run) for run in runs]
+    for run, cost in zip(runs, costs):
+        entry = plan_entry(run)
+        lengths = entry["lengths"]
+        shown = ", ".join(map(str, lengths)) if len(lengths) <= 6 else f"{lengths[0]}..{lengths[-1]} ({len(lengths)})"
+        body.append([run.id, run.model_name, run.task_name, f"{run.lr:g}", str(run.seed), str(entry["steps"]),
+                     f"{run.train.get('min_length', 1)}..{entry['train_length']}", shown, f"{cost / 1e9:,.0f}",
+                     status.get(run.id, "to run")])
+    todo = [c for run, c in zip(runs, costs) if status.get(run.id) != "done"]
+    print(f"\n# {len(runs)} planned runs, {len(todo)} to train; training arithmetic (forward + backward, every step's batch): "
+          f"{sum(todo) / 1e12:,.1f} TFLOP to train, {sum(costs) / 1e12:,.1f} TFLOP in all")
+    print(text_table(header, body))
+    print("\n(dry run: nothing trained, nothing written)")
+    return 0
 
 
 def cmd_reproduce(args) -> int:
@@ -575,7 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default=None, metavar="NAME",
                    help="the experiment's name in the store and the results folder (default: the spec's; with overrides, "
                         "the spec's and the overrides', e.g. demo_seeds-0_train.steps-200)")
-    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="override spec entries, e.g. train.steps=200 seeds=[0]")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the resolved spec and the planned runs with their training cost and status; train and write nothing")
+    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="override spec entries, e.g. train.steps=200 'seeds=[0]'")
     p.set_defaults(func=cmd_run)
 
     p = with_store(command("reproduce", help="run every shipped experiment (or those named) into one store, then write the book"))

@@ -172,6 +172,15 @@ def record(store: Store, run: RunSpec, outcome: dict) -> str:
     return outcome["status"]
 
 
+def plan_experiment(name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None,
+                    imports: list[str] = ()) -> tuple[dict, list[RunSpec], list[str]]:
+    """What `run_experiment` would train, checked and resolved, with nothing written: (the resolved
+    spec, its runs, the user's modules imported). `statetrack run --dry-run` prints it."""
+    imports = load_imports(imports, origin="--import")  # before the spec names what they register
+    spec = load_spec(name_or_path, scale, overrides, name)
+    return spec, expand(spec), imports
+
+
 def run_experiment(
     name_or_path: str,
     scale: str = "quick",
@@ -215,9 +224,7 @@ def run_experiment(
     check_log_to(log_to)  # fail now, not after the first run
     if tensorboard:
         check_writable(tensorboard, "--tensorboard folder")
-    imports = load_imports(imports, origin="--import")  # before the spec names what they register
-    spec = load_spec(name_or_path, scale, overrides, name)
-    runs = expand(spec)
+    spec, runs, imports = plan_experiment(name_or_path, scale, overrides, name, imports)
     device = experiment_device(spec["name"], runs, device, backend)
     for run in runs:  # every folder a run writes resolves inside its root (a link planted at one is refused now)
         checkpoint_path(results_dir, run.experiment, run.id)
