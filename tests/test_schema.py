@@ -49,12 +49,31 @@ def test_the_json_schema_refuses_what_the_library_refuses(spec_schema, change, w
     assert errors and all(e.absolute_path and e.absolute_path[0] == where for e in errors), errors
 
 
+def _keyed(spec_schema, kind):
+    """{name: its parameters' schemas} of the ModelEntry or TaskEntry definition (keyed by name)."""
+    return {e["then"]["properties"]["name"]["const"]: e["then"]["properties"] for e in spec_schema["$defs"][kind]["else"]["allOf"]}
+
+
 def test_the_json_schema_names_every_models_and_tasks_parameters(spec_schema):
-    entries = {e["properties"]["name"]["const"]: e["properties"] for e in spec_schema["$defs"]["ModelEntry"]["anyOf"][1:]}
+    entries = _keyed(spec_schema, "ModelEntry")
     assert entries["deltanet"]["eig_range"] == {"enum": ["[0,1]", "[-1,1]"], "default": "[0,1]"}
     assert entries["bilinear"]["mlp"]["type"] == "boolean" and "d_model" in entries["mamba"]
-    tasks = {e["properties"]["name"]["const"]: e["properties"] for e in spec_schema["$defs"]["TaskEntry"]["anyOf"][1:]}
+    tasks = _keyed(spec_schema, "TaskEntry")
     assert tasks["modadd"]["m"] == {"type": "integer", "default": 20} and "train" in tasks["modadd"]
+
+
+@pytest.mark.parametrize("change, where, message", [
+    ({"models": [{"name": "deltanet", "eig_rnge": "[-1,1]"}]}, ["models", 0], "('eig_rnge' was unexpected)"),
+    ({"models": [{"name": "deltanett"}]}, ["models", 0, "name"], "'deltanett' is not one of ['bedouin'"),
+    ({"models": ["deltanett"]}, ["models", 0], "'deltanett' is not one of ['bedouin'"),
+    ({"models": [{"name": "deltanet", "eig_range": "[-2,1]"}]}, ["models", 0, "eig_range"], "is not one of ['[0,1]', '[-1,1]']"),
+    ({"task": {"name": "modadd", "bogus": 1}}, ["task"], "('bogus' was unexpected)"),
+])
+def test_the_json_schemas_best_error_names_the_entrys_own_mistake(spec_schema, change, where, message):
+    """An entry is checked against the parameters of the model or task it names: a typo is reported
+    as an unknown parameter of that entry, not as a mismatch with every other model."""
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(spec_schema).iter_errors({**BASE, **change}))
+    assert list(error.absolute_path) == where and message in error.message, error.message
 
 
 @pytest.mark.parametrize("change, message", [

@@ -154,8 +154,8 @@ def test_report_shows_sequence_accuracy_and_iteration_plots(tmp_path, monkeypatc
     section = md.split("## Sequence accuracy")[1].split("\n## ")[0]
     # one task and one selected lr: named once in the note, not in a column
     assert "| model | 8 | 64 |" in section and "| :--- | ---: | ---: |" in section and "task word_problem(group=A5); lr 0.01" in section
-    # mean ± std over the seeds at the selected lr (0.01, not 0.1); the LSTM measured none
-    assert "| FP-RNN | 1.000 ± 0.000 | 0.500 ± 0.100 |" in section
+    # mean ± sample std over the seeds at the selected lr (0.01, not 0.1; 0.4 and 0.6: std 0.141); the LSTM measured none
+    assert "| FP-RNN | 1.000 ± 0.000 | 0.500 ± 0.141 |" in section
     assert "| LSTM | - | - |" in section
     page = (out / "report.html").read_text()
     assert "<h2>Sequence accuracy</h2>" in page and '<td class="text">FP-RNN</td>' in page
@@ -185,7 +185,7 @@ def test_results_text_adds_the_sequence_table(tmp_path, capsys):
     _fixed_point_experiment(store)
     assert main(["results", "fp", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "sequence accuracy" in out and "0.500 ± 0.100" in out
+    assert "sequence accuracy" in out and "0.500 ± 0.141" in out
     store = Store(tmp_path / "other.db")
     _add_run(store, "a", "LSTM", "A5", 0.01, 0, [_eval(8, 0.8, 0.8)])
     assert main(["results", "fp", "--store", str(tmp_path / "other.db")]) == 0

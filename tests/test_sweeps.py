@@ -1,6 +1,7 @@
 """Sweeps: selection rules, the local and Ray backends agree run for run, plans and missing runs,
 the index page, TensorBoard events, and the clear errors for missing optional packages."""
 
+import socket
 import sqlite3
 import sys
 import textwrap
@@ -125,7 +126,7 @@ def grids(tmp_path_factory, ray_instance):
     run_experiment(str(spec), results_dir=root / "local", workers=2, backend="local", progress=False, log=logs["local"].append)
     _, runs = run_experiment(str(spec), results_dir=root / "ray", backend="ray", tensorboard=root / "tb", progress=False,
                              log=logs["ray"].append)
-    return {"root": root, "spec": spec, "runs": runs, "logs": logs,
+    return {"root": root, "spec": spec, "runs": runs, "logs": logs, "ray_instance": ray_instance,
             "local": Store(root / "local" / "statetrack.db"), "ray": Store(root / "ray" / "statetrack.db")}
 
 
@@ -148,6 +149,9 @@ def test_local_and_ray_stores_hold_the_same_runs_and_figures(grids):
     assert local[2] == ray[2] and len(local[2]) == 8 * 3  # curves at steps 5, 10, 15
     with sqlite3.connect(grids["ray"].path) as c:
         assert c.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    # a Ray run's row names the node that trained it: its host name and the node's address
+    node = grids["ray_instance"].util.get_node_ip_address()
+    assert {r["host"] for r in grids["ray"].runs("grid")} == {f"{socket.gethostname()} ({node})"}
 
 
 def test_tensorboard_events_match_the_store(grids):

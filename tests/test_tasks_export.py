@@ -23,6 +23,20 @@ def test_word_problem_csv_round_trip(tmp_path):
     inputs, targets = import_word_problem_csv(tmp_path / "A4xZ5=5.csv")
     assert inputs.shape == targets.shape == (20, 5)
     torch.testing.assert_close(get_group("A4xZ5").prefix_products(inputs), targets)
+    # the meta file decodes the export without statetrack: elements, and the Cayley table that gives every target
+    meta = json.loads((tmp_path / "word_problem.meta.json").read_text())
+    assert meta["files"] == {"3": "A4xZ5=3.csv", "5": "A4xZ5=5.csv"} and meta["group"]["order"] == 60
+    table, rows = meta["group"]["table"], [[list(map(int, r[1].split())), list(map(int, r[2].split()))] for r in rows[1:]]
+    for word, prefix in rows:
+        product = word[0]
+        assert prefix[0] == product
+        for element, expected in zip(word[1:], prefix[1:]):
+            product = table[product][element]
+            assert product == expected
+    s3 = json.loads(export_task(make_task("word_problem", group="S3"), [2], 2, str(tmp_path / "s3"))[0].read_text())["group"]
+    assert s3["elements"] == [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]
+    a, b = 1, 3  # (0 2 1) then (1 2 0): i -> b[a[i]]
+    assert s3["elements"][s3["table"][a][b]] == [s3["elements"][b][s3["elements"][a][i]] for i in range(3)]
     # deterministic: the same call writes the same file
     again = export_task(task, [5], 20, str(tmp_path / "again"), seed=4)
     assert again[1].read_text() == (tmp_path / "A4xZ5=5.csv").read_text()
@@ -42,7 +56,7 @@ def test_import_reads_merrill_style_files(tmp_path):
 def test_generic_csv_and_jsonl(tmp_path):
     task = make_task("repl", n=3, spacing=2)
     [meta, path] = export_task(task, [4], 5, str(tmp_path))
-    assert json.loads(meta.read_text())["vocab"] == task.vocab
+    assert path.name == "repl_len4.csv" and json.loads(meta.read_text())["vocab"] == task.vocab
     batch = import_task_csv(path)
     assert batch.inputs.shape[0] == 5 and batch.mask.sum() == 10
     reference = task.sample(5, 4, torch.Generator().manual_seed(4))

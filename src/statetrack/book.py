@@ -207,7 +207,8 @@ How to read it:
   gated: failing there is that claim.
 - ✓: the claim holds; ✗: it does not; "inconclusive": the fit gate left it undecided; "not
   measured": a run or a planned length it needs is missing; "not run at this scale": it names a
-  model, task or scale this scale does not run.
+  model, task or scale this scale does not run; "not in this run": it names a model or task that
+  the run's overrides left out.
 - A ✗ at the quick scale says what the small run shows, not that the paper is wrong."""
 
 

@@ -397,6 +397,9 @@ def cmd_report(args) -> int:
         raise StatetrackError(f"report takes an EXPERIMENT name or --all, not both (got {args.experiment!r} and --all)")
     if args.experiment is not None:
         check_name(args.experiment)
+    from statetrack.plots import check_formats
+
+    formats = check_formats(args.format)
     store = _store(args)
     names = store.experiments() if args.all else [args.experiment]
     papers = {}  # the spec's `paper:` as it is now (figures added since the runs show too); else the plan's
@@ -405,7 +408,7 @@ def cmd_report(args) -> int:
         scale = (store.plan(name) or {}).get("scale")
         papers[name] = spec_paper(name, scale)
         out = write_report(name, store, args.results_dir, _description(name), selection=spec_section(name, "selection", scale),
-                           paper=papers[name])
+                           paper=papers[name], formats=formats)
         print(out / "report.html")
     if args.all:
         print(write_index(store, args.results_dir, papers))
@@ -654,7 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--samples", type=_int(), required=True, metavar="N", help="examples per length")
     export.add_argument("--out", required=True, metavar="DIR",
                         help="folder to write into, created if missing: one file per length and NAME.meta.json "
-                             "(vocabulary, answer classes, parameters)")
+                             "(what decodes them: vocabulary, answer classes, parameters, files; a group's elements and Cayley table)")
     export.add_argument("--format", choices=["csv", "jsonl"], default="csv",
                         help="csv: columns input,target,mask (word problems: GROUP=L.csv with seed,input,target, "
                              "as Merrill et al. 2024); jsonl: one object per example (default: csv)")
@@ -698,6 +701,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_store(command("report", help="write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts"))
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
     p.add_argument("--all", action="store_true", help="every experiment in the store, and results/index.html linking them with their verdicts")
+    p.add_argument("--format", default="png", metavar="FORMATS",
+                   help="the plots' formats, comma-separated: png, svg, pdf (default: png; the HTML report embeds the PNG)")
     p.set_defaults(func=cmd_report)
 
     p = with_store(command("results", help="print an experiment's results"))

@@ -5,6 +5,8 @@ them in the page."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import math
 import re
@@ -21,11 +23,40 @@ from statetrack.paths import open_for_write  # noqa: E402
 from statetrack.store import Store  # noqa: E402
 
 
+FORMATS = ("png", "svg", "pdf")  # what a report's plots can be written as; PNG is always written (the HTML embeds it)
+_also: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("statetrack_plot_formats", default=())
+
+
+def check_formats(text: str) -> tuple[str, ...]:
+    """'png,svg,pdf' -> ('png', 'svg', 'pdf'); an unknown format names the ones there are."""
+    formats = tuple(dict.fromkeys(part.strip().lower() for part in str(text).split(",") if part.strip()))
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        from statetrack.errors import StatetrackError
+
+        raise StatetrackError(f"--format {text!r}: expected a comma-separated list of {', '.join(FORMATS)}")
+    return formats
+
+
+@contextlib.contextmanager
+def also_save(formats: tuple[str, ...]):
+    """Within it, every figure `save_figure` writes as PNG is written in `formats` too, beside it
+    (accuracy_vs_length.svg, .pdf): vector figures for a paper."""
+    token = _also.set(tuple(f for f in formats if f != "png"))
+    try:
+        yield
+    finally:
+        _also.reset(token)
+
+
 def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
-    """Save `fig` to `path` in the format its suffix names, through `paths.open_for_write` (no link
-    or FIFO at the name is written through)."""
+    """Save `fig` to `path` in the format its suffix names (and in the formats of an enclosing
+    `also_save`), through `paths.open_for_write` (no link or FIFO at the name is written through)."""
     with open_for_write(path, binary=True) as f:
         fig.savefig(f, format=Path(path).suffix[1:] or "png", dpi=dpi)
+    for extra in _also.get():
+        with open_for_write(Path(path).with_suffix(f".{extra}"), binary=True) as f:
+            fig.savefig(f, format=extra, dpi=dpi)
 
 
 def model_label(model: str, dataset_size: int | None = None) -> str:
@@ -81,44 +112,68 @@ def _shared_legend(fig, axes) -> None:
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
-    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(3, max(1, len(seen))), fontsize=8, frameon=False)
+    columns = max(1, min(3, len(seen), int(fig.get_size_inches()[0] // 2.7)))  # about 2.7 inches per column of labels
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=columns, fontsize=8, frameon=False)
+
+
+FIT = 0.9  # the level a seed's legend count is taken at: "k/N seeds >= 0.9 at every length"
+
+
+def dodge(xs: list, index: int, count: int) -> list[float]:
+    """`xs` moved a little along a log axis for the index-th of `count` models, so that lines and
+    markers of different models at the same value stay visible side by side (at most +-15% in all)."""
+    step = min(0.07, 0.3 / max(count, 1))
+    factor = 1 + step * (index - (count - 1) / 2)
+    return [x * factor for x in xs]
+
+
+def seeds_reaching(entry: dict, level: float = FIT) -> int:
+    """How many of the entry's seeds score at least `level` at every length they were evaluated at."""
+    return sum(1 for r in entry["per_seed"].values() if r["scaled"] and min(r["scaled"].values()) >= level)
 
 
 def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | None = None) -> Path:
     """Per task, over the evaluated lengths: each model's headline (the aggregate the tables report,
-    bold with markers), each seed as a thin line of the model's colour, and the mean ± std over seeds
-    as a band, all three in the legend; the chance level and the training lengths (`training`: {run
-    task: (shortest, longest)}) marked at the axis's edge."""
+    bold), every seed as a thin line with markers in the model's colour, and the range over the seeds
+    (lowest to highest) as a band. Each model's lines sit a little apart along the length axis
+    (`dodge`), so a seed that lies on another model's line stays visible, and the legend says how many
+    of a model's seeds score at least 0.9 at every length ("2/3 seeds >= 0.9"). The chance level and
+    the training lengths (`training`: {run task: (shortest, longest)}) are marked."""
 
     tasks = sorted({e["task"] for e in summary})
     models = list(dict.fromkeys(entry_label(e) for e in summary))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 4) / 3), squeeze=False,
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6 + 0.22 * (len(models) + 4) / 3), squeeze=False,
                              layout="constrained")
-    several = any(len(e["seeds"]) > 1 for e in summary)
+    several = any(len(e["per_seed"]) > 1 for e in summary)
     for ax, task in zip(axes[0], tasks):
         entries = [e for e in summary if e["task"] == task]
-        for e in entries:
+        for k, e in enumerate(entries):
             xs = e["lengths"]
+            shifted = dodge(xs, k, len(entries))
             style = curve_style(models.index(entry_label(e)))
-            ax.plot(xs, [e["headline"][n] for n in xs], label=entry_label(e), zorder=3, **{**style, "lw": 2.2})
-            if len(e["per_seed"]) > 1:
-                for r in e["per_seed"].values():
-                    ax.plot(xs, [r["scaled"].get(n, float("nan")) for n in xs], color=style["color"], ls="-", lw=0.7, alpha=0.45, zorder=2)
-            if len(e["seeds"]) > 1:
-                lo = [e["mean"][n] - e["std"][n] for n in xs]
-                hi = [e["mean"][n] + e["std"][n] for n in xs]
-                ax.fill_between(xs, lo, hi, color=style["color"], alpha=0.12, lw=0)
+            seeds = len(e["per_seed"])
+            label = entry_label(e) + (f" ({seeds_reaching(e)}/{seeds} seeds \u2265 {FIT:g})" if seeds > 1 else "")
+            ax.plot(shifted, [e["headline"][n] for n in xs], label=label, zorder=3, **{**style, "lw": 2.2})
+            if seeds > 1:
+                per_seed = [[r["scaled"].get(n, float("nan")) for n in xs] for r in e["per_seed"].values()]
+                for values in per_seed:
+                    ax.plot(shifted, values, color=style["color"], ls="-", lw=0.8, alpha=0.75, zorder=4,
+                            marker=style["marker"], markersize=4.5, markeredgewidth=0)
+                lo = [min(v[i] for v in per_seed) for i in range(len(xs))]
+                hi = [max(v[i] for v in per_seed) for i in range(len(xs))]
+                ax.fill_between(shifted, lo, hi, color=style["color"], alpha=0.10, lw=0)
         lengths = sorted({n for e in entries for n in e["lengths"]})
         ax.set_xscale("log")
         if len(lengths) > 1:
-            pad = (lengths[-1] / lengths[0]) ** 0.04
+            pad = (lengths[-1] / lengths[0]) ** 0.06
             ax.set_xlim(lengths[0] / pad, lengths[-1] * pad)
         _mark_training(ax, (training or {}).get(entries[0].get("run_task", task)), lengths)
         headline = "mean over seeds" if entries[0]["selection"]["seeds"] == "mean" else "best seed"
         _score_axes(ax, lengths, "evaluation length", f"scaled accuracy (bold: {headline})", task)
     if several:  # how to read the thin lines and the bands, once
-        axes[0][-1].plot([], [], color="0.4", lw=0.7, alpha=0.6, label="one seed (thin)")
-        axes[0][-1].fill_between([], [], [], color="0.4", alpha=0.15, lw=0, label="mean ± std over seeds")
+        axes[0][-1].plot([], [], color="0.4", lw=0.8, marker="o", markersize=4.5, label="one seed (thin, filled markers)")
+        axes[0][-1].fill_between([], [], [], color="0.4", alpha=0.15, lw=0, label="range over seeds (lowest..highest)")
+    fig.suptitle("Scaled accuracy against evaluation length" + (", every seed shown" if several else ""))
     _shared_legend(fig, axes[0])
     save_figure(fig, path, dpi=120)
     plt.close(fig)
@@ -209,38 +264,50 @@ def chance_loss(runs: list[dict]) -> float | None:
 
 
 def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
-    """Training loss against step (log scale, plain tick labels): every run a thin line in its
-    model's colour and style (`curve_style`), one legend entry per model with its number of runs;
-    the loss of a uniform guess (ln C) dotted; dotted lines where curriculum stages begin."""
+    """Training loss against step (log scale, plain tick labels), one panel per model (small
+    multiples, shared axes): each of its runs a line coloured by seed, so that a seed stuck at the
+    uniform guess shows in its model's panel instead of hiding under another model's line; the loss
+    of a uniform guess (ln C) dotted; dotted lines where curriculum stages begin."""
     models = list(dict.fromkeys(run_label(r) for r in runs))
-    fig, ax = plt.subplots(figsize=(7, 4.2 + 0.2 * (len(models) + 3) / 3), layout="constrained")
+    columns = min(4, len(models))
+    rows = math.ceil(len(models) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 0.6, 2.8 * rows + 1.0), squeeze=False, sharex=True, sharey=True,
+                             layout="constrained")
+    flat = [ax for row in axes for ax in row]
+    seeds = sorted({r["seed"] for r in runs})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     low, high = math.inf, 0.0
-    counts = {m: sum(1 for r in runs if run_label(r) == m) for m in models}
-    labelled = set()
-    for run in runs:
-        curve = [c for c in store.curves(run["id"]) if c["loss"] > 0]
-        if curve:
-            model = run_label(run)
-            style = curve_style(models.index(model))
-            losses = [c["loss"] for c in curve]
-            low, high = min(low, *losses), max(high, *losses)
-            label = None if model in labelled else f"{model} ({counts[model]} run{'s' if counts[model] > 1 else ''})"
-            labelled.add(model)
-            ax.plot([c["step"] for c in curve], losses, color=style["color"], ls=style["ls"], lw=1.1, alpha=0.8, label=label)
     chance = chance_loss(runs)
+    starts = stage_starts(store, runs)
+    for ax, model in zip(flat, models):
+        mine = [r for r in runs if run_label(r) == model]
+        for run in mine:
+            curve = [c for c in store.curves(run["id"]) if c["loss"] > 0]
+            if curve:
+                losses = [c["loss"] for c in curve]
+                low, high = min(low, *losses), max(high, *losses)
+                ax.plot([c["step"] for c in curve], losses, color=colors[seeds.index(run["seed"]) % len(colors)], lw=1.1, alpha=0.85,
+                        label=f"seed {run['seed']}")
+        if chance:
+            ax.axhline(chance, color="0.35", ls=":", lw=1, label=f"uniform guess (ln C = {chance:.3g})")
+        for step, stage in starts:
+            ax.axvline(step, color="0.5", ls=":", lw=1)
+            ax.text(step, 1.0, f" stage {stage + 1}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="0.35")
+        ax.set_title(f"{model} ({len(mine)} run{'s' if len(mine) > 1 else ''})", fontsize=9)
+        ax.grid(axis="y", which="major", color="0.92", lw=0.6)
+    for ax in flat[len(models):]:
+        ax.set_visible(False)
     if chance and high > 0:
-        ax.axhline(chance, color="0.35", ls=":", lw=1, label=f"uniform guess (ln C = {chance:.3g})")
         low, high = min(low, chance), max(high, chance)
-    ax.set_yscale("log")
+    flat[0].set_yscale("log")
     if high > 0:
-        log_axis(ax.yaxis, low, high)
-    for step, stage in stage_starts(store, runs):
-        ax.axvline(step, color="0.5", ls=":", lw=1)
-        ax.text(step, 1.0, f" stage {stage + 1}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="0.35")
-    ax.set_xlabel("step")
-    ax.set_ylabel("training loss (log scale)")
-    ax.grid(axis="y", which="major", color="0.92", lw=0.6)
-    fig.legend(loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+        log_axis(flat[0].yaxis, low, high)
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
+    for row in axes:
+        row[0].set_ylabel("training loss (log scale)")
+    fig.suptitle("Training loss against step, one panel per model, a colour per seed")
+    _shared_legend(fig, flat[:len(models)])
     save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path

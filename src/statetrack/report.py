@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 from statetrack.paths import under, write_text
-from statetrack.plots import (METRIC_NAMES, answer_labels, entry_label, run_label, metrics_by_length, model_label,
+from statetrack.plots import (METRIC_NAMES, also_save, answer_labels, entry_label, run_label, metrics_by_length, model_label,
                               plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
                               plot_position_accuracy, plot_traces, position_series, train_ranges)
-from statetrack.scoring import (FAIL, INCONCLUSIVE, MEASURE_TEXT, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, data_efficiency,
+from statetrack.scoring import (FAIL, INCONCLUSIVE, MEASURE_TEXT, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, data_efficiency,
                                 describe_selection, experiment_summary, paper_figures, paper_of, planned_ids, planned_names,
                                 selection_of, still_learning, unfit_text, verdict_counts)
 from statetrack.store import Store
@@ -217,6 +217,9 @@ FIT_GATE_TEXT = ("the claim reaches beyond the training lengths, says a model su
                  "seeds of its model fit their longest training length (its figure there below the claim's fit threshold, "
                  "0.9 unless the spec sets another) to decide it; the seeds that did not fit are set aside, never counted "
                  "for or against")
+MEASURED_KEY = ("per model and task, how many seeds pass, then the mean over the seeds of each seed's own figure: its worst "
+                "length in the claim's range under >= and < (its lowest and its highest value), its mean over the range under > "
+                "(beside the rival's), the length it extrapolates to under 'extrapolates to'")
 QUICK_NOTE = ("The quick scale is a small CPU version of the paper's setting: a ✗ there says what the small run shows, "
               "not that the paper is wrong (the paper scale has the paper's sizes).")
 
@@ -325,7 +328,7 @@ def verdict_line(verdicts: list[dict]) -> str:
     if not verdicts:
         return ""
     return (f"{counts[PASS]}/{len(verdicts)} claims {PASS}" + (f", {counts[FAIL]} {FAIL}" if counts[FAIL] else "")
-            + "".join(f", {counts[v]} {v}" for v in (INCONCLUSIVE, NOT_MEASURED, NOT_RUN) if counts[v]))
+            + "".join(f", {counts[v]} {v}" for v in (INCONCLUSIVE, NOT_MEASURED, NOT_RUN, NOT_IN_RUN) if counts[v]))
 
 
 def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> tuple[list[tuple], list[dict]]:
@@ -347,14 +350,16 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
         body = [([r["task"] or "-"] if with_task else []) + [model_label(r["model"], r["dataset_size"]), _figure(r["paper"], paper["measure"]),
                 _figure(r["measured"], paper["measure"]) if r["run"] else "not run", _seed_range(r["seeds"], paper["measure"])]
                 for r in rows]
-        note = (f"Paper: {paper['source']}" + (f"; {paper['metric']}" if paper["metric"] else "") + f". Measured: {measured_text}{scale_text}.")
+        note = (f"Paper: {paper['source']}" + (f"; {paper['metric']}" if paper["metric"] else "") + f". Measured: {measured_text}{scale_text}"
+                "; seeds: the lowest and the highest seed's figure.")
         sections.append(("Paper vs measured", note, (header, body)))
     if verdicts:
         body = [[v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]] for v in verdicts]
         note = (f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, at every planned length of its "
                 f"range, and its seed rule decides; {PASS}: it holds; {FAIL}: it does not; {INCONCLUSIVE}: {FIT_GATE_TEXT}; "
-                f"{NOT_MEASURED}: a run or a planned length it needs is missing; {NOT_RUN}: it names a model, task or scale this "
-                "plan does not run."
+                f"{NOT_MEASURED}: a run or a planned length it needs is missing (not finished, or failed); {NOT_RUN}: it names a "
+                f"model, task or scale this scale of the spec does not run; {NOT_IN_RUN}: it names a model or task that this run's "
+                f"overrides left out. Measured: {MEASURED_KEY}."
                 + (f" {QUICK_NOTE}" if scale == "quick" else ""))
         sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
     return sections, verdicts
@@ -389,9 +394,35 @@ def alike_lines(summary: list[dict]) -> list[str]:
             for (task, _), names in groups.items() if len(names) > 1]
 
 
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+                 "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "≥": r"$\geq$", "≤": r"$\leq$",
+                 PASS: r"\checkmark{}", FAIL: r"$\times$", "…": r"\ldots{}", "—": "---", "–": "--", "×": r"$\times$"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(LATEX_SPECIAL.get(c, c) for c in str(text))
+
+
+def latex_table(header: list[str], body: list[list[str]], caption: str = "", left: int | None = None) -> str:
+    """A booktabs table (\\toprule, \\midrule, \\bottomrule; text columns left-aligned, figures
+    right-aligned) with its caption, ready for \\input in a paper that loads booktabs (and amssymb for
+    the check mark)."""
+    text = text_columns(header, body, left)
+    spec = "".join("l" if t else "r" for t in text)
+    row = lambda cells: " & ".join(latex_escape(c) for c in cells) + r" \\"  # noqa: E731
+    lines = [r"\begin{table}[t]", r"\centering", r"\small", f"\\begin{{tabular}}{{{spec}}}", r"\toprule", row(header), r"\midrule",
+             *[row(r) for r in body], r"\bottomrule", r"\end{tabular}"]
+    if caption:
+        lines.append(f"\\caption{{{latex_escape(caption)}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(experiment: str, store: Store, results_dir: str | Path = "results", description: str = "",
-                 selection: dict | None = None, paper: dict | None = None) -> Path:
-    """Write results/<experiment>/report.md, report.html and the PNG plots; returns the folder.
+                 selection: dict | None = None, paper: dict | None = None, formats: tuple[str, ...] = ("png",)) -> Path:
+    """Write results/<experiment>/report.md, report.html, the plots (PNG, and each further format of
+    `formats`: svg, pdf) and LaTeX tables (headline.tex, and paper_vs_measured.tex where the spec
+    gives the paper's figures); returns the folder.
 
     The report covers the runs of the experiment's latest plan (what the last `statetrack run`
     expanded) and lists those that are missing; the selection rule is the spec's unless given, and
@@ -405,6 +436,11 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     A run whose training loss became non-finite is done, scored as chance, and its status in the
     runs table reads "diverged at step N".
     """
+    with also_save(formats):
+        return _write_report(experiment, store, results_dir, description, selection, paper)
+
+
+def _write_report(experiment: str, store: Store, results_dir, description: str, selection: dict | None, paper: dict | None) -> Path:
     out = under(results_dir, experiment)
     out.mkdir(parents=True, exist_ok=True)
     plan = store.plan(experiment)
@@ -435,14 +471,16 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     mean_headline = bool(summary) and summary[0]["selection"]["seeds"] == "mean"
     tables = [("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))]
     if several_seeds and not mean_headline:  # the best seed is the headline, or a row of the per-seed table
-        tables.append(("Scaled accuracy, mean ± std over seeds", "", table_rows(summary, "mean")))
+        tables.append(("Scaled accuracy, mean ± std over seeds", "mean over the seeds at the selected lr ± their sample standard deviation",
+                       table_rows(summary, "mean")))
     if several_seeds:
-        tables.append(("Per seed at the selected lr", "* marks the best seed", seed_rows(summary)))
+        tables.append(("Per seed at the selected lr", "each seed's scaled accuracy at each length, at the selected lr; * marks the best seed",
+                       seed_rows(summary)))
     if any(len(e["lr_scores"]) > 1 for e in summary):
         tables.append(("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)))
     if any(e["sequence_differs"] for e in summary):
         tables.insert(3, ("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
-                          "mean ± std over seeds at the selected lr", sequence_rows(summary)))
+                          "mean ± sample std over seeds at the selected lr", sequence_rows(summary)))
     for title, table in metric_rows(metrics_by_length(store, summary, runs)):
         tables.insert(3, (title[0].upper() + title[1:] + " at each evaluation length",
                           "mean over seeds at the selected lr (max and min: over seeds and batches)", table))
@@ -450,7 +488,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         tables.insert(1, ("Extrapolation", extrapolation_caption(summary[0]["selection"]), extrapolation_rows(summary)))
     if efficiency:
         tables.insert(1, ("Data efficiency: scaled accuracy at the test length vs training-set size N",
-                          "mean ± std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
+                          "mean ± sample std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
                           data_efficiency_rows(efficiency)))
     run_header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
     budgets = {p["id"]: p.get("steps") for p in (plan or {}).get("runs", [])}
@@ -494,6 +532,10 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
         md += [f"## Missing runs ({len(missing)})", ""] + [f"- {_missing_line(r)}" for r in missing] + [""]
     md += ["## Runs", "", markdown_table(run_header, run_rows), ""]
     write_text(out / "report.md", "\n".join(md))
+    for title, note, table in tables:  # the tables a paper quotes, as LaTeX
+        name = "paper_vs_measured.tex" if title == "Paper vs measured" else "headline.tex" if title.startswith("Headline") else None
+        if name and table[0]:
+            write_text(out / name, latex_table(table[0], table[1], f"{experiment}: {title}. {note}", *table[2:]))
 
     def images(paths):
         return "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in paths)
@@ -517,7 +559,7 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
          "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}"
          "td.pass{color:#1a7f37;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.inconclusive{color:#8a6d00}"
-         "table.index td{white-space:nowrap}table.index td:last-child{white-space:normal}")
+         "table.index{width:100%;table-layout:auto}table.index td{overflow-wrap:anywhere}table.index td:first-child{min-width:12em}")
 
 
 def index_verdicts(store: Store, experiment: str, paper: dict | None = None) -> str:

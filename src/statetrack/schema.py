@@ -632,9 +632,16 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
     defs = schema.setdefault("$defs", {})
 
     def entries(kind: str, params_by_name: dict[str, dict], extra: dict) -> dict:
-        named = [{"type": "object", "required": ["name"], "additionalProperties": False,
-                  "properties": {"name": {"const": name}, **extra, **params}} for name, params in sorted(params_by_name.items())]
-        return {"anyOf": [{"enum": sorted(params_by_name)}, *named], "description": f"a {kind} name, or {{name: ..., parameters...}}"}
+        """A name, or {name, parameters}: keyed by the name (if name is X then X's parameters), so an
+        unknown parameter is reported as one of X's, not as a mismatch with every other entry."""
+        names = sorted(params_by_name)
+        keyed = [{"if": {"required": ["name"], "properties": {"name": {"const": name}}},
+                  "then": {"additionalProperties": False, "properties": {"name": {"const": name}, **extra, **params}}}
+                 for name, params in sorted(params_by_name.items())]
+        entry = {"type": "object", "required": ["name"], "properties": {"name": {"enum": names, "description": f"the {kind}'s name"}},
+                 "allOf": keyed}
+        return {"type": ["string", "object"], "if": {"type": "string"}, "then": {"enum": names}, "else": entry,
+                "description": f"a {kind} name, or {{name: ..., parameters...}}"}
 
     overrides = {key: {"type": "object", "description": f"this task's own {key} settings, merged over the spec's"}
                  for key in TASK_SETTINGS}
@@ -665,5 +672,17 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
     schema["properties"]["scales"] = {
         "type": "object", "description": TOP_LEVEL["scales"], "additionalProperties": False,
         "properties": {scale: {**partial, "description": f"what changes at the {scale} scale"} for scale in SCALES}}
+    def nullable(node):  # anyOf [X, null] -> if null then valid else X: a validator's best error is then X's own
+        if isinstance(node, dict):
+            node = {k: nullable(v) for k, v in node.items()}
+            branches = node.get("anyOf")
+            if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+                other = next(b for b in branches if b != {"type": "null"})
+                node = {k: v for k, v in node.items() if k != "anyOf"}
+                node.update({"if": {"type": "null"}, "else": other})
+            return node
+        return [nullable(v) for v in node] if isinstance(node, list) else node
+
+    schema = nullable(schema)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema

@@ -16,8 +16,8 @@
   - lr: `best_mean` keeps the learning rate whose mean score over seeds is highest
     (Ebrahimi & Memisevic 2025; Anonymous 2025); `best_max` the one whose best seed scores highest
     (best over seeds x lrs, Deletang et al. 2023).
-  - seeds: the headline figure at that lr: `mean` (± std, Anonymous 2025) or `max` (the best seed).
-  Grazzi et al. 2025 report both, so the report always shows the best seed and mean ± std beside
+  - seeds: the headline figure at that lr: `mean` (± the sample std over seeds, Anonymous 2025) or `max`
+  (the best seed). Grazzi et al. 2025 report both, so the report always shows the best seed and mean ± std beside
   the headline.
 - Runs on a fixed training set of N examples (`train.dataset_size`) are read as a model of their
   own per N; `data_efficiency` gathers each model's figure at the longest test length against N
@@ -81,6 +81,11 @@ def evals_score(evals: list[dict], selection: dict | None = None) -> float | Non
     return float(score[0])
 
 
+def sample_std(values: list[float]) -> float:
+    """The sample standard deviation (n - 1 in the denominator) of the seeds' figures; 0 for one seed."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def _mean_score(scores: list[tuple]) -> tuple:
     return tuple(statistics.mean(parts) for parts in zip(*scores))
 
@@ -92,7 +97,7 @@ def describe_selection(selection: dict | None) -> str:
                  selection["metric"].replace("_", " "), selection["threshold"])
              if selection["criterion"] == "extrapolation" else "mean scaled accuracy over lengths")
     lr = "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
-    seeds = "mean ± std over seeds" if selection["seeds"] == "mean" else "the best seed"
+    seeds = "mean ± sample std over seeds" if selection["seeds"] == "mean" else "the best seed"
     return f"score = {score}; lr with {lr}; headline = {seeds}"
 
 
@@ -101,7 +106,7 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
 
     Each entry: task, run_task and variant (an evaluation variant's entry has task "<run_task> [<variant>]"), model, dataset_size (None for fresh batches), lr (selected), lengths, seeds, selection, score (the headline's
     criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
-    best and best_seed, mean and std (per length over seeds at the selected lr), per_seed
+    best and best_seed, mean and std (per length over seeds at the selected lr; the sample std), per_seed
     ({seed: {scaled, accuracy, sequence, score}} at that lr), lr_scores ({lr: score under the lr rule}),
     sequence_mean and sequence_std (sequence accuracy per length over the seeds at the selected lr that
     measured it) and sequence_differs (some run of the entry, at any lr, has a sequence accuracy
@@ -159,11 +164,11 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             "score": reached if selection["criterion"] == "extrapolation" else score,
             "headline": mean if by_mean else best,
             "best_seed": best_seed, "best": best, "mean": mean,
-            "std": {n: statistics.pstdev(v) for n, v in per_length.items()},
+            "std": {n: sample_std(v) for n, v in per_length.items()},
             "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
             "lr_scores": {x: score[0] for x, score in lr_scores.items()},
             "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
-            "sequence_std": {n: statistics.pstdev(v) for n, v in per_length_sequence.items()},
+            "sequence_std": {n: sample_std(v) for n, v in per_length_sequence.items()},
             "sequence_differs": (task, model, size) in differs,
             "measured_mean": measured_mean,
             "extrapolates": {n: n <= reached for n in lengths},
@@ -238,7 +243,8 @@ def with_train_lengths(summary: list[dict], planned: dict | None) -> list[dict]:
 # A spec's `paper:` states what the paper reports, so that the report answers "did it reproduce?".
 # Like `selection`, it is no part of any run's id: adding or editing it retrains nothing.
 PASS, FAIL, INCONCLUSIVE, NOT_MEASURED, NOT_RUN = "✓", "✗", "inconclusive", "not measured", "not run at this scale"
-VERDICTS = (PASS, FAIL, INCONCLUSIVE, NOT_MEASURED, NOT_RUN)
+NOT_IN_RUN = "not in this run"  # it names a model or task of this scale that the run's overrides left out
+VERDICTS = (PASS, FAIL, INCONCLUSIVE, NOT_MEASURED, NOT_RUN, NOT_IN_RUN)
 MEASURE_TEXT = {
     "scaled": "headline scaled accuracy",
     "sequence": "sequence accuracy (mean over seeds)",
@@ -437,7 +443,8 @@ def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None)
 def planned_names(plan: dict | None) -> dict | None:
     """What the experiment's latest plan runs, for the claims: {models (labels), tasks (training
     tasks), scale, lengths ({task: evaluation lengths}), train_length ({task: longest training
-    length}), seeds ({(model, task, dataset_size, lr): seeds})}; None without a plan. A plan written
+    length}), seeds ({(model, task, dataset_size, lr): seeds}), left_out (the model and task names of
+    this scale that the run's overrides took out)}; None without a plan. A plan written
     before it recorded lengths has none (the claims then read the lengths that were measured)."""
     if plan is None:
         return None
@@ -448,7 +455,8 @@ def planned_names(plan: dict | None) -> dict | None:
             train[r["task"]] = max(train.get(r["task"], 0), r["train_length"])
         seeds[(r["model"], r["task"], r.get("dataset_size"), r["lr"])].add(r["seed"])
     return {"models": {r["model"] for r in plan["runs"]}, "tasks": {r["task"] for r in plan["runs"]}, "scale": plan.get("scale"),
-            "lengths": {t: sorted(v) for t, v in lengths.items() if v}, "train_length": train, "seeds": dict(seeds)}
+            "lengths": {t: sorted(v) for t, v in lengths.items() if v}, "train_length": train, "seeds": dict(seeds),
+            "left_out": set(plan["spec"].get("left_out") or ())}
 
 
 def _planned(kind: str, name: str, planned: dict | None) -> bool:
@@ -510,8 +518,9 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
     model that did not learn what it was trained on. A comparison gates the model claimed to win,
     not the ones it beats. missing: planned models (or model on task) without a finished entry;
     unplanned: what it names that this plan does not run (`planned`, from `planned_names`; None: all
-    it names). Verdict: ✗ when some entry fails under the seed rule, else "not run at this scale"
-    when it names a scale, model or task the plan does not run, else "not measured" when something
+    it names). Verdict: ✗ when some entry fails under the seed rule, else "not in this run" when
+    what it names that the plan does not run was left out by the run's overrides (`left_out`), else
+    "not run at this scale" when it names a scale, model or task the plan does not run, else "not measured" when something
     is missing or unmeasured, else "inconclusive" when the gate left the seed rule undecided, else ✓."""
     out = []
     for claim in paper["claims"]:
@@ -564,6 +573,8 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
         missing = list(dict.fromkeys(missing))
         if any(r["holds"] is False for r in results):
             verdict = FAIL
+        elif unplanned and all(n in (planned or {}).get("left_out", ()) for n in unplanned):
+            verdict, reason = NOT_IN_RUN, "left out by this run's overrides: " + ", ".join(unplanned)
         elif unplanned:
             verdict, reason = NOT_RUN, "not run at this scale: " + ", ".join(unplanned)
         elif missing or not results or any(r["holds"] is None and not r["inconclusive"] for r in results):

@@ -215,7 +215,18 @@ def _checkpoint_root(results_dir: str) -> str:
 
 def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int, imports: list[str], driver: tuple, log_to: dict | None = None) -> dict:
     prepare_worker(threads, imports, driver)  # a Ray worker process may serve many runs: imports are loaded once
-    return _run_in_worker(run, _checkpoint_root(results_dir), device, log_to)
+    outcome = _run_in_worker(run, _checkpoint_root(results_dir), device, log_to)
+    return {**outcome, "host": f"{outcome.get('host') or socket.gethostname()} ({node_address()})"}
+
+
+def node_address() -> str:
+    """The Ray node this process runs on, by its IP address (hosts in a cluster can share a name)."""
+    import ray
+
+    try:
+        return ray.util.get_node_ip_address()
+    except Exception:  # not on a Ray node after all
+        return "not a Ray node"
 
 
 class RayBackend:

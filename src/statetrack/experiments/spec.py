@@ -148,6 +148,11 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = ()
         spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")
     if spec.get("paper") is not None:  # its names may be of any scale (or left out by an override): not measured then
         check_paper_names(spec, *spec_names(written + [spec]))
+        if overrides:  # what the spec runs at this scale and the overrides took out: its claims read "not in this run"
+            before, after = spec_names([written[SCALES.index(scale)]]), spec_names([spec])
+            left_out = sorted((before[0] - after[0]) | (before[1] - after[1]))
+            if left_out:
+                spec["left_out"] = left_out
     return spec
 
 

@@ -1,17 +1,21 @@
 """Datasets on disk for users of other frameworks (`statetrack tasks export`).
 
-Group word problems (CSV) follow Merrill et al. 2024: one file `{group}={k}.csv` per length k,
-columns `seed,input,target`, the input and target fields space-separated element indices (our
-canonical indexing, `statetrack.tasks.groups`). Every other task (and word problems as JSONL)
-is written generically, one file `{task}={length}.csv|jsonl` per length:
+Group word problems (CSV) follow Merrill et al. 2024: one file `{group}={k}.csv` per length k (their
+file names, so their code reads them), columns `seed,input,target`, the input and target fields
+space-separated element indices (our canonical indexing, `statetrack.tasks.groups`). Every other
+task (and word problems as JSONL) is written generically, one file `{task}_len{length}.csv|jsonl`
+per length:
 
 - CSV columns `input,target,mask`: space-separated token ids, class ids and 0/1 flags.
 - JSONL objects {"input": [...], "target": [...], "mask": [...]} plus "soft_target" (nested
   lists [T, ...]) for tasks with belief targets.
 
-Beside them `{task}.meta.json` records the task, its parameters, vocabulary (index = token id)
-and answer classes (index = class id). Each length has its own generator, seeded from
-(seed, length), so a file does not change when other lengths are added.
+Beside them `{task}.meta.json` decodes them without statetrack: the task, its parameters, `vocab`
+(the symbol of each token id), `answers` (the symbol of each class id), `files` ({length: file})
+and, for a group word problem, `group`: each element index's element (`elements`: a permutation
+in one-line notation for S_n and A_n, a residue for Z_m, a tuple of factors for a product), the
+product convention and the Cayley table (`table[a][b]` = the index of a * b). Each length has its
+own generator, seeded from (seed, length), so a file does not change when other lengths are added.
 """
 
 from __future__ import annotations
@@ -64,13 +68,8 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
     word_problem = task.name == "word_problem"
     paths = []
     meta = out / f"{task.name}.meta.json"
-    write_text(meta,
-        json.dumps(
-            {"task": task.name, "params": task.params, "vocab": task.vocab, "answers": task.answers, "seed": seed, "format": fmt},
-            indent=1,
-        )
-    )
     paths.append(meta)
+    files = {}
     for length in lengths:
         if word_problem and fmt == "csv":
             path = out / f"{task.group}={length}.csv"
@@ -81,7 +80,7 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
                     for x, y in zip(batch.inputs.tolist(), batch.targets.tolist()):
                         writer.writerow([seed, _ids(x), _ids(y)])
         elif fmt == "csv":
-            path = out / f"{task.name}={length}.csv"
+            path = out / f"{task.name}_len{length}.csv"
             with open_for_write(path, newline="") as f:
                 writer = csv.writer(f)
                 writer.writerow(["input", "target", "mask"])
@@ -89,7 +88,7 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
                     for x, y, m in zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.int().tolist()):
                         writer.writerow([_ids(x), _ids(y), _ids(m)])
         else:
-            path = out / f"{task.name}={length}.jsonl"
+            path = out / f"{task.name}_len{length}.jsonl"
             with open_for_write(path) as f:
                 for batch in _batches(task, length, samples, seed):
                     soft = None if batch.soft_targets is None else batch.soft_targets.tolist()
@@ -99,7 +98,22 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
                             row["soft_target"] = soft[i]
                         f.write(json.dumps(row) + "\n")
         paths.append(path)
+        files[length] = path.name
+    info = {"task": task.name, "params": task.params, "vocab": task.vocab, "answers": task.answers, "seed": seed, "format": fmt,
+            "files": files, "decode": "input ids index vocab, target ids index answers, mask 1 where a target is supervised"}
+    group = getattr(task, "group_object", None)
+    if group is not None:
+        info["group"] = {"name": group.name, "order": len(group), "elements": [_plain(e) for e in group.elements],
+                         "product": "a * b applies a first, then b: (a * b)(i) = b(a(i)) for permutations; "
+                                    "each target is the product of the inputs so far",
+                         "table": group.cayley_table().tolist()}
+    write_text(meta, json.dumps(info, indent=1))
     return paths
+
+
+def _plain(element):
+    """A group element as JSON: an int, or a list (of ints, or of factors)."""
+    return [_plain(e) for e in element] if isinstance(element, (tuple, list)) else int(element)
 
 
 def _rows(path: Path, header: list[str]):
