@@ -284,7 +284,8 @@ def mlflow_server(tmp_path_factory):
 
 def test_run_logs_to_a_local_mlflow_server(tiny_spec, tmp_path, mlflow_server, capsys):
     spec = str(tiny_spec(steps=10, seeds="[0]"))
-    code, out, err = run_cli(capsys, "run", spec, "--results-dir", str(tmp_path / "r"), "--mlflow", mlflow_server, "--no-progress", "--workers", "1")
+    # two pool workers: both open their run in an experiment that does not exist yet
+    code, out, err = run_cli(capsys, "run", spec, "--results-dir", str(tmp_path / "r"), "--mlflow", mlflow_server, "--no-progress", "--workers", "2")
     assert code == 0, err
     store = Store(tmp_path / "r" / "statetrack.db")
     _, found = _mlflow_runs(mlflow_server, "tiny")

@@ -131,7 +131,7 @@ def test_every_writer_refuses_a_link_planted_at_its_file(tiny_spec, tmp_path, ca
         (results / "tiny" / "accuracy_vs_length.png", ["report", "tiny"]),
         (results / "index.html", ["report", "--all"]),
         (results / "tiny" / "csv" / "evals.csv", ["export", "csv", "tiny"]),
-        (tmp_path / "tasks" / "parity=5.csv", ["tasks", "export", "parity", "--lengths", "5", "--samples", "2",
+        (tmp_path / "tasks" / "parity_len5.csv", ["tasks", "export", "parity", "--lengths", "5", "--samples", "2",
                                                "--out", str(tmp_path / "tasks")]),
     ]
     for path, argv in cases:

@@ -178,7 +178,14 @@ class MLflowLogger(Logger):
             raise StatetrackError("MLflow logging needs the mlflow package: pip install 'statetrack[mlflow]'") from None
         self.client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
         found = self.client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        if found is None:
+            try:
+                found = self.client.get_experiment(self.client.create_experiment(experiment))
+            except mlflow.exceptions.MlflowException:  # another worker created it first
+                found = self.client.get_experiment_by_name(experiment)
+                if found is None:
+                    raise
+        experiment_id = found.experiment_id
         run_tags = {f"statetrack.{key}": str(value) for key, value in (tags or {}).items()}
         if (tags or {}).get("git_rev", "unknown") != "unknown":
             run_tags["mlflow.source.git.commit"] = str(tags["git_rev"]).removesuffix("+dirty")

@@ -559,7 +559,8 @@ def _write_report(experiment: str, store: Store, results_dir, description: str, 
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
          "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}"
          "td.pass{color:#1a7f37;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.inconclusive{color:#8a6d00}"
-         "table.index{width:100%;table-layout:auto}table.index td{overflow-wrap:anywhere}table.index td:first-child{min-width:12em}")
+         "body{padding:0 1em}div.wide{overflow-x:auto}table.index{width:100%}"
+         "table.index td:first-child{overflow-wrap:anywhere;min-width:7em}table.index td:last-child{min-width:9em}")
 
 
 def index_verdicts(store: Store, experiment: str, paper: dict | None = None) -> str:
@@ -606,7 +607,7 @@ def write_index(store: Store, results_dir: str | Path = "results", papers: dict 
     head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>statetrack results</title>
 <style>{STYLE}</style></head><body><h1>statetrack results</h1>
-<table class="index"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></body></html>"""
+<div class="wide"><table class="index"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div></body></html>"""
     path = results_dir / "index.html"
     write_text(path, page)
     return path
