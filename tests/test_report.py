@@ -13,7 +13,7 @@ from statetrack.experiments import expand, load_spec
 from statetrack.experiments.spec import shipped_specs
 from statetrack.plots import curve_style, log_axis
 from statetrack.report import markdown_table, table_rows, write_index, write_report
-from statetrack.scoring import (FAIL, INCONCLUSIVE, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, seeds_verdict,
+from statetrack.scoring import (FAIL, INCONCLUSIVE, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, seeds_verdict,
                                 still_learning, summarize)
 from statetrack.store import Store
 
@@ -244,6 +244,18 @@ def test_a_claim_naming_an_unplanned_model_or_scale_is_listed_as_not_run():
     assert verdict["verdict"] == NOT_RUN and verdict["reason"] == "a claim of the paper scale"
     with pytest.raises(StatetrackError, match="unknown paper.claims\\[0\\].seeds 'most'; expected one of: majority, all, best"):
         _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "most"}, rows)
+    # a model of this scale that the run's overrides left out: "not in this run", not "not run at this scale"
+    left = {**PLANNED, "left_out": {"Mamba [-1,1] (d_model=8)"}}
+    verdict = _verdict({"model": ["DeltaNet [-1,1]", "Mamba [-1,1]"], "at_least": 0.9}, rows, left)
+    assert verdict["verdict"] == NOT_IN_RUN and verdict["reason"] == "left out by this run's overrides: Mamba [-1,1]"
+
+
+def test_load_spec_records_what_the_overrides_left_out():
+    from statetrack.experiments import load_spec
+
+    spec = load_spec("demo", overrides=["models=[{name: lstm}]"])
+    assert spec["left_out"] == ["DeltaNet [-1,1]", "DeltaNet [0,1]"]
+    assert "left_out" not in load_spec("demo") and "left_out" not in load_spec("demo", overrides=["train.steps=5"])
 
 
 @pytest.mark.parametrize("seeds", ["max", "mean"])

@@ -573,7 +573,7 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
         missing = list(dict.fromkeys(missing))
         if any(r["holds"] is False for r in results):
             verdict = FAIL
-        elif unplanned and all(n in (planned or {}).get("left_out", ()) for n in unplanned):
+        elif unplanned and all(any(n == label or covers(n, label) for label in (planned or {}).get("left_out", ())) for n in unplanned):
             verdict, reason = NOT_IN_RUN, "left out by this run's overrides: " + ", ".join(unplanned)
         elif unplanned:
             verdict, reason = NOT_RUN, "not run at this scale: " + ", ".join(unplanned)
