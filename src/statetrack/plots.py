@@ -195,7 +195,7 @@ def _score_axes(ax, ticks: list[int], xlabel: str, ylabel: str, title: str) -> N
 
 def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
     """Per task: each model's scaled accuracy at the longest test length against the training-set
-    size N (log scale), mean ± std over seeds (Ebrahimi & Memisevic 2025, Fig. 2)."""
+    size N (log scale), mean ± sample std over seeds (Ebrahimi & Memisevic 2025, Fig. 2)."""
     tasks = sorted({e["task"] for e in efficiency})
     models = list(dict.fromkeys(e["model"] for e in efficiency))
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 1) / 3), squeeze=False,
@@ -212,6 +212,7 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
         ax.set_xscale("log")
         _score_axes(ax, sorted({n for e in entries for n in e["by_size"]}), "training-set size N",
                     f"scaled accuracy at length {entries[0]['length']}", task)
+    fig.suptitle("Scaled accuracy against training-set size N: mean over seeds ± sample std (band)")
     _shared_legend(fig, axes[0])
     save_figure(fig, path, dpi=120)
     plt.close(fig)
@@ -463,6 +464,7 @@ def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path
         ax.set_ylabel("accuracy")
         ax.set_title(f"{task}, length {', '.join(map(str, sorted(lengths)))}")
         ax.legend(fontsize=7)
+    fig.suptitle("Accuracy at each position at the longest evaluation length, mean over seeds at the selected lr")
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
     plt.close(fig)
