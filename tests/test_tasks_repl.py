@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from statetrack.tasks import make_task
-from statetrack.tasks.repl import CURRICULUM, repl_curriculum
+from statetrack.tasks.repl import CURRICULUM
 
 
 def _execute(trace: str) -> tuple[list[str], list[str]]:
@@ -54,7 +54,11 @@ def test_swap_moves_are_swaps_and_full_moves_permute():
     assert all(sorted(c[4:].split(" = ")[1].split(", ")) == list("abcde") for c in commands)
 
 
-def test_curriculum():
-    stages = repl_curriculum()
-    assert [(s["length"], s["spacing"]) for s in stages] == list(CURRICULUM) == [(8, 1), (16, 2), (32, 4), (64, 8)]
-    assert all(s["task"].spacing == s["spacing"] and s["traces"] == 15000 for s in stages)
+def test_the_paper_scale_trains_through_the_papers_curriculum():
+    from statetrack.experiments import load_spec
+    from statetrack.train import TrainConfig
+
+    spec = load_spec("repl-traces", scale="paper")
+    stages = TrainConfig.from_dict({**spec["train"], "lr": 1e-3, "seed": 0}).stages()
+    seen = [(stage["max_length"], {**spec["task"], **stage["task"]}["spacing"]) for stage in stages]
+    assert seen == list(CURRICULUM) == [(8, 1), (16, 2), (32, 4), (64, 8)]

@@ -221,10 +221,8 @@ def cmd_tasks(args) -> int:
                 print(task.describe(batch, i))
         return 0
     if args.action == "export":
-        try:
-            from statetrack.tasks.export import export_task
-        except ImportError:
-            raise StatetrackError("task export is not available in this version") from None
+        from statetrack.tasks.export import export_task
+
         task = make_task(args.name, **_params(args.params))
         paths = export_task(task, args.lengths, args.samples, args.out, fmt=args.format, seed=args.seed)
         for p in paths:

@@ -79,15 +79,17 @@ def curve_style(i: int) -> dict:
             "markersize": 9 - 1.5 * (i % 4), "markerfacecolor": "none", "markeredgewidth": 1.4, "lw": 1.4}
 
 
-def train_ranges(runs: list[dict]) -> dict:
-    """{run task: (shortest, longest) training length} from the runs' configurations."""
+def train_ranges(runs: list[dict], longest: dict | None = None) -> dict:
+    """{run task: (shortest, longest) training length}: the shortest from the runs' configurations,
+    the longest from `longest` ({task: the plan's longest training length}, which counts every
+    curriculum stage: `scoring.planned_names`) where it has the task, else from the configuration."""
     from statetrack.train import TrainConfig
 
     out = {}
     for r in runs:
         train = (r.get("config") or {}).get("train") or {}
         out.setdefault(r["task"], (train.get("min_length", TrainConfig.model_fields["min_length"].default),
-                                    train.get("max_length", TrainConfig.model_fields["max_length"].default)))
+                                    (longest or {}).get(r["task"]) or train.get("max_length", TrainConfig.model_fields["max_length"].default)))
     return out
 
 
@@ -442,17 +444,18 @@ def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list
     return out
 
 
-def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path, train_length: int | None = None) -> Path:
+def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path, train_lengths: dict | None = None) -> Path:
     """Per task: accuracy at each position at the longest evaluation length, one line per model
     (positions never supervised are skipped; a position is an input token, or the k-th supervised
     answer such as a REPL trace's k-th reveal); a dotted line marks the longest training length
-    where positions are tokens."""
+    (`train_lengths`: {run task: length}) where positions are tokens."""
     tasks = sorted({x[0]["task"] for x in series})
     models = list(dict.fromkeys(entry_label(x[0]) for x in series))
     fig, axes = plt.subplots(len(tasks), 1, figsize=(9, 3.2 * len(tasks)), squeeze=False)
     for ax, task in zip(axes[:, 0], tasks):
-        lengths, unit = set(), "input position"
+        lengths, unit, train_length = set(), "input position", None
         for e, length, values, unit in (x for x in series if x[0]["task"] == task):
+            train_length = (train_lengths or {}).get(e.get("run_task", task))
             xs = [i for i, v in enumerate(values) if v is not None]
             style = curve_style(models.index(entry_label(e)))
             ax.plot(xs, [values[i] for i in xs], color=style["color"], ls=style["ls"], lw=1, label=entry_label(e))

@@ -454,7 +454,8 @@ def _write_report(experiment: str, store: Store, results_dir, description: str, 
     others = len(all_runs) - len(runs)
     missing = missing_runs(store, experiment)
     expected = len(plan["runs"]) if plan else len(runs)
-    plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png", train_ranges(runs))] if summary else []
+    longest = (planned_names(plan) or {}).get("train_length") or {}  # per task, every curriculum stage counted
+    plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png", train_ranges(runs, longest))] if summary else []
     efficiency = data_efficiency(summary)
     if efficiency:
         plots.append(plot_accuracy_vs_dataset_size(efficiency, out / "accuracy_vs_dataset_size.png"))
@@ -463,8 +464,7 @@ def _write_report(experiment: str, store: Store, results_dir, description: str, 
     plots += plot_metrics(store, summary, runs, out)
     positions = position_series(store, summary, runs)
     if positions:
-        train_length = ((plan or {}).get("spec", {}).get("train") or {}).get("max_length")
-        plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", train_length))
+        plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", longest))
     plots += plot_traces(store, summary, runs, answer_labels(runs), out)
     rule = describe_selection(selection) + "".join(f". {line}" for line in alike_lines(summary))
     several_seeds = any(len(e["per_seed"]) > 1 for e in summary)

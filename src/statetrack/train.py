@@ -226,7 +226,6 @@ class Trainer:
                     "scheduler": self.scheduler.state_dict(),
                     "generator": self.generator.get_state(),
                     "step": self.step,
-                    "stage": self.stage,
                     "curve": self.curve,
                     "stopped_early": self.stopped_early,
                     "seconds": self.seconds,

@@ -5,15 +5,12 @@ from statetrack.layers.registry import MODELS, ModelEntry, register_model
 
 def _import_layer_modules() -> dict[str, type]:
     """Import every module of this package, which registers its mixers with `@register_model`: a new
-    mixer is one file with the decorator, and no list to keep. `catalog` is left out: it is the
-    script that renders the models tables of docs/models.md and README.md. Returns the mixer classes
-    by class name."""
+    mixer is one file with the decorator, and no list to keep. Returns the mixer classes by class name."""
     import importlib
     import pkgutil
 
     for module in pkgutil.iter_modules(__path__):
-        if module.name != "catalog":
-            importlib.import_module(f"{__name__}.{module.name}")
+        importlib.import_module(f"{__name__}.{module.name}")
     return {entry.mixer.__name__: entry.mixer for entry in MODELS.values()}
 
 

@@ -26,7 +26,8 @@ from statetrack.tasks.registry import register
 
 PROMPT, COMMA, ASSIGN, PRINT, CLOSE, NEWLINE = ">>> ", ", ", " = ", "print(", ")", "\n"
 CURRICULUM = ((8, 1), (16, 2), (32, 4), (64, 8))
-"""Curriculum stages of Siems et al. 2026 (commands, reveal spacing), 15,000 traces each."""
+"""Curriculum stages of Siems et al. 2026 (commands, reveal spacing), 15,000 traces each: the paper
+scale of the repl-traces experiment trains through them (a test checks it)."""
 
 
 @register
@@ -132,15 +133,3 @@ class ReplTrace(Task):
 
     def describe(self, batch: Batch, index: int = 0) -> str:
         return self.text(batch, index).rstrip("\n")
-
-
-def repl_curriculum(n: int = 5, moves: str = "full", traces_per_stage: int = 15_000) -> list[dict]:
-    """The curriculum of Siems et al. 2026: one stage per (commands, spacing) in CURRICULUM.
-
-    Each stage is {"task": ReplTrace(n, spacing, moves), "length": commands, "spacing": spacing,
-    "traces": traces_per_stage}; train on the stages in order.
-    """
-    return [
-        {"task": ReplTrace(n=n, spacing=spacing, moves=moves), "length": commands, "spacing": spacing, "traces": traces_per_stage}
-        for commands, spacing in CURRICULUM
-    ]
