@@ -283,6 +283,22 @@ def test_a_claim_may_test_a_metric_of_the_runs():
     assert verdicts["unstable"]["results"][0]["value"] == pytest.approx(0.31)
 
 
+def test_the_report_writes_vector_plots_and_latex_tables_on_request(tmp_path):
+    out = write_report("parity", _store(tmp_path), tmp_path, formats=("png", "svg", "pdf"))
+    assert (out / "accuracy_vs_length.svg").read_text().lstrip().startswith("<?xml")
+    assert (out / "accuracy_vs_length.pdf").read_bytes().startswith(b"%PDF")
+    paper = (out / "paper_vs_measured.tex").read_text()
+    # the same rows as the markdown table, escaped for LaTeX, the table's key as the caption
+    assert paper.startswith("\\begin{table}[t]") and "\\begin{tabular}{lllll}" in paper  # paper and measured hold words too ("fails", "not run")
+    assert "parity & DeltaNet [-1,1] & 1.000 & 0.965 & 0.950..0.980 (2 seeds) \\\\" in paper
+    assert "\\caption{parity: Paper vs measured. Paper:" in paper and "_" not in paper.replace("\\_", "")
+    headline = (out / "headline.tex").read_text()
+    assert "\\toprule" in headline and "\\bottomrule" in headline and headline.count(" \\\\\n") >= 3
+    # without formats, PNG only
+    again = write_report("parity", _store(tmp_path / "b"), tmp_path / "b")
+    assert not list(again.glob("*.svg")) and (again / "headline.tex").is_file()
+
+
 def test_index_shows_each_experiments_verdicts(tmp_path):
     store = _store(tmp_path)
     store.set_plan("nopaper", {"name": "nopaper", "scale": "quick"}, [])

@@ -25,6 +25,7 @@ import os
 import re
 import socket
 import time
+import warnings
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -34,7 +35,6 @@ from statetrack.paths import open_for_write, under
 # beside "context": {"selection": the spec's selection rule, "git_rev": the driver's revision}
 KINDS = ("tensorboard", "wandb", "mlflow")
 EVAL_KEYS = ("accuracy", "scaled_accuracy", "sequence_accuracy")
-STATUSES = ("done", "diverged", "failed", "killed")  # how a run ends (`Logger.close`)
 CHECK_SECONDS = 5.0  # how long a tracking server has to answer before any run starts
 
 
@@ -286,7 +286,8 @@ def check_mlflow(uri: str, seconds: float = CHECK_SECONDS) -> None:
     import mlflow
 
     try:
-        with _patient(seconds), warnings_quiet():
+        with _patient(seconds), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             mlflow.tracking.MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as error:  # MLflow's own errors, a missing driver, an unreadable folder
         text = " ".join(str(error).split())
@@ -296,15 +297,6 @@ def check_mlflow(uri: str, seconds: float = CHECK_SECONDS) -> None:
             raise StatetrackError(f"--mlflow {uri}: MLflow {mlflow.__version__} refuses a folder (file:) store; use a local database, "
                                   "--mlflow sqlite:///PATH/mlflow.db, or set MLFLOW_ALLOW_FILE_STORE=true") from None
         raise StatetrackError(f"--mlflow {uri}: the tracking store did not answer: {text[:300]}") from None
-
-
-@contextlib.contextmanager
-def warnings_quiet():
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def run_loggers(run, log_to: dict, tags: dict | None = None) -> list[Logger]:

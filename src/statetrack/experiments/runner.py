@@ -149,12 +149,6 @@ def describe(run: RunSpec) -> str:
     return f"{run.model_name} on {run.task_name}, lr={run.lr:g}, seed={run.seed}"
 
 
-def first_line(error: str, width: int = 300) -> str:
-    """A run's stored error (message, then traceback) as one console line."""
-    line = next((part.strip() for part in str(error).splitlines() if part.strip()), "unknown error")
-    return line if len(line) <= width else line[: width - 3] + "..."
-
-
 def short(run: RunSpec) -> str:
     """A run in the progress bar's one line: its model and seed."""
     return f"{run.model_name} s{run.seed}"
@@ -287,7 +281,7 @@ def run_experiment(
                     outcome_status = record(store, run, outcome)
                     heartbeat.release(run.id)
                     if outcome_status == "failed":
-                        say(f"  failed: {describe(run)} (run {run.id}): {first_line(outcome['error'])}")
+                        say(f"  failed: {describe(run)} (run {run.id}): {outcome['error'].splitlines()[0]}")
                     elif outcome_status == "diverged":
                         say(f"  diverged: {describe(run)} at step {outcome['diverged_at']} (scored as chance)")
                     elif not pool.in_process:
