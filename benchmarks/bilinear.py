@@ -12,7 +12,7 @@
    is side by side; `cpu_ms` is the process CPU time of the same passes (on a shared machine it
    counts only this process's work, where wall time also counts waiting for a core).
 2. Long inputs: evaluation of one 100,000-token input (batch 1) through
-   `statetrack.evaluate.predict` in chunks of 1024 on a whole 1-layer model (width 64, no MLP), with
+   `statetrack.training.evaluate.predict` in chunks of 1024 on a whole 1-layer model (width 64, no MLP), with
    the evaluation-time renormalisation on (every step). Each structure and length runs in a fresh
    subprocess, so its peak resident memory (VmHWM, the kernel's high-water mark of the process's
    resident size) is its own; `growth_mb` is that peak minus the one after a one-chunk warm-up.
@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit, layer_parser, peak_rss_mb  # noqa: E402
 
-from statetrack import zoo  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
-from statetrack.evaluate import predict  # noqa: E402
 from statetrack.layers.bilinear import Bilinear  # noqa: E402
+from statetrack.models import zoo  # noqa: E402
+from statetrack.training.evaluate import predict  # noqa: E402
 
 STRUCTURES = {  # name -> mixer settings
     "full": {"structure": "full"},

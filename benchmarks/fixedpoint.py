@@ -54,9 +54,9 @@ from common import emit, layer_parser  # noqa: E402
 from statetrack import diagnostics  # noqa: E402
 from statetrack.layers import fixedpoint as fixed_point_layers  # noqa: E402
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN  # noqa: E402
+from statetrack.ops import diagonal_scan, fixed_point_iteration, fixed_point_iteration_nograd  # noqa: E402
 from statetrack.ops import fixed_point as fixed_point_ops  # noqa: E402
 from statetrack.ops.fixed_point import relative_change  # noqa: E402
-from statetrack.ops import diagonal_scan, fixed_point_iteration, fixed_point_iteration_nograd  # noqa: E402
 
 
 def timed(forms: dict, repeat: int) -> dict:
@@ -242,7 +242,7 @@ def _passes(model, loss, train_inputs: list, eval_input: torch.Tensor) -> dict:
 
 
 def narrowing_of_run(run_id: str, results_dir: str, repeat: int) -> list[dict]:
-    from statetrack.trained import load_run  # noqa: PLC0415
+    from statetrack.results.trained import load_run  # noqa: PLC0415
 
     run = load_run(run_id, results_dir=results_dir)
     if not any(isinstance(module, fixed_point_layers._FixedPoint) for module in run.model.modules()):

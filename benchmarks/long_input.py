@@ -1,5 +1,5 @@
 """Long-input evaluation of every recurrent model: one input of T tokens (batch 1) through
-`statetrack.evaluate.predict` in chunks, on this machine.
+`statetrack.training.evaluate.predict` in chunks, on this machine.
 
     python benchmarks/long_input.py                     # human table, T = 10,000 and 100,000
     python benchmarks/long_input.py --markdown          # the table of docs/performance.md
@@ -42,9 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit, peak_rss_mb  # noqa: E402
 
-from statetrack import diagnostics, evaluate, zoo  # noqa: E402
+from statetrack import diagnostics  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
-from statetrack.evaluate import predict  # noqa: E402
+from statetrack.models import zoo  # noqa: E402
+from statetrack.training import evaluate  # noqa: E402
+from statetrack.training.evaluate import predict  # noqa: E402
 
 VOCAB, CLASSES = 2, 2  # parity-sized task: the vocabulary only sizes the embedding
 

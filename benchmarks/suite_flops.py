@@ -8,7 +8,7 @@ machine, beside the wall time the book measured.
 For every run of every shipped experiment at `--scale` (quick by default): the FLOPs of its training
 (per curriculum stage, steps x batch x one forward + backward at the stage's shortest and longest
 length, averaged: the cost the runner schedules by) and of its evaluation (one forward per test
-length, variant and sample), as torch's FLOP counter sees them (`statetrack.sizing.pass_flops`:
+length, variant and sample), as torch's FLOP counter sees them (`statetrack.models.sizing.pass_flops`:
 matrix products; the recurrences' own compiled kernels are not counted, so the figure is a floor),
 each run's steps as its snapshot (docs/results/) records them (a run that stopped early did fewer;
 every step of a run the snapshot lacks). `arith min` is that total at the matmul rate measured in
@@ -35,7 +35,7 @@ from common import matmul_rate  # noqa: E402
 
 from statetrack.experiments.runner import training_cost  # noqa: E402
 from statetrack.experiments.spec import expand, load_spec, shipped_specs  # noqa: E402
-from statetrack.sizing import pass_flops  # noqa: E402
+from statetrack.models.sizing import pass_flops  # noqa: E402
 
 
 def run_flops(run, steps: int | None = None) -> tuple[float, float]:

@@ -10,7 +10,7 @@ gradient clipping, AdamW, the schedule), measured through the trainer itself: `-
 first (compilation, first-touch allocation), then `--steps` more of the same trainer, timed. Every
 (length, layers) shape times all models round-robin, `--repeat` times, and keeps each one's median;
 the LSTM is the in-run yardstick (`x_lstm`). `gflop` is the step's arithmetic as torch's FLOP
-counter sees it (matrix products of the forward and backward, `statetrack.sizing.pass_flops`; the
+counter sees it (matrix products of the forward and backward, `statetrack.models.sizing.pass_flops`; the
 recurrences' own kernels are not counted), and `arith_ms` is that arithmetic at the matmul rate
 measured in the same run (a [4096, 256] x [256, 256] product), so `ms / arith_ms` is how far a step
 is from the cost of its matrix arithmetic. `--compile` also times each model under torch.compile
@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit, layer_parser, matmul_rate, synchronize  # noqa: E402
 
-from statetrack import zoo  # noqa: E402
 from statetrack.allocator import keep_freed_memory  # noqa: E402
-from statetrack.sizing import pass_flops  # noqa: E402
+from statetrack.models import zoo  # noqa: E402
+from statetrack.models.sizing import pass_flops  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
-from statetrack.train import Diverged, Trainer, TrainConfig  # noqa: E402
+from statetrack.training.train import Diverged, TrainConfig, Trainer  # noqa: E402
 
 TASK = {"name": "word_problem", "group": "S3"}  # dense supervision, a small vocabulary: the quick word problems
 
@@ -87,7 +87,8 @@ def extend(t: Trainer, steps: int) -> None:
 
 def profile(name: str, task, length: int, layers: int, width: int, batch: int, top: int = 8) -> list[dict]:
     """The operators with the most self CPU time over 5 training steps (after 3 unprofiled ones)."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
 
     t = trainer(name, task, length, layers, width, batch, 3)
     t.fit()

@@ -5,12 +5,13 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from statetrack import StatetrackError, zoo
+from statetrack import StatetrackError
 from statetrack.analysis.heads import components_for, delta_layers, head_analysis, key_explained_variance
-from statetrack.evaluate import eval_generator, predict
+from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
-from statetrack.train import TrainConfig, Trainer
+from statetrack.training.evaluate import eval_generator, predict
+from statetrack.training.train import TrainConfig, Trainer
 
 TASK = {"name": "word_problem", "group": "Z2"}  # prefix parity at every position: dense supervision, learned in ~300 steps
 SPEC = {"name": "deltanet", "eig_range": "[-1,1]", "num_heads": 2, "d_model": 16, "num_layers": 2}

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from statetrack import zoo
 from statetrack.analysis.constructions import construct
 from statetrack.analysis.rotations import harmonic_table, plane_readout_weights, rotation_angles
 from statetrack.cli import main
+from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from statetrack import zoo
 from statetrack.analysis.signs import bit_transitions, kind, prediction, sign_table
 from statetrack.cli import main
+from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
 

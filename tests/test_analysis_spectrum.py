@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from statetrack import StatetrackError, zoo
+from statetrack import StatetrackError
 from statetrack.analysis.spectrum import analyze_run, layer_spectra, spectrum_stats
 from statetrack.cli import main
+from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
 

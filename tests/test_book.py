@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from statetrack import book
 from statetrack.cli import main
 from statetrack.experiments import runner
+from statetrack.results import book
 from statetrack.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that
     reached the claim's fit threshold at the longest training length alone (the others could not
     have changed it); only a claim that a model fails at the training lengths, or cannot learn the
     task at all (fit 0), or one on a metric, is exempt."""
-    from statetrack.scoring import FAIL, PASS
+    from statetrack.results.scoring import FAIL, PASS
 
     snapshots = book.read_snapshots(ROOT / "docs")
     checked = 0

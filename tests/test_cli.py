@@ -121,8 +121,8 @@ def test_experiments_one_line_each_with_planned_runs_and_last_wall_time(tmp_path
 
 
 def test_experiments_counts_the_runs_expand_makes_for_every_shipped_spec():
-    from statetrack.experiments.overview import planned_runs, shipped_raw_specs
     from statetrack.experiments.spec import expand, load_spec
+    from statetrack.results.overview import planned_runs, shipped_raw_specs
 
     for name, raw in shipped_raw_specs().items():
         assert planned_runs(raw) == len(expand(load_spec(name))), name
@@ -131,9 +131,9 @@ def test_experiments_counts_the_runs_expand_makes_for_every_shipped_spec():
 def test_experiments_read_the_checkouts_snapshots_and_show_a_dash_without_one(monkeypatch, capsys):
     from pathlib import Path
 
-    from statetrack.book import duration
-    from statetrack.experiments import overview
     from statetrack.experiments.spec import shipped_specs
+    from statetrack.results import overview
+    from statetrack.results.book import duration
 
     docs = overview.checkout_docs()  # the tests run from a checkout (an editable install)
     assert docs == Path(__file__).resolve().parents[1] / "docs"
@@ -151,7 +151,7 @@ def test_experiments_read_the_checkouts_snapshots_and_show_a_dash_without_one(mo
 
 
 def test_models_and_tasks_json(capsys):
-    from statetrack import zoo
+    from statetrack.models import zoo
     from statetrack.tasks import TASKS, make_task
 
     code, out, _ = run_cli(capsys, "models", "--json")

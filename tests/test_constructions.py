@@ -9,8 +9,8 @@ from cli_helpers import run_cli
 
 from statetrack import StatetrackError
 from statetrack.analysis.constructions import Automaton, build_exact, construct, evaluate_construction
-from statetrack.evaluate import predict
 from statetrack.tasks import make_task
+from statetrack.training.evaluate import predict
 
 
 def fsm_states(task, inputs):

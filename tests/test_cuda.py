@@ -11,10 +11,10 @@ import json
 import pytest
 import torch
 
-from statetrack import zoo
-from statetrack.evaluate import evaluate_lengths
+from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.train import Trainer, TrainConfig, read_checkpoint
+from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.train import TrainConfig, Trainer, read_checkpoint
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from statetrack import zoo
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import evaluate_lengths
+from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
-from statetrack.train import TrainConfig, Trainer
+from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.train import TrainConfig, Trainer
 
 STAGES = [{"steps": 6, "length": 2, "task": {"spacing": 1}}, {"steps": 6, "length": 4, "task": {"spacing": 2}}]
 

@@ -8,18 +8,18 @@ from collections import Counter
 import pytest
 import torch
 
-from statetrack import zoo
 from statetrack.cli import main
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import evaluate_lengths
-from statetrack.tasks.base import masked_loss_and_accuracy
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import run_experiment
-from statetrack.report import write_report
-from statetrack.scoring import data_efficiency, summarize
+from statetrack.models import zoo
+from statetrack.results.report import write_report
+from statetrack.results.scoring import data_efficiency, summarize
 from statetrack.store import Store
 from statetrack.tasks import make_task
-from statetrack.train import FixedTrainingSet, TrainConfig, Trainer
+from statetrack.tasks.base import masked_loss_and_accuracy
+from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.train import FixedTrainingSet, TrainConfig, Trainer
 
 
 def make(spec, task, seed=0):
@@ -250,7 +250,7 @@ def test_report_without_sizes_has_no_data_efficiency_section(tiny_spec, tmp_path
 def test_a_balanced_fixed_set_holds_every_answer():
     """Two parity examples: one odd, one even, for every seed (Ebrahimi & Memisevic 2025's setting)."""
     from statetrack.tasks import make_task
-    from statetrack.train import FixedTrainingSet, _last_answer
+    from statetrack.training.train import FixedTrainingSet, _last_answer
 
     task = make_task("parity")
     for seed in range(10):
@@ -266,7 +266,7 @@ def test_a_balanced_fixed_set_holds_every_answer():
 
 
 def test_dataset_balanced_without_a_fixed_set_is_an_error():
-    from statetrack.train import TrainConfig
+    from statetrack.training.train import TrainConfig
 
     with pytest.raises(StatetrackError, match="dataset_balanced needs a fixed training set"):
         TrainConfig.from_dict({"dataset_balanced": True})

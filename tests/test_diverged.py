@@ -11,13 +11,13 @@ import torch
 from cli_helpers import run_cli
 from torch import nn
 
-from statetrack import zoo
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import run_experiment
 from statetrack.experiments.worker import train_and_evaluate
-from statetrack.report import write_report
+from statetrack.models import zoo
+from statetrack.results.report import write_report
 from statetrack.store import Store
-from statetrack.train import Diverged
+from statetrack.training.train import Diverged
 
 
 class Fragile(nn.Module):
@@ -64,7 +64,7 @@ def _runs_by_lr(store):
 def test_the_trainer_raises_diverged_with_the_step_and_the_loss(fragile_spec):
     (run,) = [r for r in expand(load_spec(fragile_spec)) if r.lr == 2.0]
     from statetrack.tasks import make_task
-    from statetrack.train import Trainer, TrainConfig
+    from statetrack.training.train import TrainConfig, Trainer
 
     task = make_task(**run.task)
     model = zoo.build_model(run.model, task.vocab_size, task.num_classes)

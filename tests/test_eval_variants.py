@@ -11,13 +11,13 @@ import torch
 import yaml
 
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.runner import run_experiment
 from statetrack.experiments.spec import expand, load_spec
-from statetrack.report import extrapolation_rows, write_report
-from statetrack.scoring import summarize
+from statetrack.results.report import extrapolation_rows, write_report
+from statetrack.results.scoring import summarize
 from statetrack.store import Store
 from statetrack.tasks import make_task
+from statetrack.training.evaluate import evaluate_lengths
 
 
 class _WrongFrom(torch.nn.Module):
@@ -59,7 +59,7 @@ def test_position_accuracy_skips_unsupervised_positions():
 def test_traces_keep_the_models_probabilities():
     task = make_task("counting", preset="short")
     torch.manual_seed(0)
-    from statetrack import zoo
+    from statetrack.models import zoo
 
     model = zoo.build_model({"name": "rnn", "d_model": 8}, task.vocab_size, task.num_classes)
     row = evaluate_lengths(model, task, [200], samples=4, traces=2)[0]
@@ -104,7 +104,7 @@ def test_the_criterion_uses_the_mean_over_seeds_and_the_chosen_metric():
     with pytest.raises(StatetrackError, match="did not measure it"):
         summarize([_row("GRU", 8, 1.0)], {"criterion": "extrapolation", "metric": "sequence_accuracy"})
     with pytest.raises(StatetrackError, match="selection.metric"):
-        from statetrack.scoring import selection_of
+        from statetrack.schema import selection_of
 
         selection_of({"selection": {"metric": "f1"}})
 

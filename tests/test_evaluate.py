@@ -3,10 +3,9 @@
 import pytest
 import torch
 
-from statetrack import zoo
-from statetrack.evaluate import evaluate_lengths, predict
-from statetrack.scoring import scaled_accuracy
+from statetrack.models import zoo
 from statetrack.tasks import make_task
+from statetrack.training.evaluate import evaluate_lengths, predict, scaled_accuracy
 
 
 def test_scaled_accuracy():
@@ -92,10 +91,10 @@ def test_scores_print_as_a_table_and_per_position_figures_come_on_request():
     ({"lengths": [0]}, "length must be an integer >= 1, got 0"),
 ])
 def test_evaluate_lengths_refuses_bad_arguments(kwargs, message):
-    from statetrack import zoo
     from statetrack.errors import StatetrackError
-    from statetrack.evaluate import evaluate_lengths
+    from statetrack.models import zoo
     from statetrack.tasks import make_task
+    from statetrack.training.evaluate import evaluate_lengths
 
     task = make_task("parity")
     model = zoo.build_model({"name": "lstm", "d_model": 8}, task.vocab_size, task.num_classes)
@@ -105,8 +104,8 @@ def test_evaluate_lengths_refuses_bad_arguments(kwargs, message):
 
 
 def test_eig_range_given_as_a_list_is_a_one_line_error():
-    from statetrack import zoo
     from statetrack.errors import StatetrackError
+    from statetrack.models import zoo
 
     with pytest.raises(StatetrackError, match=r"unknown eig_range \[-1, 1\]; expected one of"):
         zoo.build_model({"name": "deltanet", "eig_range": [-1, 1]}, 4, 2)

@@ -2,7 +2,7 @@
 the chunks evaluation feeds it in. For each model (its defaults, the presets, a few settings with
 their own state mechanics, and a model registered by the test as a user would), in float64: each
 sequence of a batch alone, the batch whole, and the batch fed through evaluation's chunking
-(`statetrack.evaluate.chunked_logits`) in chunks of several sizes give the same logits. A new model
+(`statetrack.training.evaluate.chunked_logits`) in chunks of several sizes give the same logits. A new model
 is checked by being registered.
 
 A model whose output is an iterate stopped at a tolerance (a `tol` parameter: the fixed-point RNNs)
@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from statetrack import zoo
-from statetrack.evaluate import chunked_logits
 from statetrack.layers.bilinear import STRUCTURES
+from statetrack.models import zoo
+from statetrack.training.evaluate import chunked_logits
 
 VOCAB, CLASSES, BATCH, LENGTH = 5, 3, 5, 11
 CHUNKS = (1, 3, 4, 7)

@@ -4,9 +4,9 @@ scale-invariant evaluation, init, frozen recurrence, names and bad settings."""
 import pytest
 import torch
 
-from statetrack import zoo
 from statetrack.errors import StatetrackError
 from statetrack.layers.bilinear import ADDITIVE, STRUCTURES, Bilinear
+from statetrack.models import zoo
 
 SMALL = {"hidden": 8, "rank": 4, "block_size": 4}
 

@@ -5,14 +5,15 @@ iteration counts and bad settings."""
 import pytest
 import torch
 
-from statetrack import diagnostics, zoo
+from statetrack import diagnostics
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import evaluate_lengths
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN
+from statetrack.models import zoo
 from statetrack.ops import diagonal_scan
 from statetrack.ops.fixed_point import householder_apply, householder_matrix
 from statetrack.tasks import make_task
-from statetrack.train import Trainer, TrainConfig
+from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.train import TrainConfig, Trainer
 
 
 def mixer(spec: dict, d_model: int):

@@ -5,12 +5,12 @@ float64), chunked evaluation, registration and learning, long inputs, and bad se
 import pytest
 import torch
 
-from statetrack import zoo
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import evaluate_lengths
 from statetrack.layers.rnn import NRU
+from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.train import Trainer, TrainConfig
+from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.train import TrainConfig, Trainer
 
 D = 6
 CASES = [  # (hidden, memory, heads, normalize)

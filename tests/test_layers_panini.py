@@ -8,12 +8,12 @@ import re
 
 import pytest
 import torch
-
 from cli_helpers import run_cli
-from statetrack import zoo
+
 from statetrack.errors import StatetrackError
 from statetrack.layers import panini as panini_module
 from statetrack.layers.panini import Panini, PaniniTable, exact_panini, margin_error, panini_recurrence, sinkhorn
+from statetrack.models import zoo
 from statetrack.ops import native
 from statetrack.tasks import make_task
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 from cli_helpers import run_cli
 
-from statetrack import zoo
 from statetrack.cli import main
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.backends import make_backend
 from statetrack.experiments.runner import run_experiment
-from statetrack.loggers import Logger, TensorBoardLogger, export_runs, run_label, tensorboard_dir
+from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
-from statetrack.train import Trainer, TrainConfig
+from statetrack.training.loggers import Logger, TensorBoardLogger, export_runs, run_label, tensorboard_dir
+from statetrack.training.train import TrainConfig, Trainer
 
 
 def _events(folder):
@@ -182,7 +182,7 @@ def test_failed_and_diverged_runs_end_failed_in_the_trackers(tiny_spec, tmp_path
     console names the failed runs' error and id; MLflow ends them FAILED, W&B with exit code 1; the
     diverged run logs its evaluation at chance."""
     pytest.importorskip("mlflow")
-    from statetrack.train import Diverged
+    from statetrack.training.train import Diverged
 
     real = Trainer.fit
 

@@ -17,8 +17,7 @@ import pytest
 import torch
 from ops_helpers import TOL, rel_error
 
-from statetrack import evaluate, zoo
-from statetrack.evaluate import predict
+from statetrack.models import zoo
 from statetrack.ops import native
 from statetrack.ops.nonlinear import (
     nru_recurrence,
@@ -26,6 +25,8 @@ from statetrack.ops.nonlinear import (
     slstm_recurrence,
     slstm_recurrence_reference,
 )
+from statetrack.training import evaluate
+from statetrack.training.evaluate import predict
 
 compiled = pytest.mark.skipif(native.compiler() is None, reason="no C compiler for the compiled loops")
 DTYPES = [torch.float64, torch.float32]

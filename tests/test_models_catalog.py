@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 from torch import nn
 
-from statetrack import zoo
 from statetrack.catalog import (
     BEGIN,
     COMMAND,
@@ -18,6 +17,7 @@ from statetrack.catalog import (
     stale,
     targets,
 )
+from statetrack.models import zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_render_replaces_only_the_marked_block(tmp_path):
 
 
 def test_no_layer_module_imports_the_zoo():
-    """The layers sit below the zoo: a module under statetrack/layers importing statetrack.zoo
+    """The layers sit below the zoo: a module under statetrack/layers importing statetrack.models.zoo
     (or anything else above it) would run the dependency back up the layers."""
     import ast
 
@@ -89,5 +89,5 @@ def test_no_layer_module_imports_the_zoo():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            upward += [f"{path.name}: {n}" for n in names if n == "statetrack.zoo" or n.startswith("statetrack.zoo.")]
+            upward += [f"{path.name}: {n}" for n in names if n == "statetrack.models.zoo" or n.startswith("statetrack.models.zoo.")]
     assert upward == []

@@ -5,9 +5,8 @@ import torch
 import torch.nn.functional as F
 from ops_helpers import TOL, assert_same, load_fla_naive, rel_error
 
-from statetrack.ops import delta_rule, delta_rule_reference
+from statetrack.ops import delta_rule, delta_rule_reference, native
 from statetrack.ops.delta_rule import chunk_layout
-from statetrack.ops import native
 from statetrack.ops.triangular import unit_lower_inverse, unit_lower_inverse_doubling
 
 BETA = {

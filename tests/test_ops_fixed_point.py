@@ -4,12 +4,11 @@ PyTorch form."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
-
 from ops_helpers import TOL, assert_same, rel_error
+
 from statetrack import diagnostics
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN
 from statetrack.ops import (

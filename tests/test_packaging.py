@@ -86,5 +86,5 @@ def test_the_docs_index_lists_every_page_once():
     index = (docs / "README.md").read_text()
     listed = re.findall(r"^- \[([\w.-]+\.md)\]\(\1\): \S", index, flags=re.M)
     pages = {p.name for p in docs.glob("*.md")} - {"README.md"}
-    generated = {"reproductions.md", "claims.md"}  # written by `statetrack book` (statetrack.book.book_pages)
+    generated = {"reproductions.md", "claims.md"}  # written by `statetrack book` (statetrack.results.book.book_pages)
     assert len(listed) == len(set(listed)) and set(listed) == pages | generated

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from statetrack.errors import StatetrackError
-from statetrack.loggers import tensorboard_dir
 from statetrack.experiments.spec import RunSpec, load_spec, overrides_name, shipped_specs
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import NAME_MAX, check_name, under, write_text
-from statetrack.report import write_report
+from statetrack.results.report import write_report
 from statetrack.store import Store
+from statetrack.training.loggers import tensorboard_dir
 
 BAD_NAMES = ["", ".", "..", "../x", "../../escape", "/tmp/x", "a/b", "a\\b", ".hidden", "x" * (NAME_MAX + 1), "sp ace",
              "naïve", "a\nb", None, 12, ["a"]]
@@ -117,7 +117,7 @@ def test_every_writer_refuses_a_link_planted_at_its_file(tiny_spec, tmp_path, ca
     one-line error, exit 2, and the file the link points to is untouched."""
     from cli_helpers import run_cli
 
-    from statetrack.train import Trainer
+    from statetrack.training.train import Trainer
 
     results = tmp_path / "r"
     code, _, _ = run_cli(capsys, "run", str(tiny_spec(seeds="[0]")), "--results-dir", str(results), "--no-progress",

@@ -10,11 +10,10 @@ import yaml
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.spec import shipped_specs
-from statetrack.plots import curve_style, log_axis
-from statetrack.report import markdown_table, table_rows, write_index, write_report
-from statetrack.scoring import (FAIL, INCONCLUSIVE, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, paper_of, seeds_verdict,
-                                still_learning, summarize)
+from statetrack.experiments.spec import paper_of, shipped_specs
+from statetrack.results.plots import curve_style, log_axis
+from statetrack.results.report import markdown_table, table_rows, write_index, write_report
+from statetrack.results.scoring import FAIL, INCONCLUSIVE, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, seeds_verdict, still_learning, summarize
 from statetrack.store import Store
 
 PAPER = {
@@ -396,7 +395,7 @@ def test_curves_stay_distinguishable_and_loss_ticks_read_plainly():
 
 
 def test_models_with_the_same_figures_are_named_as_answering_alike():
-    from statetrack.report import alike_lines
+    from statetrack.results.report import alike_lines
 
     rows = [{"model": m, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": 0.5 + v / 2}
             for m, shift in (("LSTM", 0.0), ("DeltaNet [0,1]", 0.0), ("DeltaNet [-1,1]", 0.5)) for s in (0, 1)

@@ -39,7 +39,7 @@ def test_rerun_skips_finished_runs(tiny_spec, tmp_path):
 
 
 def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatch):
-    from statetrack.train import Trainer
+    from statetrack.training.train import Trainer
 
     real = Trainer.fit
 
@@ -134,7 +134,7 @@ def test_models_sharing_a_display_name_are_told_apart():
 def test_the_longest_runs_are_scheduled_first(tiny_spec):
     from statetrack.experiments import expand, load_spec
     from statetrack.experiments.runner import training_cost
-    from statetrack.sizing import pass_flops
+    from statetrack.models.sizing import pass_flops
 
     runs = expand(load_spec(str(tiny_spec()), overrides=["models=[{name: lstm, d_model: 8}, {name: lstm, d_model: 16}, {name: mamba, d_model: 8}]"]))
     wide, narrow = (next(r for r in runs if r.model == {**r.model, "name": "lstm", "d_model": d}) for d in (16, 8))
@@ -199,7 +199,7 @@ def test_a_model_entry_may_give_its_own_learning_rates(tmp_path):
     """`lrs` in a model entry replaces the spec's for that model's runs (a family's own grid); it is
     a run setting, not a model parameter, so the model's spec, name and ids are as without it."""
     from statetrack.errors import StatetrackError
-    from statetrack.experiments.overview import planned_runs
+    from statetrack.results.overview import planned_runs
 
     path = tmp_path / "own.yaml"
     path.write_text("task: {name: parity}\nmodels: [{name: lstm, lrs: [1.0e-2, 3.0e-3]}, {name: gru}]\n"

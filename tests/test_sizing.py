@@ -1,4 +1,4 @@
-"""Parameter-matched sizing (statetrack.sizing): per-layer counts, fitting d_model to a budget
+"""Parameter-matched sizing (statetrack.models.sizing): per-layer counts, fitting d_model to a budget
 (Anonymous 2025 compares models at about 3M parameters per layer), the `params`/`width` spec keys
 and `statetrack models --params/--width`."""
 
@@ -7,9 +7,9 @@ import textwrap
 import pytest
 from cli_helpers import run_cli
 
-from statetrack import sizing, zoo
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
+from statetrack.models import sizing, zoo
 
 PAPER_BUDGET = 3e6
 

@@ -8,8 +8,8 @@ import sqlite3
 import pytest
 
 from statetrack.cli import main
-from statetrack.plots import metric_series
-from statetrack.report import write_report
+from statetrack.results.plots import metric_series
+from statetrack.results.report import write_report
 from statetrack.store import Store
 
 # The schema of stores written before sequence accuracy and metrics (evals and curves without them).
@@ -137,7 +137,7 @@ def _fixed_point_experiment(store: Store) -> None:
 
 
 def test_report_shows_sequence_accuracy_and_iteration_plots(tmp_path, monkeypatch):
-    import statetrack.plots as plots
+    import statetrack.results.plots as plots
 
     store = Store(tmp_path / "statetrack.db")
     _fixed_point_experiment(store)
@@ -204,7 +204,7 @@ def test_tensorboard_gets_sequence_accuracy_and_metrics(tiny_spec, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from statetrack.experiments import expand, load_spec
-    from statetrack.loggers import replay, run_loggers, tensorboard_dir
+    from statetrack.training.loggers import replay, run_loggers, tensorboard_dir
 
     run = expand(load_spec(str(tiny_spec())))[0]
     store = Store(tmp_path / "s.db")

@@ -11,10 +11,11 @@ import pytest
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import run_experiment
-from statetrack.loggers import tensorboard_dir
-from statetrack.report import missing_runs, write_index, write_report
-from statetrack.scoring import extrapolation_length, summarize
+from statetrack.results.report import missing_runs, write_index, write_report
+from statetrack.results.scoring import summarize
 from statetrack.store import Store
+from statetrack.training.evaluate import extrapolation_length
+from statetrack.training.loggers import tensorboard_dir
 
 # 2 models x 2 lrs x 2 seeds, a few steps each; curves logged every 5 steps.
 GRID_SPEC = """

@@ -56,7 +56,7 @@ def test_swap_moves_are_swaps_and_full_moves_permute():
 
 def test_the_paper_scale_trains_through_the_papers_curriculum():
     from statetrack.experiments import load_spec
-    from statetrack.train import TrainConfig
+    from statetrack.training.train import TrainConfig
 
     spec = load_spec("repl-traces", scale="paper")
     stages = TrainConfig.from_dict({**spec["train"], "lr": 1e-3, "seed": 0}).stages()

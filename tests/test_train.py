@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from statetrack import zoo
-from statetrack.evaluate import evaluate_lengths
+from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.train import TrainConfig, Trainer
+from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.train import TrainConfig, Trainer
 
 
 def make(spec, task, seed=0):

@@ -9,10 +9,10 @@ from cli_helpers import run_cli
 
 import statetrack
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.runner import run_experiment
-from statetrack.scoring import summarize
+from statetrack.results.scoring import summarize
 from statetrack.store import Store
+from statetrack.training.evaluate import evaluate_lengths
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ parallel/chunked forward; eig_range bounds the materialised transition spectrum.
 import pytest
 import torch
 
-from statetrack import zoo
 from statetrack.layers import GLA, IDS4, S4D, DeltaNet, DeltaProduct, GatedDeltaNet, Mamba, Mamba2, mLSTM
+from statetrack.models import zoo
 from statetrack.ops import delta_product
 from statetrack.ops.delta_rule import delta_rule_reference
 

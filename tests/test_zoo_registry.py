@@ -7,9 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from statetrack import StatetrackError, zoo
+from statetrack import StatetrackError
 from statetrack.layers import MODELS
 from statetrack.layers.common import DEFAULT_EIG_RANGE, head_split
+from statetrack.models import zoo
 
 
 @pytest.mark.parametrize("name", sorted(zoo.MODELS))

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from statetrack import StatetrackError, zoo
+from statetrack import StatetrackError
 from statetrack.layers.transformer import CausalSelfAttention, rotary
+from statetrack.models import zoo
 
 
 @pytest.mark.parametrize("positional", ["none", "sinusoidal", "rope"])

@@ -3,7 +3,7 @@
 `statetrack.register_model` registers a token mixer under a name usable in specs and on the
 command line; `statetrack.tasks.register` does the same for a task. `statetrack.load_run(run_id)`
 and `statetrack.load_runs(experiment, model=..., seed=...)` give back trained runs: model (weights
-loaded, eval mode), task and configuration (statetrack.trained). All load lazily, so
+loaded, eval mode), task and configuration (statetrack.results.trained). All load lazily, so
 `import statetrack` stays light.
 """
 
@@ -16,13 +16,13 @@ __all__ = ["StatetrackError", "__version__", "load_run", "load_runs", "register_
 
 def __getattr__(name: str):
     if name == "register_model":
-        from statetrack.zoo import register_model
+        from statetrack.models.zoo import register_model
 
         return register_model
     if name in ("load_run", "load_runs"):
-        import statetrack.trained
+        import statetrack.results.trained
 
-        return getattr(statetrack.trained, name)
+        return getattr(statetrack.results.trained, name)
     if name == "tasks":
         import statetrack.tasks
 

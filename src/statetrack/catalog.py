@@ -15,9 +15,10 @@ import types
 import typing
 from pathlib import Path
 
-from statetrack import schema, zoo
+from statetrack import schema
 from statetrack.layers.common import EIG_RANGES
 from statetrack.layers.transformer import POSITIONAL
+from statetrack.models import zoo
 from statetrack.tasks.registry import TASKS
 
 COMMAND = "python -m statetrack.catalog --write"

@@ -63,8 +63,8 @@ def _store(args, read_only: bool = True):
 # ---- commands ------------------------------------------------------------------------------------
 def cmd_run(args) -> int:
     from statetrack.experiments.runner import run_experiment
-    from statetrack.report import index_verdicts, table_rows, text_table, write_report
-    from statetrack.scoring import describe_selection, experiment_summary
+    from statetrack.results.report import index_verdicts, table_rows, text_table, write_report
+    from statetrack.results.scoring import describe_selection, experiment_summary
 
     if args.dry_run:
         return dry_run(args)
@@ -100,7 +100,7 @@ def dry_run(args) -> int:
 
     from statetrack.experiments.backends import check_backend
     from statetrack.experiments.runner import plan_entry, plan_experiment, training_cost
-    from statetrack.report import text_table
+    from statetrack.results.report import text_table
 
     check_backend(args.backend, args.workers, args.address, args.device, args.gpus_per_run, args.lease)
     spec, runs, _ = plan_experiment(args.experiment, args.scale, args.overrides, args.name, _imports(args))
@@ -130,14 +130,14 @@ def dry_run(args) -> int:
 
 def cmd_reproduce(args) -> int:
     """Run the shipped experiments (or those named) into one store, then write each one's report and
-    snapshot and the book (statetrack.book). Resumable like `run`: finished runs are skipped."""
+    snapshot and the book (statetrack.results.book). Resumable like `run`: finished runs are skipped."""
     import time
 
-    from statetrack.book import write_book, write_snapshot
     from statetrack.experiments.backends import default_workers
     from statetrack.experiments.runner import run_experiment
     from statetrack.experiments.spec import shipped_specs
-    from statetrack.report import write_report
+    from statetrack.results.book import write_book, write_snapshot
+    from statetrack.results.report import write_report
 
     known = shipped_specs()
     unknown_names = [n for n in args.experiments if n not in known]
@@ -175,7 +175,7 @@ def cmd_reproduce(args) -> int:
 
 def cmd_book(args) -> int:
     """Write the book from the committed snapshots; --check: exit 1 when a page differs from its generation."""
-    from statetrack.book import read_snapshots, write_book
+    from statetrack.results.book import read_snapshots, write_book
 
     if not read_snapshots(args.book_dir):
         raise StatetrackError(f"no snapshots under {Path(args.book_dir) / 'results'} to write the book from; "
@@ -232,7 +232,7 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from statetrack import zoo
+    from statetrack.models import zoo
 
     if args.budget is not None or args.width is not None:
         if args.json:
@@ -266,9 +266,9 @@ def cmd_models(args) -> int:
 
 
 def _model_sizes(args) -> int:
-    """`models --params B` / `--width N`: per-layer parameter counts, one row per model (statetrack.sizing)."""
-    from statetrack import sizing, zoo
-    from statetrack.report import text_table
+    """`models --params B` / `--width N`: per-layer parameter counts, one row per model (statetrack.models.sizing)."""
+    from statetrack.models import sizing, zoo
+    from statetrack.results.report import text_table
 
     settings = _params(args.settings or [])
     for key in ("d_model", "width", "params"):
@@ -331,9 +331,9 @@ def _model_sizes(args) -> int:
 def cmd_experiments(args) -> int:
     import shutil
 
-    from statetrack.book import duration
-    from statetrack.experiments.overview import checkout_docs, experiments_overview
-    from statetrack.report import text_table
+    from statetrack.results.book import duration
+    from statetrack.results.overview import checkout_docs, experiments_overview
+    from statetrack.results.report import text_table
 
     book_dir = args.book_dir if args.book_dir is not None else checkout_docs()
     rows = experiments_overview(book_dir, args.scale)
@@ -387,7 +387,7 @@ def _known_experiment(store, experiment: str) -> None:
 
 
 def cmd_report(args) -> int:
-    from statetrack.report import spec_paper, spec_section, write_index, write_report
+    from statetrack.results.report import spec_paper, spec_section, write_index, write_report
 
     if not args.all and not args.experiment:
         raise StatetrackError("report needs an EXPERIMENT name or --all")
@@ -395,7 +395,7 @@ def cmd_report(args) -> int:
         raise StatetrackError(f"report takes an EXPERIMENT name or --all, not both (got {args.experiment!r} and --all)")
     if args.experiment is not None:
         check_name(args.experiment)
-    from statetrack.plots import check_formats
+    from statetrack.results.plots import check_formats
 
     formats = check_formats(args.format)
     store = _store(args)
@@ -416,8 +416,8 @@ def cmd_report(args) -> int:
 def cmd_export(args) -> int:
     import os
 
-    from statetrack.loggers import export_runs
     from statetrack.paths import under
+    from statetrack.training.loggers import export_runs
 
     check_name(args.experiment)
     if args.kind == "mlflow":
@@ -435,9 +435,8 @@ def cmd_export(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from statetrack.report import (extrapolation_caption, extrapolation_rows, metric_rows, metrics_by_length, sequence_rows,
-                                   table_rows, text_table)
-    from statetrack.scoring import experiment_summary, planned_ids
+    from statetrack.results.report import extrapolation_caption, extrapolation_rows, metric_rows, metrics_by_length, sequence_rows, table_rows, text_table
+    from statetrack.results.scoring import experiment_summary, planned_ids
 
     check_name(args.experiment)
     store = _store(args)
@@ -516,10 +515,10 @@ def cmd_analyze(args) -> int:
 
 
 def cmd_construct(args) -> int:
-    from statetrack import zoo
     from statetrack.analysis.constructions import STRUCTURES, TASKS, construct, evaluate_construction
     from statetrack.errors import unknown
-    from statetrack.report import text_table
+    from statetrack.models import zoo
+    from statetrack.results.report import text_table
     from statetrack.tasks import make_task
 
     if args.task not in TASKS:

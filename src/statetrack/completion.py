@@ -36,8 +36,8 @@ def _word_list(name: str, words: list[str], files: bool = False) -> tuple[dict, 
 def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
     import shtab
 
-    from statetrack import zoo
     from statetrack.experiments.spec import shipped_specs
+    from statetrack.models import zoo
     from statetrack.tasks import TASKS
 
     experiments = list(shipped_specs())

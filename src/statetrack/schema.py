@@ -7,7 +7,7 @@ line naming its key path, e.g. `experiment 'demo': train.steps must be an intege
 
 What a model or a task accepts is not restated here: a model entry is a name and the parameters of
 its mixer's signature, a task entry a name and its class's signature, checked when built
-(statetrack.zoo, statetrack.tasks); `statetrack schema` writes them into the JSON Schema from the
+(statetrack.models.zoo, statetrack.tasks); `statetrack schema` writes them into the JSON Schema from the
 registries (statetrack.catalog.spec_json_schema), so an editor completes them too.
 """
 
@@ -27,15 +27,15 @@ from statetrack.limits import MAX_FLOAT, MAX_INT
 from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN, check_name
 
 SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes) and `paper` (the papers' sizes)
-# Valid values of each selection setting, the default first (statetrack.scoring applies them).
+# Valid values of each selection setting, the default first (statetrack.results.scoring applies them).
 SELECTION_CHOICES = {
     "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
     "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
-    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (statetrack.scoring.run_score)
+    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (statetrack.training.evaluate.run_score)
     "metric": ("accuracy", "sequence_accuracy"),  # what the threshold of `extrapolation` applies to
 }
 SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
-MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is (statetrack.scoring.measured)
+MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is (statetrack.results.scoring.measured)
 # How a claim's per-seed outcomes become its verdict: every seed, more than half, or the best seed
 # (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
 SEED_RULES = ("majority", "all", "best")
@@ -297,7 +297,7 @@ class Train(Section):
     max_length] per batch.
 
     `dataset_size`: None draws a fresh batch every step; N trains on one fixed set of N examples,
-    drawn from the seed at the start, for as many epochs as `steps` allows (statetrack.train.FixedTrainingSet)."""
+    drawn from the seed at the start, for as many epochs as `steps` allows (statetrack.training.train.FixedTrainingSet)."""
 
     steps: integer(1) = Field(2000, description="optimizer steps (with a curriculum: its stages' sum)")
     batch_size: integer(1) = Field(64, description="examples per step")
@@ -434,7 +434,7 @@ class Eval(Section):
 
 
 class Selection(Section):
-    """How the report reads a grid of (lr, seed) runs (statetrack.scoring)."""
+    """How the report reads a grid of (lr, seed) runs (statetrack.results.scoring)."""
 
     lr: choice(SELECTION_CHOICES["lr"]) = Field(SELECTION_DEFAULTS["lr"], description="the lr whose mean (best_mean) or best seed (best_max) scores highest")
     seeds: choice(SELECTION_CHOICES["seeds"]) = Field(SELECTION_DEFAULTS["seeds"], description="the headline: mean over seeds, or the best seed")
@@ -447,7 +447,7 @@ class Selection(Section):
 
 
 class Claim(Section):
-    """One claim of the paper, tested against the measured figures (statetrack.scoring.claim_verdicts)."""
+    """One claim of the paper, tested against the measured figures (statetrack.results.scoring.claim_verdicts)."""
 
     text: Text = Field(description="the claim in words")
     model: Names = Field(description="the model (display name) or models it is about")
@@ -476,7 +476,7 @@ class Claim(Section):
 
 
 class Paper(Section):
-    """What the paper reports, set beside the measured figures (statetrack.scoring.paper_of)."""
+    """What the paper reports, set beside the measured figures (statetrack.experiments.spec.paper_of)."""
 
     source: Text = Field(description="where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'")
     metric: str = Field("", description="what the paper's figures are, in words")
@@ -686,3 +686,8 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
     schema = nullable(schema)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
+
+
+def selection_of(spec: dict) -> dict:
+    """The spec's selection rule with defaults filled in (checked by statetrack.schema.Selection)."""
+    return Selection.check(spec.get("selection") or {}, f"experiment {spec.get('name')!r}: ").model_dump()

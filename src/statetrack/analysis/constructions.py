@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from statetrack import zoo
 from statetrack.errors import StatetrackError, unknown
-from statetrack.evaluate import evaluate_lengths
-from statetrack.model import SequenceModel
+from statetrack.models import zoo
+from statetrack.models.model import SequenceModel
 from statetrack.tasks.base import SPECIALS
+from statetrack.training.evaluate import evaluate_lengths
 
 STRUCTURES = ("full", "cp", "block", "rotation", "diagonal")
 TASKS = ("fsm", "modadd", "parity", "word_problem")

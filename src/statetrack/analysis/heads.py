@@ -27,10 +27,10 @@ import torch
 
 from statetrack.analysis.spectrum import save_figure
 from statetrack.errors import StatetrackError
-from statetrack.evaluate import eval_generator, predict
 from statetrack.layers.deltanet import DeltaProduct
 from statetrack.paths import under
-from statetrack.trained import find_run, load_run_model
+from statetrack.results.trained import find_run, load_run_model
+from statetrack.training.evaluate import eval_generator, predict
 
 SUPPORTED = ("deltanet", "gated_deltanet", "deltaproduct")
 FACTOR = 0.5  # (0, 2) -> (0, 1): eigenvalues 1 - beta from [-1, 1] to [0, 1]
@@ -173,7 +173,7 @@ def head_analysis(model, batch, layers, sweep: int = 4) -> dict:
 
 
 def format_heads(result: dict, chance: float) -> str:
-    from statetrack.report import text_table
+    from statetrack.results.report import text_table
 
     base = result["accuracy"]
     header = ["rank", "layer", "head", "beta median", "beta 5-95%", "beta > 1", "keys PC1", f"keys {SHARE:.0%}", "accuracy", "drop"]

@@ -21,7 +21,7 @@ import torch
 from statetrack.analysis.spectrum import first_bilinear_mixer, save_figure
 from statetrack.errors import StatetrackError
 from statetrack.paths import under
-from statetrack.trained import find_run, load_run_model
+from statetrack.results.trained import find_run, load_run_model
 
 
 def _rotation_mixer(model):
@@ -78,7 +78,7 @@ def harmonic_table(model, task, one: str = "1") -> list[dict]:
 
 
 def format_table(rows: list[dict], top: int | None = None) -> str:
-    from statetrack.report import text_table
+    from statetrack.results.report import text_table
 
     header = ["rank", "plane", "readout weight", "theta(1)", "theta(1) m/2pi", "k", "distance", "worst over a"]
     body = [[str(i + 1), str(r["plane"]), f"{r['weight']:.4f}", f"{r['angle']:+.4f}", f"{r['value']:+.4f}", str(r["k"]),

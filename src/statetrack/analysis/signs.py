@@ -23,7 +23,7 @@ import torch
 
 from statetrack.analysis.spectrum import first_bilinear_mixer
 from statetrack.errors import StatetrackError
-from statetrack.trained import find_run, load_run_model
+from statetrack.results.trained import find_run, load_run_model
 
 KINDS = {
     "flips on 1": "tracks parity",

@@ -16,7 +16,7 @@ import torch
 
 from statetrack.errors import StatetrackError
 from statetrack.paths import under
-from statetrack.trained import find_run, load_run_model
+from statetrack.results.trained import find_run, load_run_model
 
 TOLERANCE = 1e-6
 
@@ -141,7 +141,7 @@ def save_figure(fig, title: str, path: str | Path) -> Path:
     """Title, lay out, write and close an analysis figure; returns its path (folders created)."""
     import matplotlib.pyplot as plt
 
-    from statetrack import plots
+    from statetrack.results import plots
 
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -31,7 +31,7 @@ from statetrack.errors import StatetrackError
 from statetrack.experiments.reaper import start_reaper
 from statetrack.experiments.spec import RunSpec
 from statetrack.experiments.worker import driver_identity, failed_outcome, prepare_worker, train_and_evaluate
-from statetrack.train import resolve_device
+from statetrack.training.train import resolve_device
 
 BACKENDS = ("local", "ray")
 
@@ -397,7 +397,7 @@ def make_backend(name: str, workers: int | None, results_dir: Path, device: str,
     """The backend for `runs` runs. local: `workers` at a time (default one per core; one on CUDA) on a
     process pool, or in this process when that is one; ray: one Ray task per run on the cluster at
     `address`, or on a local Ray instance with `workers` CPUs. `log_to`: the loggers each run writes
-    to while it trains (statetrack.loggers.run_loggers)."""
+    to while it trains (statetrack.training.loggers.run_loggers)."""
     check_backend(name, workers, address)
     if name == "ray":
         return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports, log_to=log_to)

@@ -33,13 +33,13 @@ from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_backend, experiment_device, make_backend
 from statetrack.experiments.spec import RunSpec, expand, load_spec
 from statetrack.experiments.worker import checkpoint_path
-from statetrack.loggers import check_log_to, tensorboard_dir
+from statetrack.models.sizing import pass_flops
 from statetrack.paths import check_writable
 from statetrack.plugins import load_imports
-from statetrack.scoring import selection_of
-from statetrack.sizing import pass_flops
+from statetrack.schema import selection_of
 from statetrack.store import LEASE_SECONDS, Store
-from statetrack.train import TrainConfig
+from statetrack.training.loggers import check_log_to, tensorboard_dir
+from statetrack.training.train import TrainConfig
 
 
 def git_revision() -> str:

@@ -5,7 +5,7 @@ and seeds. The base of the file is the `quick` scale; `scales: {paper: {...}}` h
 the papers' sizes (merged key by key). Lists of models x tasks x lrs x seeds (and a list of
 `train.dataset_size` values, one run each) expand to runs with stable ids: the same configuration
 always has the same id, which is how a re-run skips finished work.
-`selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.scoring applies
+`selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.results.scoring applies
 it) and `paper: {source, metric, figures, claims}` what the paper reports (the report sets it beside
 the measured figures with a verdict per claim); neither is part of any run's id, so changing them
 retrains nothing. Every section is checked by the spec's schema (statetrack.schema).
@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from statetrack import limits, sizing, yamlio, zoo
+from statetrack import limits, yamlio
 from statetrack.errors import StatetrackError, unknown
+from statetrack.models import sizing, zoo
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
-from statetrack.schema import EVAL_DEFAULTS, MODEL_SETTINGS, SCALES, TASK_SETTINGS, TOP_LEVEL, check_scales, validate_spec
-from statetrack.scoring import check_paper_names
+from statetrack.schema import CLAIM_TESTS, EVAL_DEFAULTS, MODEL_SETTINGS, SCALES, TASK_SETTINGS, TOP_LEVEL, Paper, check_scales, validate_spec
 from statetrack.tasks import make_task
-from statetrack.train import TrainConfig, curriculum_tasks
+from statetrack.training.train import TrainConfig, curriculum_tasks
 
 
 def shipped_specs() -> dict[str, str]:
@@ -283,7 +283,7 @@ def expand(spec: dict) -> list[RunSpec]:
     model is built for each task, every training and evaluation length is checked against the task, and
     each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
     tasks = [_task_spec(t, spec) for t in spec_tasks(spec)]
-    # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.sizing): each run's model is concrete
+    # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.models.sizing): each run's model is concrete
     models, model_lrs = zip(*[model_entry(m, spec) for m in spec["models"]])
     for entry, task, trains, eval_spec in tasks:
         train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
@@ -292,7 +292,7 @@ def expand(spec: dict) -> list[RunSpec]:
         except StatetrackError as error:
             raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
         # every run is evaluated at its longest training length, so that the fit gate of the claims
-        # (statetrack.scoring.gate_length) can read whether it learned what it was trained on
+        # (statetrack.results.scoring.gate_length) can read whether it learned what it was trained on
         longest = max(stage["max_length"] for train in trains
                       for stage in TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])}).stages())
         if longest not in eval_spec["lengths"]:
@@ -330,3 +330,55 @@ def expand(spec: dict) -> list[RunSpec]:
                         run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr), label)
                         runs.setdefault(run.id, run)
     return list(runs.values())
+
+
+def paper_of(spec: dict) -> dict | None:
+    """The spec's `paper` with defaults filled in (checked by statetrack.schema.Paper); None when the
+    spec has none. Figures become {task or None: {model: figure}} (None: every task); each claim gets
+    `models`, `tasks` (None: every task of the experiment), `test` and `bound`."""
+    if spec.get("paper") is None:
+        return None
+    paper = Paper.check(spec["paper"], f"experiment {spec.get('name')!r}: ")
+    per_task = any(isinstance(v, dict) for v in paper.figures.values())
+    claims = []
+    for claim in paper.claims:
+        test = next(t for t in CLAIM_TESTS if getattr(claim, t) is not None)
+        claims.append({
+            "text": claim.text, "models": claim.model, "tasks": claim.task, "dataset_size": claim.dataset_size,
+            "measure": claim.measure or paper.measure, "lengths": paper.lengths if claim.lengths is None else claim.lengths,
+            "test": test, "bound": getattr(claim, test), "seeds": claim.seeds, "scales": claim.scale, "note": claim.note or "",
+            "fit": paper.fit if claim.fit is None else claim.fit, "fit_variant": paper.fit_variant,
+        })
+    return {"source": paper.source, "metric": " ".join(paper.metric.split()), "measure": paper.measure, "lengths": paper.lengths,
+            "figures": paper.figures if per_task else {None: paper.figures}, "claims": claims, "notes": paper.notes or "",
+            "fit": paper.fit}
+
+
+def check_paper_names(spec: dict, models, tasks) -> None:
+    """Every model and task the spec's `paper` names is one of `models` (display names) and `tasks`
+    (task names as in the tables, evaluation variants included): a typo is a one-line error."""
+    paper = paper_of(spec)
+    if paper is None:
+        return
+    where = f"experiment {spec.get('name')!r}: paper"
+
+    def check(kind, name, known, at):
+        if not any(covers(name, k) if kind == "model" else name == k for k in known):
+            raise StatetrackError(f"{at}: unknown {kind} {name!r}; expected one of: {', '.join(sorted(map(str, known)))}")
+
+    for task, by_model in paper["figures"].items():
+        if task is not None:
+            check("task", task, tasks, f"{where}.figures")
+        for model in by_model:
+            check("model", model, models, f"{where}.figures" + (f"[{task!r}]" if task else ""))
+    for i, claim in enumerate(paper["claims"]):
+        for model in claim["models"] + (claim["bound"] if claim["test"] == "beats" else []):
+            check("model", model, models, f"{where}.claims[{i}]")
+        for task in claim["tasks"] or []:
+            check("task", task, tasks, f"{where}.claims[{i}]")
+
+
+def covers(name: str, label: str) -> bool:
+    """Whether a model name of `paper:` covers a model label of the tables: the same, or the label is
+    the name with settings that tell twins apart ("Transformer" covers "Transformer (num_layers=2)")."""
+    return label == name or label.startswith(name + " (")

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import torch
 
-from statetrack import zoo
 from statetrack.allocator import keep_freed_memory
-from statetrack.evaluate import evaluate_lengths
 from statetrack.experiments.spec import RunSpec
-from statetrack.loggers import ProgressLogger, run_loggers, selection_score
+from statetrack.models import zoo
 from statetrack.paths import under
 from statetrack.plugins import load_imports
 from statetrack.tasks import make_task
-from statetrack.train import Diverged, Trainer, TrainConfig
+from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.loggers import ProgressLogger, run_loggers, selection_score
+from statetrack.training.train import Diverged, TrainConfig, Trainer
 
 
 def checkpoint_path(results_dir: str | Path, experiment: str, run_id: str) -> Path:

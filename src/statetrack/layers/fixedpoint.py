@@ -56,7 +56,6 @@ depend on the previous iterate, Bedouin's fixed point need not be unique (the pa
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -35,7 +35,6 @@ from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
 from statetrack.ops.selective import native_applies, selective_scan
 
-
 SSD_CHUNK = 16  # Mamba-2's chunk length: the in-chunk form costs O(Q) per token, the chunk states O(P N / Q)
 
 

@@ -2,7 +2,7 @@
 
 A mixer is an `nn.Module` whose first constructor argument is `d_model`, with
 `forward(x [B, T, d_model], state=None) -> (y [B, T, d_model], state)`; its other keyword arguments
-are the model's parameters. `statetrack.zoo` wraps a registered mixer in the SequenceModel stack.
+are the model's parameters. `statetrack.models.zoo` wraps a registered mixer in the SequenceModel stack.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ from statetrack.layers.common import Spectral, check_input, inverse_softplus, lo
 from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan, native
 
-
 S4D_CHUNK = 64  # S4D's chunk length: the in-chunk convolution costs O(Q) per token and channel
 
 

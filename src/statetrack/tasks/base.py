@@ -14,7 +14,6 @@ from typing import ClassVar
 import torch
 
 from statetrack import limits
-from statetrack.errors import StatetrackError
 
 PAD, BOS, EOI = "[PAD]", "[BOS]", "[EOI]"
 SPECIALS = (PAD, BOS, EOI)

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from statetrack.errors import StatetrackError
-from statetrack.paths import open_for_write, write_text
 from statetrack.limits import check_export_size
+from statetrack.paths import open_for_write, write_text
 from statetrack.tasks.base import Batch, Task
 
 CHUNK = 1024

@@ -35,50 +35,10 @@ import statistics
 from collections import defaultdict
 
 from statetrack.errors import StatetrackError
-from statetrack.schema import CLAIM_TESTS, SELECTION_DEFAULTS, Paper, Selection
+from statetrack.experiments.spec import covers
+from statetrack.schema import SELECTION_DEFAULTS, selection_of
 from statetrack.store import RESULT_KEYS
-
-
-def scaled_accuracy(accuracy: float, chance: float) -> float:
-    """(acc - chance) / (1 - chance): 0 at chance, 1 when perfect."""
-    return (accuracy - chance) / (1.0 - chance)
-
-
-def extrapolation_length(accuracy: dict, threshold: float = 0.9) -> int:
-    """The longest test length whose accuracy, and that of every shorter one, is >= threshold
-    (Anonymous 2025); 0 when the shortest one already falls short."""
-    reached = 0
-    for length in sorted(accuracy):
-        if accuracy[length] < threshold:
-            break
-        reached = length
-    return reached
-
-
-def selection_of(spec: dict) -> dict:
-    """The spec's selection rule with defaults filled in (checked by statetrack.schema.Selection)."""
-    return Selection.check(spec.get("selection") or {}, f"experiment {spec.get('name')!r}: ").model_dump()
-
-
-def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
-    """A run's score as a tuple compared lexicographically: (criterion value, tie-breaker)."""
-    mean_scaled = statistics.mean(scaled.values())
-    if selection["criterion"] == "extrapolation":
-        return (extrapolation_length(accuracy, selection["threshold"]), mean_scaled)
-    return (mean_scaled,)
-
-
-def evals_score(evals: list[dict], selection: dict | None = None) -> float | None:
-    """One run's score under `selection` from its evaluation rows as the store keeps them (the
-    training task's, variant ''): the criterion value `summarize` ranks its runs by (mean scaled
-    accuracy, or the extrapolation length). None without rows, or when the rule's metric was not measured."""
-    selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    rows = [r for r in evals if not r.get("variant")]
-    key = "sequence_accuracy" if selection["metric"] == "sequence_accuracy" else "accuracy"
-    if not rows or any(r.get(key) is None for r in rows):
-        return None
-    score = run_score({r["length"]: r["scaled_accuracy"] for r in rows}, {r["length"]: r[key] for r in rows}, selection)
-    return float(score[0])
+from statetrack.training.evaluate import extrapolation_length, run_score
 
 
 def sample_std(values: list[float]) -> float:
@@ -238,7 +198,6 @@ def with_train_lengths(summary: list[dict], planned: dict | None) -> list[dict]:
     return summary
 
 
-
 # ---- the paper's figures and claims beside the measured ones ----------------------------------------
 # A spec's `paper:` states what the paper reports, so that the report answers "did it reproduce?".
 # Like `selection`, it is no part of any run's id: adding or editing it retrains nothing.
@@ -250,58 +209,6 @@ MEASURE_TEXT = {
     "sequence": "sequence accuracy (mean over seeds)",
     "extrapolation": "longest test length extrapolated to",
 }
-
-
-def paper_of(spec: dict) -> dict | None:
-    """The spec's `paper` with defaults filled in (checked by statetrack.schema.Paper); None when the
-    spec has none. Figures become {task or None: {model: figure}} (None: every task); each claim gets
-    `models`, `tasks` (None: every task of the experiment), `test` and `bound`."""
-    if spec.get("paper") is None:
-        return None
-    paper = Paper.check(spec["paper"], f"experiment {spec.get('name')!r}: ")
-    per_task = any(isinstance(v, dict) for v in paper.figures.values())
-    claims = []
-    for claim in paper.claims:
-        test = next(t for t in CLAIM_TESTS if getattr(claim, t) is not None)
-        claims.append({
-            "text": claim.text, "models": claim.model, "tasks": claim.task, "dataset_size": claim.dataset_size,
-            "measure": claim.measure or paper.measure, "lengths": paper.lengths if claim.lengths is None else claim.lengths,
-            "test": test, "bound": getattr(claim, test), "seeds": claim.seeds, "scales": claim.scale, "note": claim.note or "",
-            "fit": paper.fit if claim.fit is None else claim.fit, "fit_variant": paper.fit_variant,
-        })
-    return {"source": paper.source, "metric": " ".join(paper.metric.split()), "measure": paper.measure, "lengths": paper.lengths,
-            "figures": paper.figures if per_task else {None: paper.figures}, "claims": claims, "notes": paper.notes or "",
-            "fit": paper.fit}
-
-
-def check_paper_names(spec: dict, models, tasks) -> None:
-    """Every model and task the spec's `paper` names is one of `models` (display names) and `tasks`
-    (task names as in the tables, evaluation variants included): a typo is a one-line error."""
-    paper = paper_of(spec)
-    if paper is None:
-        return
-    where = f"experiment {spec.get('name')!r}: paper"
-
-    def check(kind, name, known, at):
-        if not any(covers(name, k) if kind == "model" else name == k for k in known):
-            raise StatetrackError(f"{at}: unknown {kind} {name!r}; expected one of: {', '.join(sorted(map(str, known)))}")
-
-    for task, by_model in paper["figures"].items():
-        if task is not None:
-            check("task", task, tasks, f"{where}.figures")
-        for model in by_model:
-            check("model", model, models, f"{where}.figures" + (f"[{task!r}]" if task else ""))
-    for i, claim in enumerate(paper["claims"]):
-        for model in claim["models"] + (claim["bound"] if claim["test"] == "beats" else []):
-            check("model", model, models, f"{where}.claims[{i}]")
-        for task in claim["tasks"] or []:
-            check("task", task, tasks, f"{where}.claims[{i}]")
-
-
-def covers(name: str, label: str) -> bool:
-    """Whether a model name of `paper:` covers a model label of the tables: the same, or the label is
-    the name with settings that tell twins apart ("Transformer" covers "Transformer (num_layers=2)")."""
-    return label == name or label.startswith(name + " (")
 
 
 def _within(length: int, lengths) -> bool:

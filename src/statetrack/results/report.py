@@ -1,7 +1,7 @@
-"""Reports: renders what `statetrack.scoring` computes (the paper's figures and claims beside the
+"""Reports: renders what `statetrack.results.scoring` computes (the paper's figures and claims beside the
 measured ones with a verdict per claim, the table after selection, the per-seed spread, the learning
 rates, sequence accuracy where it says more than accuracy, the models' and tasks' own metrics),
-the plots of `statetrack.plots`, Markdown and self-contained HTML, and an index of every experiment."""
+the plots of `statetrack.results.plots`, Markdown and self-contained HTML, and an index of every experiment."""
 
 from __future__ import annotations
 
@@ -11,13 +11,45 @@ import re
 import time
 from pathlib import Path
 
+from statetrack.experiments.spec import paper_of
 from statetrack.paths import under, write_text
-from statetrack.plots import (METRIC_NAMES, also_save, answer_labels, entry_label, run_label, metrics_by_length, model_label,
-                              plot_accuracy_vs_dataset_size, plot_accuracy_vs_length, plot_curves, plot_metrics,
-                              plot_position_accuracy, plot_traces, position_series, train_ranges)
-from statetrack.scoring import (FAIL, INCONCLUSIVE, MEASURE_TEXT, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, data_efficiency,
-                                describe_selection, experiment_summary, paper_figures, paper_of, planned_ids, planned_names,
-                                selection_of, still_learning, unfit_text, verdict_counts)
+from statetrack.results.plots import (
+    METRIC_NAMES,
+    also_save,
+    answer_labels,
+    entry_label,
+    metrics_by_length,
+    model_label,
+    plot_accuracy_vs_dataset_size,
+    plot_accuracy_vs_length,
+    plot_curves,
+    plot_metrics,
+    plot_position_accuracy,
+    plot_traces,
+    position_series,
+    run_label,
+    train_ranges,
+)
+from statetrack.results.scoring import (
+    FAIL,
+    INCONCLUSIVE,
+    MEASURE_TEXT,
+    NOT_IN_RUN,
+    NOT_MEASURED,
+    NOT_RUN,
+    PASS,
+    claim_verdicts,
+    data_efficiency,
+    describe_selection,
+    experiment_summary,
+    paper_figures,
+    planned_ids,
+    planned_names,
+    still_learning,
+    unfit_text,
+    verdict_counts,
+)
+from statetrack.schema import selection_of
 from statetrack.store import Store
 
 

@@ -27,13 +27,11 @@ import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
+from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks
 from statetrack.paths import write_text
-from statetrack.experiments.spec import shipped_specs, spec_tasks
-from statetrack.report import (claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows,
-                               verdict_line)
-from statetrack.schema import SCALES
-from statetrack.scoring import (NOT_MEASURED, VERDICTS, claim_verdicts, paper_of, planned_names, selection_of, summarize,
-                                with_train_lengths)
+from statetrack.results.report import claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows, verdict_line
+from statetrack.results.scoring import NOT_MEASURED, VERDICTS, claim_verdicts, planned_names, summarize, with_train_lengths
+from statetrack.schema import SCALES, selection_of
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1
@@ -72,7 +70,7 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
     list afresh otherwise (the earlier time went partly into runs this plan no longer has) or when
     the parts would add up to more runs than the plan holds (the runs were measured again)."""
     from statetrack.experiments.runner import git_revision
-    from statetrack.scoring import planned_ids
+    from statetrack.results.scoring import planned_ids
 
     plan = store.plan(experiment)
     if plan is None:
@@ -258,7 +256,7 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
 
 
 def _selection_text(summary: list[dict]) -> str:
-    from statetrack.scoring import describe_selection
+    from statetrack.results.scoring import describe_selection
 
     return describe_selection(summary[0]["selection"])
 
@@ -313,7 +311,7 @@ def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
     """{block name: text} of the README's generated blocks: `demo` (the demo's headline table and
     verdicts at the quick scale) and `experiments` (one row per shipped experiment: its claims'
     verdicts at the quick scale and its wall time)."""
-    from statetrack.report import text_table
+    from statetrack.results.report import text_table
 
     snapshots = read_snapshots(book_dir)
     blocks = {}

@@ -168,7 +168,7 @@ class Trainer:
     """Trains `model` on `task`. Saves a checkpoint every `checkpoint_every` steps and at the end;
     a run restarted with the same checkpoint path continues where it stopped. A checkpoint that
     cannot be read is moved aside (`<name>.corrupt`, with a warning) and the run starts again.
-    `loggers` (statetrack.loggers) get each point of the training curve as it is written."""
+    `loggers` (statetrack.training.loggers) get each point of the training curve as it is written."""
 
     def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True,
                  loggers: Sequence = ()):
@@ -179,7 +179,7 @@ class Trainer:
         self.model.to(self.device)
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path else None
         self.progress = progress
-        self.loggers = list(loggers)  # statetrack.loggers.Logger: each curve point as it is written
+        self.loggers = list(loggers)  # statetrack.training.loggers.Logger: each curve point as it is written
         # foreach: each update op once over every parameter rather than once per tensor; on CPU torch would
         # otherwise loop over the tensors in Python, with the same numbers (docs/performance.md)
         self.optimizer = torch.optim.AdamW(

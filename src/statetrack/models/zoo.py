@@ -15,7 +15,7 @@ import inspect
 from statetrack import limits
 from statetrack.errors import StatetrackError, unknown
 from statetrack.layers import MODELS, ModelEntry, register_model
-from statetrack.model import SequenceModel
+from statetrack.models.model import SequenceModel
 
 __all__ = ["MODELS", "MODEL_DEFAULTS", "PRESETS", "ModelEntry", "build_model", "display_name", "get_entry",
            "mixer_parameters", "register_model", "resolve"]

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import torch
 
-from statetrack import zoo
 from statetrack.errors import StatetrackError
 from statetrack.experiments.worker import checkpoint_path
+from statetrack.models import zoo
 from statetrack.paths import check_name
 from statetrack.store import Store
 from statetrack.tasks import Task, make_task
-from statetrack.train import UnreadableCheckpoint, read_checkpoint
+from statetrack.training.train import UnreadableCheckpoint, read_checkpoint
 
 
 @dataclass(frozen=True, repr=False)

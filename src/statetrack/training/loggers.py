@@ -330,7 +330,7 @@ def run_loggers(run, log_to: dict, tags: dict | None = None) -> list[Logger]:
 
 def selection_score(evals: list[dict], log_to: dict) -> float | None:
     """The run's score under the selection rule in `log_to['context']` (the default rule without one)."""
-    from statetrack.scoring import evals_score
+    from statetrack.training.evaluate import evals_score
 
     return evals_score(evals, (log_to.get("context") or {}).get("selection"))
 
@@ -376,7 +376,7 @@ def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, st
     if not rows:
         raise StatetrackError(f"experiment {experiment!r} has no finished runs in {store.path} to export")
     if kind != "csv":
-        from statetrack.scoring import selection_of
+        from statetrack.schema import selection_of
 
         plan = store.plan(experiment)
         log_to = {kind: target, "context": {"selection": selection_of(plan["spec"]) if plan else None}}

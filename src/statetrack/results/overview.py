@@ -5,7 +5,7 @@ The runs are counted from the spec as written, without building any model, so th
 stays quick: per task, distinct models x their lrs x `train.dataset_size` values x seeds, which is the
 number of runs `spec.expand` makes (a test holds the two equal for every shipped spec). The wall time
 is the sum of the parts of the committed snapshot `<book dir>/results/<name>.<scale>.json`
-(`statetrack.book`); an installed package has no snapshots, and shows none.
+(`statetrack.results.book`); an installed package has no snapshots, and shows none.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from importlib import resources
 from pathlib import Path
 
 from statetrack import yamlio
-from statetrack.book import read_snapshots, wall_seconds
 from statetrack.experiments.spec import deep_merge, spec_tasks
+from statetrack.results.book import read_snapshots, wall_seconds
 
 
 def checkout_docs() -> Path | None:

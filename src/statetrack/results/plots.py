@@ -1,6 +1,6 @@
 """Plots of the report: accuracy against length and training-set size, training curves (with
 curriculum stages), the models' and tasks' own metrics, accuracy per position and the model's output
-against the input. Each function writes one PNG and returns its path; `statetrack.report` places
+against the input. Each function writes one PNG and returns its path; `statetrack.results.report` places
 them in the page."""
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 
 from statetrack.paths import open_for_write  # noqa: E402
 from statetrack.store import Store  # noqa: E402
-
 
 FORMATS = ("png", "svg", "pdf")  # what a report's plots can be written as; PNG is always written (the HTML embeds it)
 _also: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("statetrack_plot_formats", default=())
@@ -83,7 +82,7 @@ def train_ranges(runs: list[dict], longest: dict | None = None) -> dict:
     """{run task: (shortest, longest) training length}: the shortest from the runs' configurations,
     the longest from `longest` ({task: the plan's longest training length}, which counts every
     curriculum stage: `scoring.planned_names`) where it has the task, else from the configuration."""
-    from statetrack.train import TrainConfig
+    from statetrack.training.train import TrainConfig
 
     out = {}
     for r in runs:

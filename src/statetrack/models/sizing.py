@@ -17,8 +17,8 @@ import functools
 import json
 import math
 
-from statetrack import zoo
 from statetrack.errors import StatetrackError
+from statetrack.models import zoo
 
 __all__ = ["MAX_WIDTH", "TOLERANCE", "apply_sizing", "fit_width", "layer_parameters", "nearest_width",
            "parse_budget", "pass_flops", "stack_parameters"]

@@ -1,0 +1,2 @@
+"""Training one run (`train`), evaluating it at every length (`evaluate`) and the experiment trackers
+it reports to (`loggers`)."""
