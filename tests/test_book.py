@@ -8,6 +8,9 @@ import pytest
 
 from statetrack.cli import main
 from statetrack.experiments import runner
+from statetrack.experiments import spec as spec_module
+from statetrack.experiments.runner import RunOptions
+from statetrack.experiments.spec import resolve
 from statetrack.results import book
 from statetrack.store import Store
 
@@ -55,8 +58,8 @@ def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that
     checked = 0
     for snapshot in snapshots.values():
         scored = book.scored(snapshot)
-        train = scored["planned"]["train_length"]
-        for verdict in scored["verdicts"]:
+        train = scored.train_length
+        for verdict in scored.verdicts:
             claim = verdict["claim"]
             if verdict["verdict"] not in (PASS, FAIL) or claim["fit"] <= 0 or claim["measure"].startswith("metric:"):
                 continue
@@ -64,7 +67,7 @@ def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that
                 if result["holds"] is None:  # undecided entries leave a claim ✗ only when another entry fails
                     assert verdict["verdict"] == FAIL and any(r["holds"] is False for r in verdict["results"])
                     continue
-                entry = next(e for e in scored["summary"] if (e["task"], e["model"], e["dataset_size"])
+                entry = next(e for e in scored.summary if (e["task"], e["model"], e["dataset_size"])
                              == (result["task"], result["model"], result["dataset_size"]))
                 length = train[entry["run_task"]]
                 beyond = claim["measure"] == "extrapolation" or max(n for n in entry["lengths"] if claim["lengths"] is None
@@ -92,8 +95,8 @@ def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that
 @pytest.fixture
 def tiny_reproduce(monkeypatch, tmp_path):
     """`statetrack reproduce` on the shipped demo with a tiny grid (20 steps, 16 samples), in this process."""
-    real = runner.run_experiment
-    monkeypatch.setattr(runner, "run_experiment", lambda experiment, scale, overrides, *a, **k: real(experiment, scale, TINY, *a, **k))
+    real = spec_module.resolve
+    monkeypatch.setattr(spec_module, "resolve", lambda spec, scale, overrides, *a, **k: real(spec, scale, TINY, *a, **k))
     monkeypatch.chdir(tmp_path)
     return lambda *extra: main(["reproduce", "demo", "--workers", "1", "--no-progress", "--book-dir", "book",
                                 "--readme", "README.md", *extra])
@@ -123,7 +126,7 @@ def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_
 
 def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[0]", "eval.samples=16"], workers=1, progress=False, name="demo")
+    runner.run_experiment(resolve("demo", "quick", TINY[:1] + ["seeds=[0]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
     store = Store(tmp_path / "results/statetrack.db")
     book.write_snapshot(store, "demo", "book", {"seconds": 5.0, "runs": 2, "workers": 1})
     book.write_snapshot(store, "demo", "book", {"seconds": 3.0, "runs": 1, "workers": 1})
@@ -131,11 +134,11 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
     snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
     assert book.wall_seconds(snapshot) == 8.0 and book.duration(8.0) == "8 s" and book.duration(3725) == "1 h 2 min"
     # another plan (other seeds): the parts start afresh
-    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1]", "eval.samples=16"], workers=1, progress=False, name="demo")
+    runner.run_experiment(resolve("demo", "quick", TINY[:1] + ["seeds=[1]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
     book.write_snapshot(store, "demo", "book", {"seconds": 2.0, "runs": 3, "workers": 1})
     assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 2.0
     # a plan that adds runs to it (another seed beside): the parts add up
-    runner.run_experiment("demo", "quick", TINY[:1] + ["seeds=[1, 2]", "eval.samples=16"], workers=1, progress=False, name="demo")
+    runner.run_experiment(resolve("demo", "quick", TINY[:1] + ["seeds=[1, 2]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
     book.write_snapshot(store, "demo", "book", {"seconds": 4.0, "runs": 3, "workers": 1})
     assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 6.0
     # the same plan measured again from the start (a fresh store): its time replaces the earlier parts'
@@ -145,7 +148,7 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
 
 def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    runner.run_experiment("demo", "quick", TINY, workers=1, progress=False, name="demo")
+    runner.run_experiment(resolve("demo", "quick", TINY, name="demo"), options=RunOptions(workers=1, progress=False))
     book.write_snapshot(Store(tmp_path / "results/statetrack.db"), "demo", "book")
     before = book.book_pages("book")["reproductions.md"]
     paper = book.spec_paper("demo", "quick")

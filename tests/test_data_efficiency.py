@@ -11,10 +11,11 @@ import torch
 from statetrack.cli import main
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.runner import run_experiment
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import resolve
 from statetrack.models import zoo
 from statetrack.results.report import write_report
-from statetrack.results.scoring import data_efficiency, summarize
+from statetrack.results.scoring import data_efficiency, score_store, summarize
 from statetrack.store import Store
 from statetrack.tasks import make_task
 from statetrack.tasks.base import masked_loss_and_accuracy
@@ -217,12 +218,12 @@ def test_data_efficiency_selects_the_lr_per_size():
 
 def test_report_plots_accuracy_against_n(spec_file, tmp_path, capsys):
     results = tmp_path / "r"
-    run_experiment(spec_file(), results_dir=results, progress=False, workers=1, log=lambda *_: None)
+    run_experiment(resolve(spec_file()), results, RunOptions(workers=1, progress=False), log=lambda *_: None)
     store = Store(results / "statetrack.db")
     rows = store.results("dataeff")
     assert len(rows) == 2 * 2 * 2 * 2 and Counter(r["dataset_size"] for r in rows) == {2: 8, 16: 8}
 
-    out = write_report("dataeff", store, results)
+    out = write_report(score_store(store, "dataeff", run_data=True), results)
     assert (out / "accuracy_vs_dataset_size.png").stat().st_size > 0
     md = (out / "report.md").read_text()
     assert "## Data efficiency" in md and "| model | length | N=2 | N=16 |" in md and "task modadd(m=3)" in md  # one task: named once
@@ -239,10 +240,10 @@ def test_report_plots_accuracy_against_n(spec_file, tmp_path, capsys):
 
 def test_report_without_sizes_has_no_data_efficiency_section(tiny_spec, tmp_path):
     results = tmp_path / "r"
-    run_experiment(str(tiny_spec(steps=5, seeds="[0]")), results_dir=results, progress=False, workers=1, log=lambda *_: None)
+    run_experiment(resolve(str(tiny_spec(steps=5, seeds="[0]"))), results, RunOptions(workers=1, progress=False), log=lambda *_: None)
     store = Store(results / "statetrack.db")
     assert all("dataset_size" not in r for r in store.results("tiny"))
-    out = write_report("tiny", store, results)
+    out = write_report(score_store(store, "tiny", run_data=True), results)
     assert not (out / "accuracy_vs_dataset_size.png").exists()
     assert "Data efficiency" not in (out / "report.md").read_text() and "N=" not in (out / "report.md").read_text()
 

@@ -3,7 +3,6 @@ done with the step it diverged at, scored as chance at every evaluation length a
 retried, shown as diverged in the report, and `statetrack run` exits 0."""
 
 import json
-import sqlite3
 import textwrap
 
 import pytest
@@ -12,10 +11,12 @@ from cli_helpers import run_cli
 from torch import nn
 
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.runner import run_experiment
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import resolve
 from statetrack.experiments.worker import train_and_evaluate
 from statetrack.models import zoo
 from statetrack.results.report import write_report
+from statetrack.results.scoring import score_store
 from statetrack.store import Store
 from statetrack.training.train import Diverged
 
@@ -90,7 +91,7 @@ def test_a_diverged_run_is_an_outcome_scored_at_chance(fragile_spec, tmp_path):
 
 def test_a_diverged_run_is_done_at_chance_and_never_retried(fragile_spec, tmp_path):
     logs = []
-    run_experiment(fragile_spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
+    run_experiment(resolve(fragile_spec), tmp_path, RunOptions(workers=1, progress=False), log=logs.append)
     assert any(line.startswith("  diverged: Fragile on fsm(states=3), lr=2, seed=0 at step 1 (scored as chance)") for line in logs)
     assert not any("failed" in line for line in logs)
     store = Store(tmp_path / "statetrack.db")
@@ -104,10 +105,10 @@ def test_a_diverged_run_is_done_at_chance_and_never_retried(fragile_spec, tmp_pa
     assert {r["diverged"] for r in rows if r["lr"] == 1e-3} == {False}
     assert all("metric_diverged" not in r for r in rows)
     # a re-run trains nothing: the diverged run is the outcome of its setting
-    run_experiment(fragile_spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
+    run_experiment(resolve(fragile_spec), tmp_path, RunOptions(workers=1, progress=False), log=logs.append)
     assert logs[-1] == "experiment fragile (quick): 2 runs, 2 already done"
     assert _runs_by_lr(store)[2.0]["finished_at"] == runs[2.0]["finished_at"]
-    md = (write_report("fragile", store, tmp_path) / "report.md").read_text()
+    md = (write_report(score_store(store, "fragile", run_data=True), tmp_path) / "report.md").read_text()
     assert "| diverged at step 1 |" in md and md.count("| done |") == 1
 
 
@@ -118,25 +119,3 @@ def test_statetrack_run_exits_0_when_a_learning_rate_diverges(fragile_spec, tmp_
     code, out, _ = run_cli(capsys, "results", "fragile", "--json", "--results-dir", str(tmp_path))
     rows = json.loads(out)
     assert code == 0 and sorted({(r["lr"], r["diverged"]) for r in rows}) == [(1e-3, False), (2.0, True)]
-
-
-def test_an_old_store_gains_the_diverged_column(tmp_path):
-    db = tmp_path / "old.db"
-    with sqlite3.connect(db) as c:
-        c.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, model TEXT NOT NULL, task TEXT NOT NULL,"
-                  " seed INTEGER NOT NULL, lr REAL NOT NULL, config TEXT NOT NULL, git_rev TEXT, host TEXT,"
-                  " status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')), error TEXT, steps INTEGER,"
-                  " num_parameters INTEGER, train_seconds REAL, eval_seconds REAL, started_at REAL, finished_at REAL)")
-        c.execute("INSERT INTO runs (id, experiment, model, task, seed, lr, config, status)"
-                  " VALUES ('old', 'x', 'LSTM', 'parity', 0, 0.01, '{}', 'done')")
-    read = Store(db, read_only=True)  # upgraded in memory only
-    assert read.runs("x")[0]["diverged_at"] is None
-    with sqlite3.connect(db) as c:
-        assert "diverged_at" not in {r[1] for r in c.execute("PRAGMA table_info(runs)")}
-    store = Store(db)
-    with sqlite3.connect(db) as c:
-        assert "diverged_at" in {r[1] for r in c.execute("PRAGMA table_info(runs)")}
-    assert store.runs("x")[0]["diverged_at"] is None
-    store.start_run("new", "x", "LSTM", "parity", 0, 10.0, {}, "abc")
-    store.finish_run("new", [{"length": 4, "accuracy": 0.5, "scaled_accuracy": 0.0, "samples": 0}], [], 3, 10, 0.1, 0.0, diverged_at=3)
-    assert {r["id"]: (r["status"], r["diverged_at"]) for r in store.runs("x")} == {"new": ("done", 3), "old": ("done", None)}

@@ -4,17 +4,16 @@ evaluation variants (the trained model scored on the task with some parameters c
 counting's phase-alignment patterns) and traces of the model's output, from the spec to the report."""
 
 import json
-import sqlite3
 
 import pytest
 import torch
 import yaml
 
 from statetrack.errors import StatetrackError
-from statetrack.experiments.runner import run_experiment
-from statetrack.experiments.spec import expand, load_spec
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import expand, load_spec, resolve
 from statetrack.results.report import extrapolation_rows, write_report
-from statetrack.results.scoring import summarize
+from statetrack.results.scoring import score_store, summarize
 from statetrack.store import Store
 from statetrack.tasks import make_task
 from statetrack.training.evaluate import evaluate_lengths
@@ -140,7 +139,7 @@ def _spec(tmp_path, text=SPEC, **changes):
 
 def test_variants_are_scored_stored_and_reported(tmp_path):
     path = _spec(tmp_path)
-    run_experiment(str(path), store_path=tmp_path / "statetrack.db", results_dir=tmp_path, progress=False, workers=1, log=lambda *a: None)
+    run_experiment(resolve(str(path)), tmp_path, RunOptions(workers=1, progress=False), store_path=tmp_path / "statetrack.db", log=lambda *a: None)
     store = Store(tmp_path / "statetrack.db")
     rows = store.results("variants")
     tasks = {(r["task"], r.get("variant"), json.dumps(r["task_params"], sort_keys=True)) for r in rows}
@@ -155,7 +154,7 @@ def test_variants_are_scored_stored_and_reported(tmp_path):
     assert [e["length"] for e in store.evals(run["id"])] == [160, 200]
     assert [e.get("variant") for e in store.evals(run["id"], None)][2:] == ["offset", "offset", "two_isi", "two_isi"]
     assert len(store.evals(run["id"], "two_isi")[0]["position_accuracy"]) == 160
-    out = write_report("variants", store, tmp_path)
+    out = write_report(score_store(store, "variants", run_data=True), tmp_path)
     md = (out / "report.md").read_text()
     table = md.split("## Extrapolation")[1].split("\n## ")[0]
     assert "sequence accuracy >= 0.9" in table and "| counting(preset=short) [two_isi] | RNN |" in table
@@ -193,28 +192,6 @@ def test_specs_without_variants_keep_their_run_ids(tmp_path):
     del spec["eval"]["variants"], spec["eval"]["traces"]
     (run,) = expand(spec)
     assert "variants" not in run.eval and "traces" not in run.eval
-
-
-def test_an_old_store_takes_variant_rows_after_migration(tmp_path):
-    db = tmp_path / "old.db"
-    with sqlite3.connect(db) as c:
-        c.executescript("""
-        CREATE TABLE runs (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, model TEXT NOT NULL, task TEXT NOT NULL,
-            seed INTEGER NOT NULL, lr REAL NOT NULL, config TEXT NOT NULL, git_rev TEXT, host TEXT, status TEXT NOT NULL,
-            error TEXT, steps INTEGER, num_parameters INTEGER, train_seconds REAL, eval_seconds REAL, started_at REAL, finished_at REAL);
-        CREATE TABLE evals (run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, length INTEGER NOT NULL,
-            accuracy REAL NOT NULL, scaled_accuracy REAL NOT NULL, samples INTEGER NOT NULL, sequence_accuracy REAL, metrics TEXT,
-            PRIMARY KEY (run_id, length));
-        INSERT INTO runs VALUES ('r', 'x', 'RNN', 'counting', 0, 0.1, '{"task": {"name": "counting"}}', NULL, NULL, 'done',
-            NULL, 1, 1, 1.0, 1.0, 0, 0);
-        INSERT INTO evals VALUES ('r', 200, 0.5, 0.0, 8, 0.25, NULL);
-        """)
-    store = Store(db)
-    assert store.evals("r") == [{"length": 200, "accuracy": 0.5, "scaled_accuracy": 0.0, "samples": 8, "sequence_accuracy": 0.25, "metrics": {}}]
-    store.finish_run("r", [{"length": 200, "variant": "two_isi", "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 8}], [], 1, 1, 1.0, 1.0)
-    assert [(e.get("variant", ""), e["accuracy"]) for e in store.evals("r", None)] == [("", 0.5), ("two_isi", 1.0)]
-    Store(db)  # opening a migrated store again changes nothing
-    assert len(store.evals("r", None)) == 2
 
 
 def test_a_task_entry_carries_its_own_train_and_eval_settings(tmp_path):

@@ -11,10 +11,11 @@ import torch
 from cli_helpers import run_cli
 
 from statetrack.errors import StatetrackError
-from statetrack.layers import panini as panini_module
-from statetrack.layers.panini import Panini, PaniniTable, exact_panini, margin_error, panini_recurrence, sinkhorn
+from statetrack.layers.panini import Panini, PaniniTable, exact_panini
 from statetrack.models import zoo
 from statetrack.ops import native
+from statetrack.ops import panini as panini_module
+from statetrack.ops.panini import margin_error, panini_recurrence, sinkhorn
 from statetrack.tasks import make_task
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

@@ -13,7 +13,8 @@ from cli_helpers import run_cli
 from statetrack.cli import main
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.backends import make_backend
-from statetrack.experiments.runner import run_experiment
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import resolve
 from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
@@ -54,14 +55,14 @@ def test_tensorboard_events_grow_while_the_run_trains(tmp_path):
 
 def _finished(tiny_spec, tmp_path):
     spec = str(tiny_spec(steps=10, seeds="[0]"))
-    run_experiment(spec, results_dir=tmp_path / "r", progress=False, workers=1, log=lambda *a: None)
+    run_experiment(resolve(spec), tmp_path / "r", RunOptions(workers=1, progress=False), log=lambda *a: None)
     return Store(tmp_path / "r" / "statetrack.db"), expand(load_spec(spec))
 
 
 def test_run_logs_every_run_to_tensorboard_as_it_trains(tiny_spec, tmp_path):
     pytest.importorskip("tensorboard")
     spec = str(tiny_spec(steps=10, seeds="[0]"))
-    run_experiment(spec, results_dir=tmp_path / "r", progress=False, workers=1, tensorboard=tmp_path / "tb", log=lambda *a: None)
+    run_experiment(resolve(spec), tmp_path / "r", RunOptions(workers=1, tensorboard=tmp_path / "tb", progress=False), log=lambda *a: None)
     store = Store(tmp_path / "r" / "statetrack.db")
     for run in expand(load_spec(spec)):
         events = _events(tensorboard_dir(tmp_path / "tb", run))
@@ -196,7 +197,7 @@ def test_failed_and_diverged_runs_end_failed_in_the_trackers(tiny_spec, tmp_path
     monkeypatch.setattr(Trainer, "fit", fit)
     uri, logs = f"sqlite:///{tmp_path / 'mlflow.db'}", []
     spec = str(tiny_spec(steps=10))
-    run_experiment(spec, results_dir=tmp_path / "r", progress=False, workers=1, mlflow=uri, wandb="statetrack-tests", log=logs.append)
+    run_experiment(resolve(spec), tmp_path / "r", RunOptions(workers=1, wandb="statetrack-tests", mlflow=uri, progress=False), log=logs.append)
     runs = expand(load_spec(spec))
     expected = {r.id: "failed" if r.model["name"] == "lstm" else "done" if r.seed == 0 else "diverged" for r in runs}
     for run in runs:

@@ -5,7 +5,7 @@ import torch
 from ops_helpers import TOL, assert_same, rel_error
 
 from statetrack.ops import dense as dense_module
-from statetrack.ops import dense_transition, dense_transition_reference, native
+from statetrack.ops import dense_transition, dense_transition_reference, native, unit_normalize, unit_normalize_reference
 from statetrack.ops.dense import dense_scan
 
 
@@ -107,3 +107,24 @@ def test_large_or_matrix_states_keep_the_batched_loop():
     M, X, h0 = scan_case(3, 2, dense_module.NATIVE_MAX_D + 1, True, False)
     assert not dense_module._native(M, X, h0)
     assert not dense_module._native(M, X.expand(-1, -1, -1, 3), h0.expand(-1, -1, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_unit_normalize_equals_its_reference_with_zero_and_tiny_vectors(dtype):
+    """The direction h / ||h|| of a bilinear state: the same numbers and gradient as autograd's
+    division, clamp and norm, where a zero vector stays zero (its gradient g / tiny, as the clamp's)."""
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(4, 3, 6, dtype=dtype, generator=gen)
+    h[0, 1] = 0.0
+    h[2, 0] = 1e-3
+    h.requires_grad_()
+    w = torch.randn(h.shape, dtype=dtype, generator=gen)
+    results = []
+    for f in (unit_normalize, unit_normalize_reference):
+        y = f(h)
+        results.append((y, *torch.autograd.grad((y * w).sum(), h)))
+    (y, g), (y_ref, g_ref) = results
+    assert torch.equal(y, y_ref)
+    assert torch.equal(y[0, 1], torch.zeros(6, dtype=dtype))
+    assert rel_error(g, g_ref) < TOL[dtype]
+    torch.testing.assert_close(g[0, 1], w[0, 1] / torch.finfo(dtype).tiny)

@@ -14,6 +14,7 @@ from statetrack.experiments.spec import RunSpec, load_spec, overrides_name, ship
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import NAME_MAX, check_name, under, write_text
 from statetrack.results.report import write_report
+from statetrack.results.scoring import score_store
 from statetrack.store import Store
 from statetrack.training.loggers import tensorboard_dir
 
@@ -62,7 +63,7 @@ def test_a_folder_linked_out_of_the_results_folder_is_refused(tmp_path):
     store = Store(tmp_path / "s.db")
     store.set_plan("demo", {"name": "demo"}, [])
     with pytest.raises(StatetrackError, match="resolves to .*elsewhere, outside the folder"):
-        write_report("demo", store, tmp_path / "results")
+        write_report(score_store(store, "demo", run_data=True), tmp_path / "results")
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 

@@ -13,7 +13,7 @@ from statetrack.experiments import expand, load_spec
 from statetrack.experiments.spec import paper_of, shipped_specs
 from statetrack.results.plots import curve_style, log_axis
 from statetrack.results.report import markdown_table, table_rows, write_index, write_report
-from statetrack.results.scoring import FAIL, INCONCLUSIVE, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, seeds_verdict, still_learning, summarize
+from statetrack.results.scoring import FAIL, INCONCLUSIVE, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, score_store, seeds_verdict, still_learning, summarize
 from statetrack.store import Store
 
 PAPER = {
@@ -61,7 +61,7 @@ def _store(tmp_path, paper=PAPER, seeds=(0, 1)) -> Store:
 
 
 def test_report_sets_the_papers_figures_beside_ours_with_verdicts(tmp_path):
-    out = write_report("parity", _store(tmp_path), tmp_path)
+    out = write_report(score_store(_store(tmp_path), "parity", run_data=True), tmp_path)
     md = (out / "report.md").read_text()
     # verdicts first, then the accuracy plot, then the figures
     assert md.index("## Claims: did it reproduce?") < md.index("![accuracy_vs_length]") < md.index("## Paper vs measured") < md.index("## Headline")
@@ -222,7 +222,7 @@ def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
         planned.append({"id": run_id, "model": "LSTM", "task": "parity", "lr": 0.01, "seed": 0 if run_id == "budget" else 1,
                         "steps": steps})
     store.set_plan("parity", {"name": "parity", "scale": "quick"}, planned)
-    md = (write_report("parity", store, tmp_path) / "report.md").read_text()
+    md = (write_report(score_store(store, "parity", run_data=True), tmp_path) / "report.md").read_text()
     assert "2 of 2 runs done at scale quick (1 still learning when their budget ended" in md
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| budget") or line.startswith("| early")}
     assert "done, still learning" in rows["budget"] and "still learning" not in rows["early"]
@@ -283,7 +283,7 @@ def test_a_claim_may_test_a_metric_of_the_runs():
 
 
 def test_the_report_writes_vector_plots_and_latex_tables_on_request(tmp_path):
-    out = write_report("parity", _store(tmp_path), tmp_path, formats=("png", "svg", "pdf"))
+    out = write_report(score_store(_store(tmp_path), "parity", run_data=True), tmp_path, formats=("png", "svg", "pdf"))
     assert (out / "accuracy_vs_length.svg").read_text().lstrip().startswith("<?xml")
     assert (out / "accuracy_vs_length.pdf").read_bytes().startswith(b"%PDF")
     paper = (out / "paper_vs_measured.tex").read_text()
@@ -294,14 +294,14 @@ def test_the_report_writes_vector_plots_and_latex_tables_on_request(tmp_path):
     headline = (out / "headline.tex").read_text()
     assert "\\toprule" in headline and "\\bottomrule" in headline and headline.count(" \\\\\n") >= 3
     # without formats, PNG only
-    again = write_report("parity", _store(tmp_path / "b"), tmp_path / "b")
+    again = write_report(score_store(_store(tmp_path / "b"), "parity", run_data=True), tmp_path / "b")
     assert not list(again.glob("*.svg")) and (again / "headline.tex").is_file()
 
 
 def test_index_shows_each_experiments_verdicts(tmp_path):
     store = _store(tmp_path)
     store.set_plan("nopaper", {"name": "nopaper", "scale": "quick"}, [])
-    write_report("parity", store, tmp_path)
+    write_report(score_store(store, "parity", run_data=True), tmp_path)
     md = (write_index(store, tmp_path).parent / "index.md").read_text()
     assert "| experiment | scale | done | expected | failed | missing | claims |" in md
     assert "| 2/6 claims ✓, 1 ✗, 2 not measured, 1 not run at this scale |" in md
@@ -313,7 +313,7 @@ def test_index_shows_each_experiments_verdicts(tmp_path):
 
 def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
     store = _store(tmp_path, seeds=(0,))
-    md = (write_report("parity", store, tmp_path) / "report.md").read_text()
+    md = (write_report(score_store(store, "parity", run_data=True), tmp_path) / "report.md").read_text()
     assert "## Scaled accuracy, mean ± std over seeds" not in md and "## Per seed" not in md  # one seed: the headline is all
     headline = md.split("## Headline")[1].split("\n## ")[0]
     cells = "\n".join(line for line in headline.splitlines() if line.startswith("|"))
@@ -408,7 +408,7 @@ def test_an_extrapolation_report_of_one_task_and_lr_names_them_once(tmp_path):
     """The check-mark table carries its count of text columns: dropping the one-valued task and lr
     columns keeps it right (a model column of text, then figures)."""
     store = _store(tmp_path)
-    md = (write_report("parity", store, tmp_path, selection={"criterion": "extrapolation"}) / "report.md").read_text()
+    md = (write_report(score_store(store, "parity", selection={"criterion": "extrapolation"}, run_data=True), tmp_path) / "report.md").read_text()
     table = md.split("## Extrapolation")[1].split("\n## ")[0]
     lines = [line for line in table.splitlines() if line.startswith("|")]
     assert lines[0].startswith("| model |") and "task" not in lines[0] and lines[1].startswith("| :--- | ---: |")

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.runner import run_experiment
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import resolve
 from statetrack.store import Store
 
 
@@ -28,12 +29,12 @@ def test_run_ids_are_stable_and_distinct(tiny_spec):
 def test_rerun_skips_finished_runs(tiny_spec, tmp_path):
     path = str(tiny_spec())
     logs = []
-    run_experiment(path, results_dir=tmp_path / "r", progress=False, log=logs.append)
+    run_experiment(resolve(path), tmp_path / "r", RunOptions(progress=False), log=logs.append)
     store = Store(tmp_path / "r" / "statetrack.db")
     first = {r["id"]: r["finished_at"] for r in store.runs("tiny")}
     assert len(first) == 4 and all(r["status"] == "done" for r in store.runs("tiny"))
     assert len(store.results("tiny")) == 8  # 4 runs x 2 lengths
-    run_experiment(path, results_dir=tmp_path / "r", progress=False, log=logs.append)
+    run_experiment(resolve(path), tmp_path / "r", RunOptions(progress=False), log=logs.append)
     assert "4 runs, 4 already done" in logs[-1]
     assert {r["id"]: r["finished_at"] for r in store.runs("tiny")} == first
 
@@ -50,17 +51,17 @@ def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatc
 
     monkeypatch.setattr(Trainer, "fit", explode)
     spec, logs = str(tiny_spec()), []
-    run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
+    run_experiment(resolve(spec), tmp_path, RunOptions(workers=1, progress=False), log=logs.append)
     store = Store(tmp_path / "statetrack.db")
     runs = store.runs("tiny")
     assert sorted(r["status"] for r in runs) == ["done", "done", "failed", "failed"]
     assert all("loss became nan" in r["error"] for r in runs if r["status"] == "failed")
     # a re-run with retry_failed=False (--skip-failed) leaves them; the default retries exactly them
-    run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append, retry_failed=False)
+    run_experiment(resolve(spec), tmp_path, RunOptions(workers=1, retry_failed=False, progress=False), log=logs.append)
     assert "4 runs, 2 already done, 2 failed before (skipped)" in logs[-1]
     assert [r["finished_at"] for r in store.runs("tiny")] == [r["finished_at"] for r in runs]
     monkeypatch.setattr(Trainer, "fit", real)
-    run_experiment(spec, results_dir=tmp_path, progress=False, workers=1, log=logs.append)
+    run_experiment(resolve(spec), tmp_path, RunOptions(workers=1, progress=False), log=logs.append)
     assert "4 runs, 2 already done, 2 failed before (retried)" in logs[-3]
     assert all(r["status"] == "done" and r["error"] is None for r in store.runs("tiny"))
 
@@ -175,7 +176,7 @@ def test_a_backend_that_cannot_start_records_no_plan(tiny_spec, tmp_path, monkey
 
     monkeypatch.setattr("statetrack.experiments.runner.make_backend", refuse)
     with pytest.raises(ConnectionError):
-        run_experiment(str(tiny_spec()), results_dir=tmp_path / "r", progress=False, log=lambda *a: None)
+        run_experiment(resolve(str(tiny_spec())), tmp_path / "r", RunOptions(progress=False), log=lambda *a: None)
     store = Store(tmp_path / "r" / "statetrack.db")
     assert store.plan("tiny") is None and store.runs("tiny") == []
 
@@ -184,7 +185,7 @@ def test_a_plan_relabels_its_stored_runs(tiny_spec, tmp_path):
     """A label follows the latest plan: a run stored as 'LSTM' that a later plan calls 'LSTM (d_model=8)'
     (another LSTM beside it) is reported under the new label, with its results unchanged."""
     path = str(tiny_spec())
-    run_experiment(path, results_dir=tmp_path / "r", progress=False, log=lambda *a: None)
+    run_experiment(resolve(path), tmp_path / "r", RunOptions(progress=False), log=lambda *a: None)
     store = Store(tmp_path / "r" / "statetrack.db")
     runs = expand(load_spec(path))
     before = {r["id"]: r["model"] for r in store.runs("tiny")}
@@ -228,7 +229,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tiny_spec, tmp_path, capsys)
     planned = expand(load_spec(spec, overrides=["train.steps=12"]))
     assert all(f"{r.id}  {r.model_name}" in out and out.count(r.id) == 1 for r in planned)
     assert not {r.id for r in runs} & {r.id for r in planned}  # the override is part of every run's id
-    run_experiment(spec, results_dir=tmp_path / "r", progress=False, workers=1, log=lambda *a: None)
+    run_experiment(resolve(spec), tmp_path / "r", RunOptions(workers=1, progress=False), log=lambda *a: None)
     code, out, _ = run_cli(capsys, "run", spec, "--dry-run", "--results-dir", str(tmp_path / "r"))
     assert code == 0 and "4 planned runs, 0 to train" in out and out.count("  done") == 4
     code, _, err = run_cli(capsys, "run", spec, "--dry-run", "models=[{name: nope}]")

@@ -15,9 +15,10 @@ import torch.nn.functional as F
 
 from statetrack.layers import IDS4, S4D, Mamba, Mamba2
 from statetrack.layers.common import decay_to_range
-from statetrack.layers.mamba import SSD_CHUNK, _SelectiveInputs
-from statetrack.layers.s4d import S4D_CHUNK, _IDS4Scan, _InputDependentZOH
+from statetrack.layers.s4d import S4D_CHUNK
 from statetrack.ops import diagonal_scan_reference, native
+from statetrack.ops.ids4 import _IDS4Scan, _InputDependentZOH
+from statetrack.ops.selective import SSD_CHUNK, _SelectiveInputs
 
 B, D = 2, 8
 
@@ -140,7 +141,7 @@ def test_hand_written_backwards_pass_gradcheck():
     args = (rnd(Bsz, T, d, positive=True), rnd(Bsz, T, n), -rnd(d, n, positive=True), rnd(d, n), rnd(d, n, 2), rnd(Bsz, T, d))
     assert torch.autograd.gradcheck(lambda *a: _InputDependentZOH.apply(*a), args)
     for scale in (1.0, 2.0):
-        args = (rnd(Bsz, T, d, positive=True), rnd(d, n), rnd(Bsz, T, d), rnd(Bsz, T, n))
+        args = (rnd(Bsz, T, d, positive=True), rnd(d, n, positive=True), rnd(Bsz, T, d), rnd(Bsz, T, n))  # dt, A, u, B_t
         assert torch.autograd.gradcheck(lambda *a: _SelectiveInputs.apply(*a, scale), args)
 
 

@@ -4,9 +4,10 @@ forms: the same outputs, final states and gradients (float64 to rounding, float3
 import pytest
 import torch
 
-from statetrack.layers import panini as P
-from statetrack.layers.rnn import NRU, nru_recurrence_fused
-from statetrack.ops.nonlinear import nru_recurrence_reference
+from statetrack.layers import panini as panini_layer
+from statetrack.layers.rnn import NRU
+from statetrack.ops import panini as P
+from statetrack.ops.nonlinear import nru_recurrence_fused, nru_recurrence_reference
 
 
 def close(a, b, dtype):
@@ -62,14 +63,14 @@ def panini_pair(layer, x, state=None):
     """(outputs, state, gradients) of the layer with the fused recurrence, then with the reference."""
     results = []
     for fast in (True, False):
-        saved = P.panini_recurrence, P.sinkhorn
+        saved = panini_layer.panini_recurrence
         if not fast:
-            P.panini_recurrence, P.sinkhorn = P.panini_recurrence_reference, P.sinkhorn_reference
+            panini_layer.panini_recurrence = P.panini_recurrence_reference
         try:
             y, s = layer(x, state)
             results.append((y, s) + grads((y, s), (x, *layer.parameters())))
         finally:
-            P.panini_recurrence, P.sinkhorn = saved
+            panini_layer.panini_recurrence = saved
     return results
 
 
@@ -77,7 +78,7 @@ def panini_pair(layer, x, state=None):
 @pytest.mark.parametrize("renormalize", [True, False])
 def test_panini_fused_equals_the_reference(dtype, tol, renormalize):
     torch.manual_seed(0)
-    layer = P.Panini(8, n=4, num_heads=2, renormalize=renormalize, sinkhorn_tol=tol).to(dtype)
+    layer = panini_layer.Panini(8, n=4, num_heads=2, renormalize=renormalize, sinkhorn_tol=tol).to(dtype)
     with torch.no_grad():
         for p in layer.parameters():
             p.add_(torch.randn_like(p) * 0.5)
@@ -108,7 +109,7 @@ def test_panini_table_fused_equals_the_reference():
     from statetrack.tasks import make_task
 
     task = make_task("pfsa", n=3, noise=0.2, reveal_prob=0.3, belief="marginal")
-    table = P.exact_panini(task)
+    table = panini_layer.exact_panini(task)
     tokens = task.sample(4, 30, torch.Generator().manual_seed(0)).inputs
     A_l, A_r, B = table.A_l[tokens], table.A_r[tokens], table.B[tokens]
     H0 = torch.eye(3, dtype=torch.float64).repeat(4, 1, 1)
@@ -122,8 +123,7 @@ def test_panini_table_fused_equals_the_reference():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("B, T, H, D, with_state", [(3, 7, 2, 4, True), (4, 9, 1, 5, False), (2, 1, 3, 2, True)])
 def test_slstm_fused_equals_the_reference(dtype, B, T, H, D, with_state):
-    from statetrack.layers.xlstm import slstm_recurrence_fused
-    from statetrack.ops.nonlinear import slstm_recurrence_reference
+    from statetrack.ops.nonlinear import slstm_recurrence_fused, slstm_recurrence_reference
 
     torch.manual_seed(0)
     pre = torch.randn(B, T, 4, H, D, dtype=dtype, requires_grad=True)
@@ -144,8 +144,7 @@ def test_slstm_fused_equals_the_reference(dtype, B, T, H, D, with_state):
 def test_slstm_fused_splits_the_gradient_of_a_tied_maximum_as_torch_does():
     """m_1 = max(log f_1 + m_0, i~_1) with the two equal (m_0 = 0, R = 0): torch.maximum gives each
     side half the gradient, and so does the fused backward."""
-    from statetrack.layers.xlstm import slstm_recurrence_fused
-    from statetrack.ops.nonlinear import slstm_recurrence_reference
+    from statetrack.ops.nonlinear import slstm_recurrence_fused, slstm_recurrence_reference
 
     pre = torch.randn(2, 3, 4, 1, 3, dtype=torch.float64)
     pre[:, 0, 1] = torch.nn.functional.logsigmoid(pre[:, 0, 2])  # i~_1 = log f_1 exactly
@@ -210,14 +209,14 @@ def test_gla_is_its_recurrence_step_by_step():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", [(3, 5), (7,), (2, 70)])
 def test_bedouin_decay_equals_its_broadcast_form(dtype, shape, monkeypatch):
-    from statetrack.layers.fixedpoint import _GatedDecay
+    from statetrack.ops.fixed_point import _GatedDecay, gated_decay, gated_decay_reference
 
     monkeypatch.setattr(_GatedDecay, "SLICE", 3 * 4 * 6)  # several slices, the last one short
     torch.manual_seed(0)
     rate = (-torch.rand(6, 4, dtype=dtype) * 3).requires_grad_()
     delta = torch.rand(*shape, 6, dtype=dtype, requires_grad=True)
     results = []
-    for f in (lambda r, d: torch.exp(r * d[..., None]), _GatedDecay.apply):
+    for f in (gated_decay_reference, gated_decay):
         lam = f(rate, delta)
         results.append((lam,) + grads((lam,), (rate, delta)))
     for a, b in zip(*results):

@@ -10,9 +10,10 @@ import pytest
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.runner import run_experiment
-from statetrack.results.report import missing_runs, write_index, write_report
-from statetrack.results.scoring import summarize
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import resolve
+from statetrack.results.report import write_index, write_report
+from statetrack.results.scoring import score_store, summarize
 from statetrack.store import Store
 from statetrack.training.evaluate import extrapolation_length
 from statetrack.training.loggers import tensorboard_dir
@@ -124,9 +125,10 @@ def grids(tmp_path_factory, ray_instance):
     spec = root / "grid.yaml"
     spec.write_text(textwrap.dedent(GRID_SPEC))
     logs = {"local": [], "ray": []}
-    run_experiment(str(spec), results_dir=root / "local", workers=2, backend="local", progress=False, log=logs["local"].append)
-    _, runs = run_experiment(str(spec), results_dir=root / "ray", backend="ray", tensorboard=root / "tb", progress=False,
-                             log=logs["ray"].append)
+    run_experiment(resolve(str(spec)), root / "local", RunOptions(workers=2, backend="local", progress=False), log=logs["local"].append)
+    experiment = resolve(str(spec))
+    run_experiment(experiment, root / "ray", RunOptions(backend="ray", tensorboard=root / "tb", progress=False), log=logs["ray"].append)
+    runs = experiment.runs
     return {"root": root, "spec": spec, "runs": runs, "logs": logs, "ray_instance": ray_instance,
             "local": Store(root / "local" / "statetrack.db"), "ray": Store(root / "ray" / "statetrack.db")}
 
@@ -172,7 +174,7 @@ def test_tensorboard_events_match_the_store(grids):
 
 def test_report_shows_selection_seeds_and_missing_runs(grids, tmp_path):
     store = grids["local"]
-    out = write_report("grid", store, grids["root"] / "local")
+    out = write_report(score_store(store, "grid", run_data=True), grids["root"] / "local")
     md = (out / "report.md").read_text()
     assert "lr with the best single seed; headline = the best seed" in md  # the spec's selection rule
     assert "## Per seed at the selected lr" in md and "## Learning rates" in md
@@ -181,13 +183,13 @@ def test_report_shows_selection_seeds_and_missing_runs(grids, tmp_path):
     bigger = expand(load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"], name="grid"))
     store.set_plan("grid", load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"], name="grid"),
                    [{"id": r.id, "model": r.model_name, "task": r.task_name, "lr": r.lr, "seed": r.seed} for r in bigger])
-    missing = missing_runs(store, "grid")
+    missing = score_store(store, "grid").missing
     assert len(missing) == 4 and {r["seed"] for r in missing} == {2} and {r["status"] for r in missing} == {"not started"}
-    md = (write_report("grid", store, grids["root"] / "local") / "report.md").read_text()
+    md = (write_report(score_store(store, "grid", run_data=True), grids["root"] / "local") / "report.md").read_text()
     assert "8 of 12 runs done" in md and "## Missing runs (4)" in md and "seed=2: not started" in md
     store.set_plan("other", {"name": "other", "scale": "quick", "description": "planned, never ran"}, [
         {"id": "x" * 16, "model": "LSTM", "task": "parity", "lr": 1e-3, "seed": 0}])
-    md = (write_report("other", store, grids["root"] / "local") / "report.md").read_text()
+    md = (write_report(score_store(store, "other", run_data=True), grids["root"] / "local") / "report.md").read_text()
     assert "0 of 1 runs done" in md and "No finished runs yet." in md and "seed=0: not started" in md
     index = write_index(store, grids["root"] / "local").read_text()
     assert '<a href="grid/report.html">grid</a>' in index and '<a href="other/report.html">other</a>' in index
@@ -200,9 +202,9 @@ def test_missing_ray_and_tensorboard_give_install_hints(tmp_path, monkeypatch):
     path.write_text(textwrap.dedent(GRID_SPEC))
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(StatetrackError, match=r"the ray backend needs Ray: pip install 'statetrack\[ray\]'"):
-        run_experiment(str(path), results_dir=tmp_path, backend="ray", progress=False, log=lambda *_: None)
+        run_experiment(resolve(str(path)), tmp_path, RunOptions(backend="ray", progress=False), log=lambda *_: None)
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     with pytest.raises(StatetrackError, match=r"pip install 'statetrack\[tensorboard\]'"):
-        run_experiment(str(path), results_dir=tmp_path, tensorboard=tmp_path / "tb", progress=False, log=lambda *_: None)
+        run_experiment(resolve(str(path)), tmp_path, RunOptions(tensorboard=tmp_path / "tb", progress=False), log=lambda *_: None)
     with pytest.raises(StatetrackError, match="use it with --backend ray"):
-        run_experiment(str(path), results_dir=tmp_path, address="auto", progress=False, log=lambda *_: None)
+        run_experiment(resolve(str(path)), tmp_path, RunOptions(address="auto", progress=False), log=lambda *_: None)

@@ -9,7 +9,8 @@ from cli_helpers import run_cli
 
 import statetrack
 from statetrack.errors import StatetrackError
-from statetrack.experiments.runner import run_experiment
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import resolve
 from statetrack.results.scoring import summarize
 from statetrack.store import Store
 from statetrack.training.evaluate import evaluate_lengths
@@ -18,7 +19,7 @@ from statetrack.training.evaluate import evaluate_lengths
 @pytest.fixture
 def trained(tiny_spec, tmp_path):
     """A finished tiny grid (DeltaNet [-1,1] and LSTM, seeds 0 and 1) in tmp_path/r; returns the store."""
-    run_experiment(str(tiny_spec()), results_dir=tmp_path / "r", progress=False, workers=1, log=lambda *_: None)
+    run_experiment(resolve(str(tiny_spec())), tmp_path / "r", RunOptions(workers=1, progress=False), log=lambda *_: None)
     return Store(tmp_path / "r" / "statetrack.db", read_only=True)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from statetrack import schema
 from statetrack.layers.common import EIG_RANGES
+from statetrack.layers.registry import Departures
 from statetrack.layers.transformer import POSITIONAL
 from statetrack.models import zoo
 from statetrack.tasks.registry import TASKS
@@ -56,8 +57,11 @@ def display_names(name: str) -> list[str]:
 
 def departures(name: str) -> str:
     """Where the mixer departs from the published model on purpose: its class attribute `departures`
-    (each one is checked by the test that compares the layer with an independent implementation)."""
-    return " ".join(str(getattr(zoo.get_entry(name).mixer, "departures", "") or "none stated").split())
+    (`layers.registry.Departures`; each one is checked by the test that compares the layer with an
+    independent implementation)."""
+    mixer = zoo.get_entry(name).mixer
+    stated = mixer.departures if isinstance(mixer, Departures) else ""
+    return " ".join(str(stated or "none stated").split())
 
 
 def summary(name: str) -> str:

@@ -15,7 +15,8 @@ from pathlib import Path
 from statetrack import __version__, limits
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
-from statetrack.paths import check_name, check_writable
+from statetrack.paths import check_name, check_writable, store_file
+from statetrack.schema import SCALES
 from statetrack.plugins import load_imports
 from statetrack.store import LEASE_SECONDS, StoreDamaged
 
@@ -56,65 +57,69 @@ def _store(args, read_only: bool = True):
     unless the command trains."""
     from statetrack.store import Store
 
-    path = Path(args.store) if args.store else Path(args.results_dir) / "statetrack.db"
-    return Store(path, read_only=read_only)
+    return Store(_store_path(args), read_only=read_only)
 
 
 # ---- commands ------------------------------------------------------------------------------------
+def _run_options(args):
+    from statetrack.experiments.runner import RunOptions
+
+    return RunOptions(device=args.device, workers=args.workers, backend=args.backend, address=args.address,
+                      gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, wandb=args.wandb, mlflow=args.mlflow,
+                      retry_failed=not args.skip_failed, lease=args.lease, progress=not args.no_progress)
+
+
+def _store_path(args) -> Path:
+    return Path(args.store) if args.store else store_file(args.results_dir)
+
+
 def cmd_run(args) -> int:
     from statetrack.experiments.runner import run_experiment
+    from statetrack.experiments.spec import resolve
     from statetrack.results.report import index_verdicts, table_rows, text_table, write_report
-    from statetrack.results.scoring import describe_selection, experiment_summary
+    from statetrack.results.scoring import describe_selection, score_store
 
+    options = _run_options(args)
+    options.check()  # a backend or tracker option that cannot work fails before the spec's modules are imported
+    experiment = resolve(args.experiment, args.scale, args.overrides, args.name, _imports(args))
     if args.dry_run:
-        return dry_run(args)
-    spec, runs = run_experiment(
-        args.experiment, args.scale, args.overrides, args.store, args.results_dir, args.device,
-        progress=not args.no_progress, workers=args.workers, backend=args.backend, address=args.address,
-        gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, wandb=args.wandb, mlflow=args.mlflow, retry_failed=not args.skip_failed,
-        imports=_imports(args), lease=args.lease, name=args.name,
-    )
-    store = _store(args)
-    out = write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
-    summary = experiment_summary(store, spec["name"])
+        return dry_run(args, experiment)
+    run_experiment(experiment, args.results_dir, options, store_path=args.store)
+    scored = score_store(_store(args), experiment.name, run_data=True)
+    out = write_report(scored, args.results_dir)
     print()
-    print(text_table(*table_rows(summary, "headline")))
-    print(f"({describe_selection(summary[0]['selection'] if summary else None)})")
-    verdicts = index_verdicts(store, spec["name"])
+    print(text_table(*table_rows(scored.summary, "headline")))
+    print(f"({describe_selection(scored.selection)})")
+    verdicts = index_verdicts(scored)
     if verdicts != "-":
-        print(f"\ndid it reproduce? {verdicts} (the claims of {spec['paper']['source']}, in the report)")
+        print(f"\ndid it reproduce? {verdicts} (the claims of {scored.paper['source']}, in the report)")
     print(f"\nreport: {out / 'report.html'}  (and report.md)")
     if args.overrides and args.name is None:
-        print(f"experiment {spec['name']}: named after the overrides (--name NAME chooses the name); "
+        print(f"experiment {experiment.name}: named after the overrides (--name NAME chooses the name); "
               f"the results of {args.experiment} itself are left as they were")
-    ids = {r.id for r in runs}
     # status 1 for errors only: a run that diverged is done (the outcome of its setting, scored as chance)
-    failed = [r for r in store.runs(spec["name"]) if r["status"] == "failed" and r["id"] in ids]
-    return 1 if failed else 0
+    return 1 if any(r["status"] == "failed" for r in scored.missing) else 0
 
 
-def dry_run(args) -> int:
+def dry_run(args, experiment) -> int:
     """`run --dry-run`: the resolved spec and every planned run with its training cost and its status
     in the store (when there is one), and nothing trained or written."""
     import yaml
 
-    from statetrack.experiments.backends import check_backend
-    from statetrack.experiments.runner import plan_entry, plan_experiment, training_cost
+    from statetrack.experiments.runner import training_cost
     from statetrack.results.report import text_table
 
-    check_backend(args.backend, args.workers, args.address, args.device, args.gpus_per_run, args.lease)
-    spec, runs, _ = plan_experiment(args.experiment, args.scale, args.overrides, args.name, _imports(args))
-    path = Path(args.store or Path(args.results_dir) / "statetrack.db")
+    spec, runs = experiment.spec, experiment.runs
     status = {}
-    if path.is_file():
-        status = {r["id"]: r["status"] for r in _store(args, read_only=True).runs(spec["name"])}
-    print(f"# experiment {spec['name']} at the {args.scale} scale, resolved (overrides applied, defaults filled in)")
+    if _store_path(args).is_file():
+        status = {r["id"]: r["status"] for r in _store(args, read_only=True).runs(experiment.name)}
+    print(f"# experiment {experiment.name} at the {args.scale} scale, resolved (overrides applied, defaults filled in)")
     first = {key: spec[key] for key in ("name", "scale") if key in spec}
     print(yaml.safe_dump({**first, **spec}, sort_keys=False, width=120).rstrip())
     header = ["run", "model", "task", "lr", "seed", "steps", "train lengths", "eval lengths", "GFLOP", "status"]
     body, costs = [], [training_cost(run) for run in runs]
     for run, cost in zip(runs, costs):
-        entry = plan_entry(run)
+        entry = run.plan_entry()
         lengths = entry["lengths"]
         shown = ", ".join(map(str, lengths)) if len(lengths) <= 6 else f"{lengths[0]}..{lengths[-1]} ({len(lengths)})"
         body.append([run.id, run.model_name, run.task_name, f"{run.lr:g}", str(run.seed), str(entry["steps"]),
@@ -135,9 +140,10 @@ def cmd_reproduce(args) -> int:
 
     from statetrack.experiments.backends import default_workers
     from statetrack.experiments.runner import run_experiment
-    from statetrack.experiments.spec import shipped_specs
+    from statetrack.experiments.spec import resolve, shipped_specs
     from statetrack.results.book import write_book, write_snapshot
     from statetrack.results.report import write_report
+    from statetrack.results.scoring import score_store
 
     known = shipped_specs()
     unknown_names = [n for n in args.experiments if n not in known]
@@ -145,25 +151,25 @@ def cmd_reproduce(args) -> int:
         raise StatetrackError(f"reproduce: unknown experiment {unknown_names[0]!r}; expected shipped experiments: {', '.join(known)}")
     names = list(dict.fromkeys(args.experiments)) or list(known)
     workers = args.workers or (default_workers(args.device) if args.backend == "local" else None)
+    options = _run_options(args)
+    options.check()
     failed = 0
     for number, name in enumerate(names, 1):
         print(f"== [{number}/{len(names)}] {name} ({args.scale} scale)")
         start, trained = time.time(), 0
+        experiment = resolve(name, args.scale, [], name=name, imports=_imports(args))
         try:
-            spec, runs = run_experiment(
-                name, args.scale, [], args.store, args.results_dir, args.device, progress=not args.no_progress,
-                workers=args.workers, backend=args.backend, address=args.address, gpus_per_run=args.gpus_per_run,
-                imports=_imports(args), name=name)
+            run_experiment(experiment, args.results_dir, options, store_path=args.store)
         finally:  # an interrupted part's time still counts: its finished runs are in the store
-            store = _store(args) if Path(args.store or Path(args.results_dir) / "statetrack.db").exists() else None
+            store = _store(args) if _store_path(args).exists() else None
             if store is not None and store.plan(name) is not None:
                 ids = {r["id"] for r in store.plan(name)["runs"]}
                 trained = sum(1 for r in store.runs(name) if r["id"] in ids and (r["finished_at"] or 0) >= start)
                 write_snapshot(store, name, args.book_dir, {"seconds": round(time.time() - start, 1), "runs": trained,
                                                              "workers": workers})
-        write_report(spec["name"], store, args.results_dir, spec.get("description", ""))
-        ids = {r.id for r in runs}
-        failed += sum(1 for r in store.runs(name) if r["status"] == "failed" and r["id"] in ids)
+        scored = score_store(store, name, run_data=True)
+        write_report(scored, args.results_dir)
+        failed += sum(1 for r in scored.missing if r["status"] == "failed")
     changed = write_book(args.book_dir, args.readme)
     for path in changed:
         print(f"wrote {path}")
@@ -387,7 +393,9 @@ def _known_experiment(store, experiment: str) -> None:
 
 
 def cmd_report(args) -> int:
+    from statetrack.results.plots import check_formats
     from statetrack.results.report import spec_paper, spec_section, write_index, write_report
+    from statetrack.results.scoring import score_store
 
     if not args.all and not args.experiment:
         raise StatetrackError("report needs an EXPERIMENT name or --all")
@@ -395,8 +403,6 @@ def cmd_report(args) -> int:
         raise StatetrackError(f"report takes an EXPERIMENT name or --all, not both (got {args.experiment!r} and --all)")
     if args.experiment is not None:
         check_name(args.experiment)
-    from statetrack.results.plots import check_formats
-
     formats = check_formats(args.format)
     store = _store(args)
     names = store.experiments() if args.all else [args.experiment]
@@ -405,9 +411,8 @@ def cmd_report(args) -> int:
         _known_experiment(store, name)
         scale = (store.plan(name) or {}).get("scale")
         papers[name] = spec_paper(name, scale)
-        out = write_report(name, store, args.results_dir, _description(name), selection=spec_section(name, "selection", scale),
-                           paper=papers[name], formats=formats)
-        print(out / "report.html")
+        scored = score_store(store, name, paper=papers[name], selection=spec_section(name, "selection", scale), run_data=True)
+        print(write_report(scored, args.results_dir, formats) / "report.html")
     if args.all:
         print(write_index(store, args.results_dir, papers))
     return 0
@@ -436,26 +441,26 @@ def cmd_export(args) -> int:
 
 def cmd_results(args) -> int:
     from statetrack.results.report import extrapolation_caption, extrapolation_rows, metric_rows, metrics_by_length, sequence_rows, table_rows, text_table
-    from statetrack.results.scoring import experiment_summary, planned_ids
+    from statetrack.results.scoring import score_store
 
     check_name(args.experiment)
     store = _store(args)
     _known_experiment(store, args.experiment)
     if args.json:
-        print(json.dumps(store.results(args.experiment, planned_ids(store, args.experiment)), indent=1))
-    else:
-        summary = experiment_summary(store, args.experiment)
-        print(text_table(*table_rows(summary, "headline")))
-        if any(e["sequence_differs"] for e in summary):
-            header, body, _ = sequence_rows(summary)
-            print(f"\nsequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}")
-        if summary and summary[0]["selection"]["criterion"] == "extrapolation":
-            header, body, _ = extrapolation_rows(summary)
-            print(f"\nextrapolation ({extrapolation_caption(summary[0]['selection'])}):\n{text_table(header, body)}")
-        ids = planned_ids(store, args.experiment)
-        runs = [r for r in store.runs(args.experiment) if ids is None or r["id"] in ids]
-        for title, table in metric_rows(metrics_by_length(store, summary, runs)):
-            print(f"\n{title}, mean over seeds:\n{text_table(*table)}")
+        plan = store.plan(args.experiment)
+        print(json.dumps(store.results(args.experiment, {r["id"] for r in plan["runs"]}), indent=1))
+        return 0
+    scored = score_store(store, args.experiment, run_data=True)
+    summary = scored.summary
+    print(text_table(*table_rows(summary, "headline")))
+    if any(e["sequence_differs"] for e in summary):
+        header, body, _ = sequence_rows(summary)
+        print(f"\nsequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}")
+    if summary and scored.selection["criterion"] == "extrapolation":
+        header, body, _ = extrapolation_rows(summary)
+        print(f"\nextrapolation ({extrapolation_caption(scored.selection)}):\n{text_table(header, body)}")
+    for title, table in metric_rows(metrics_by_length(scored.data, summary, scored.runs)):
+        print(f"\n{title}, mean over seeds:\n{text_table(*table)}")
     return 0
 
 
@@ -562,6 +567,31 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
 
 
+def add_run_options(p) -> None:
+    """The options of how runs are carried out, shared by `run` and `reproduce` (`runner.RunOptions`)."""
+    p.add_argument("--scale", default="quick", choices=SCALES, help="quick: CPU minutes; paper: the papers' sizes")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--workers", type=_int(), default=None,
+                   help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); ray: CPUs of a local Ray instance")
+    p.add_argument("--backend", default="local", choices=["local", "ray"],
+                   help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')")
+    p.add_argument("--address", default=None, help="ray: join the cluster at this address (e.g. auto, or HEAD_IP:6379); default: a local Ray instance")
+    p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)")
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT (pip install 'statetrack[tensorboard]')")
+    p.add_argument("--wandb", default=None, metavar="PROJECT",
+                   help="log each run to Weights & Biases while it trains, in PROJECT (WANDB_MODE=offline works offline; "
+                        "pip install 'statetrack[wandb]')")
+    p.add_argument("--mlflow", default=None, metavar="URI",
+                   help="log each run to MLflow while it trains, at the tracking URI (e.g. http://host:5000), in an MLflow "
+                        "experiment of the experiment's name (pip install 'statetrack[mlflow]')")
+    p.add_argument("--skip-failed", action="store_true", help="on a re-run, leave runs that failed before as they are (default: retry them)")
+    p.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
+                   help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
+                        f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)")
+
+
 def add_book_options(p) -> None:
     p.add_argument("--book-dir", default="docs", metavar="DIR",
                    help="where the book is (DIR/reproductions.md, DIR/claims.md) and its snapshots (DIR/results/) (default: docs)")
@@ -588,27 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_store(command("run", help="train and evaluate every run of an experiment, then report"))
     p.add_argument("experiment", metavar="EXPERIMENT|FILE.yaml", help="a shipped experiment (see `statetrack experiments`) or a spec file")
-    p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--workers", type=_int(), default=None,
-                   help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); ray: CPUs of a local Ray instance")
-    p.add_argument("--backend", default="local", choices=["local", "ray"],
-                   help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')")
-    p.add_argument("--address", default=None, help="ray: join the cluster at this address (e.g. auto, or HEAD_IP:6379); default: a local Ray instance")
-    p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)")
-    p.add_argument("--tensorboard", default=None, metavar="DIR",
-                   help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT (pip install 'statetrack[tensorboard]')")
-    p.add_argument("--wandb", default=None, metavar="PROJECT",
-                   help="log each run to Weights & Biases while it trains, in PROJECT (WANDB_MODE=offline works offline; "
-                        "pip install 'statetrack[wandb]')")
-    p.add_argument("--mlflow", default=None, metavar="URI",
-                   help="log each run to MLflow while it trains, at the tracking URI (e.g. http://host:5000), in an MLflow "
-                        "experiment of the experiment's name (pip install 'statetrack[mlflow]')")
-    p.add_argument("--skip-failed", action="store_true", help="on a re-run, leave runs that failed before as they are (default: retry them)")
-    p.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
-                   help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
-                        f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)")
+    add_run_options(p)
     p.add_argument("--name", default=None, metavar="NAME",
                    help="the experiment's name in the store and the results folder (default: the spec's; with overrides, "
                         "the spec's and the overrides', e.g. demo_seeds-0_train.steps-200)")
@@ -619,13 +629,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_store(command("reproduce", help="run every shipped experiment (or those named) into one store, then write the book"))
     p.add_argument("experiments", nargs="*", default=[], metavar="EXPERIMENT", help="shipped experiments (default: all of them)")
-    p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="quick: CPU minutes; paper: the papers' sizes")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--workers", type=_int(), default=None, help="as for `run`")
-    p.add_argument("--backend", default="local", choices=["local", "ray"], help="as for `run`")
-    p.add_argument("--address", default=None, help="ray: join the cluster at this address")
-    p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run")
+    add_run_options(p)
     add_book_options(p)
     p.set_defaults(func=cmd_reproduce)
 
@@ -678,7 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_models)
 
     p = command("experiments", help="list the shipped experiments: planned runs, last measured wall time, description")
-    p.add_argument("--scale", default="quick", choices=["quick", "paper"], help="the scale of the runs and wall times (default: quick)")
+    p.add_argument("--scale", default="quick", choices=SCALES, help="the scale of the runs and wall times (default: quick)")
     p.add_argument("--book-dir", default=None, metavar="DIR",
                    help="where the snapshots of measured experiments are (DIR/results/; default: the docs folder of the "
                         "checkout statetrack runs from, if it runs from one)")

@@ -96,3 +96,8 @@ def write_text(path: str | Path, text: str) -> Path:
     with open_for_write(path) as f:
         f.write(text)
     return Path(path)
+
+
+def store_file(results_dir: str | Path) -> Path:
+    """The results store of a results folder: RESULTS_DIR/statetrack.db."""
+    return Path(results_dir) / "statetrack.db"

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
 from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import SkipJsonSchema
@@ -25,6 +24,9 @@ from pydantic.json_schema import SkipJsonSchema
 from statetrack.errors import StatetrackError
 from statetrack.limits import MAX_FLOAT, MAX_INT
 from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN, check_name
+
+if TYPE_CHECKING:
+    import torch
 
 SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes) and `paper` (the papers' sizes)
 # Valid values of each selection setting, the default first (statetrack.results.scoring applies them).
@@ -223,6 +225,8 @@ DEVICE_TYPES = ("cpu", "cuda")  # what statetrack trains on; torch names more (m
 
 def parse_device(value) -> torch.device | None:
     """`value` ('cpu', 'cuda' or 'cuda:N') as a torch device; None for any other value, 'auto' included."""
+    import torch  # here, so that the command line reads the schema's names without loading torch
+
     try:
         device = torch.device(value)
     except (RuntimeError, TypeError):

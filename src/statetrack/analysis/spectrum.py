@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from statetrack.errors import StatetrackError
+from statetrack.layers.bilinear import Bilinear
+from statetrack.layers.registry import TransitionEigenvalues
 from statetrack.paths import under
 from statetrack.results.trained import find_run, load_run_model
 
@@ -24,10 +26,10 @@ TOLERANCE = 1e-6
 def first_bilinear_mixer(model, structure: str, analysis: str):
     """The first layer's mixer when it is a bilinear model of `structure`, else a one-line error naming `analysis`."""
     mixer = model.blocks[0].mixer if len(model.blocks) else None
-    if getattr(mixer, "structure", None) != structure:
+    if not isinstance(mixer, Bilinear) or mixer.structure != structure:
         raise StatetrackError(
             f"the {analysis} analysis needs a bilinear model with structure {structure!r} (its first layer), got {type(mixer).__name__}"
-            + (f" with structure {mixer.structure!r}" if hasattr(mixer, "structure") else "")
+            + (f" with structure {mixer.structure!r}" if isinstance(mixer, Bilinear) else "")
         )
     return mixer
 
@@ -49,7 +51,7 @@ def layer_spectra(model, inputs: torch.Tensor) -> list[dict]:
     for i, block in enumerate(model.blocks):
         mixer = block.mixer
         eig = None
-        if hasattr(mixer, "transition_eigenvalues"):
+        if isinstance(mixer, TransitionEigenvalues):
             try:
                 eig = mixer.transition_eigenvalues(captured[i])
             except NotImplementedError:

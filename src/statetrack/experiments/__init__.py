@@ -1,5 +1,5 @@
-"""Experiment specs (YAML in `specs/`), their expansion into runs, and the runner."""
+"""Experiment specs (YAML in `specs/`), their resolution into an experiment and its runs, and the runner."""
 
-from statetrack.experiments.spec import RunSpec, expand, load_spec, shipped_specs
+from statetrack.experiments.spec import Experiment, RunSpec, expand, load_spec, resolve, shipped_specs
 
-__all__ = ["RunSpec", "expand", "load_spec", "shipped_specs"]
+__all__ = ["Experiment", "RunSpec", "expand", "load_spec", "resolve", "shipped_specs"]

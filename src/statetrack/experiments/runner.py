@@ -25,21 +25,19 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments.backends import check_backend, experiment_device, make_backend
-from statetrack.experiments.spec import RunSpec, expand, load_spec
+from statetrack.experiments.spec import Experiment, RunSpec
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.models.sizing import pass_flops
-from statetrack.paths import check_writable
-from statetrack.plugins import load_imports
-from statetrack.schema import selection_of
+from statetrack.paths import check_writable, store_file
 from statetrack.store import LEASE_SECONDS, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
-from statetrack.training.train import TrainConfig
 
 
 def git_revision() -> str:
@@ -118,22 +116,12 @@ def terminate_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def plan_entry(run: RunSpec) -> dict:
-    """A run as the plan records it: what the report and the claims need before the run finishes
-    (its evaluation lengths, its longest training length, the last curriculum stage's included, and
-    its budget of steps, so that a run that used all of it can be told from one that stopped early)."""
-    stages = TrainConfig.from_dict(run.train).stages()
-    return {"id": run.id, "model": run.model_name, "task": run.task_name, "lr": run.lr, "seed": run.seed,
-            "dataset_size": run.dataset_size, "lengths": list(run.eval["lengths"]),
-            "train_length": max(stage["max_length"] for stage in stages), "steps": stages[-1]["end"]}
-
-
 def training_cost(run: RunSpec, steps: int | None = None) -> float:
     """A run's training arithmetic, to schedule the longest first: per curriculum stage, steps x batch
     x the FLOPs of a forward + backward pass per sequence of the stage's task (`sizing.pass_flops`,
     the mean over the stage's shortest and longest lengths). `steps`: of the run's first `steps`
     steps only (a run that stopped early), else of all of them."""
-    stages, start, flops = TrainConfig.from_dict(run.train).stages(), 0, 0.0
+    stages, start, flops = run.stages, 0, 0.0
     for stage in stages:
         end = stage["end"] if steps is None else min(stage["end"], steps)
         if end <= start:
@@ -166,70 +154,69 @@ def record(store: Store, run: RunSpec, outcome: dict) -> str:
     return outcome["status"]
 
 
-def plan_experiment(name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None,
-                    imports: list[str] = ()) -> tuple[dict, list[RunSpec], list[str]]:
-    """What `run_experiment` would train, checked and resolved, with nothing written: (the resolved
-    spec, its runs, the user's modules imported). `statetrack run --dry-run` prints it."""
-    imports = load_imports(imports, origin="--import")  # before the spec names what they register
-    spec = load_spec(name_or_path, scale, overrides, name)
-    return spec, expand(spec), imports
-
-
-def run_experiment(
-    name_or_path: str,
-    scale: str = "quick",
-    overrides: list[str] = (),
-    store_path: str | Path | None = None,
-    results_dir: str | Path = "results",
-    device: str = "auto",
-    progress: bool = True,
-    workers: int | None = None,
-    log=print,
-    backend: str = "local",
-    address: str | None = None,
-    gpus_per_run: float | None = None,
-    tensorboard: str | Path | None = None,
-    wandb: str | None = None,
-    mlflow: str | None = None,
-    retry_failed: bool = True,
-    imports: list[str] = (),
-    lease: float = LEASE_SECONDS,
-    name: str | None = None,
-) -> tuple[dict, list[RunSpec]]:
-    """Run every unfinished run of the experiment; returns (spec, runs).
+@dataclass(frozen=True)
+class RunOptions:
+    """How an experiment's runs are carried out; none of it is part of a run's id.
 
     backend 'local': `workers` runs at a time on a process pool (default: one per core; 1 runs
     them in this process, with progress bars). backend 'ray': one Ray task per run on the cluster
-    at `address`, or on a local Ray instance with `workers` CPUs. `imports`: modules or .py files
-    (relative to the working directory) imported here and by every worker, beside the spec's own.
+    at `address`, or on a local Ray instance with `workers` CPUs. `tensorboard` (a folder), `wandb`
+    (a project) and `mlflow` (a tracking URI) log every run to those trackers. `retry_failed`: train
+    runs that failed before again. `lease`: seconds a driver's claim on a run lasts unless renewed."""
+
+    device: str = "auto"
+    workers: int | None = None
+    backend: str = "local"
+    address: str | None = None
+    gpus_per_run: float | None = None
+    tensorboard: str | Path | None = None
+    wandb: str | None = None
+    mlflow: str | None = None
+    retry_failed: bool = True
+    lease: float = LEASE_SECONDS
+    progress: bool = True
+
+    def check(self) -> dict:
+        """Check the options before anything is written (a tracker that cannot be reached, a backend
+        option that does not apply); returns the trackers to log to."""
+        check_backend(self.backend, self.workers, self.address, self.device, self.gpus_per_run, self.lease)
+        for option, value in (("--tensorboard", self.tensorboard), ("--wandb", self.wandb), ("--mlflow", self.mlflow)):
+            if value is not None and not str(value).strip():
+                raise StatetrackError(f"{option} needs a value; got an empty one")
+        log_to = {k: v for k, v in {"tensorboard": str(Path(self.tensorboard).resolve()) if self.tensorboard else None,
+                                    "wandb": self.wandb, "mlflow": self.mlflow}.items() if v is not None}
+        check_log_to(log_to)  # fail now, not after the first run
+        if self.tensorboard:
+            check_writable(self.tensorboard, "--tensorboard folder")
+        return log_to
+
+
+def run_experiment(experiment: Experiment, results_dir: str | Path = "results", options: RunOptions = RunOptions(),
+                   store_path: str | Path | None = None, log=print) -> None:
+    """Train every unfinished run of `experiment` (`spec.resolve`) into the store (`store_path`, by
+    default `results_dir`/statetrack.db) and record its plan.
+
     Several drivers may run the same experiment on one store: each claims a run before training it
-    and renews its lease every `lease` / 4 seconds; the others skip claimed runs, wait for them, and
-    take over a run whose lease lapsed (its driver was killed). The experiment's name is `name`, else
-    with overrides one of its own (`spec.overrides_name`), else the spec's.
-    Everything is checked (spec, every model built for every task, backend options) before the
-    store is opened, so a bad setting trains nothing and writes nothing.
+    and renews its lease every `options.lease` / 4 seconds; the others skip claimed runs, wait for
+    them, and take over a run whose lease lapsed (its driver was killed).
+    Everything is checked (the options, the device, every folder a run writes) before the store is
+    opened, so a bad setting trains nothing and writes nothing.
     """
-    check_backend(backend, workers, address, device, gpus_per_run, lease)
-    for option, value in (("--tensorboard", tensorboard), ("--wandb", wandb), ("--mlflow", mlflow)):
-        if value is not None and not str(value).strip():
-            raise StatetrackError(f"{option} needs a value; got an empty one")
-    log_to = {k: v for k, v in {"tensorboard": str(Path(tensorboard).resolve()) if tensorboard else None,
-                                "wandb": wandb, "mlflow": mlflow}.items() if v is not None}
-    check_log_to(log_to)  # fail now, not after the first run
-    if tensorboard:
-        check_writable(tensorboard, "--tensorboard folder")
-    spec, runs, imports = plan_experiment(name_or_path, scale, overrides, name, imports)
+    log_to = options.check()
+    spec, runs, imports = experiment.spec, list(experiment.runs), list(experiment.imports)
+    device, workers, backend, lease = options.device, options.workers, options.backend, options.lease
+    retry_failed, progress, tensorboard = options.retry_failed, options.progress, options.tensorboard
+    scale = experiment.scale
     device = experiment_device(spec["name"], runs, device, backend)
     for run in runs:  # every folder a run writes resolves inside its root (a link planted at one is refused now)
         checkpoint_path(results_dir, run.experiment, run.id)
         if tensorboard:
             tensorboard_dir(tensorboard, run)
-    imports = list(dict.fromkeys(imports + spec.get("imports", [])))
     results_dir = Path(results_dir)
-    store = Store(store_path or results_dir / "statetrack.db")
+    store = Store(store_path or store_file(results_dir))
     git_rev = git_revision()
     if log_to:  # what the trackers tag each run with and score it by
-        log_to["context"] = {"git_rev": git_rev, "selection": selection_of(spec)}
+        log_to["context"] = {"git_rev": git_rev, "selection": experiment.selection}
     status = {r.id: store.status(r.id) for r in runs}
     finished = {"done"} if retry_failed else {"done", "failed"}
     # the longest runs first, so that the workers finish together instead of one waiting on a late long run
@@ -240,12 +227,12 @@ def run_experiment(
                + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
                + (f", {held} in training by other drivers" if held else ""))
     # the backend first (a Ray cluster that refuses to be joined fails here), then the plan
-    pool = make_backend(backend, workers, results_dir, device, address, gpus_per_run, imports, runs=len(todo), progress=progress,
+    pool = make_backend(backend, workers, results_dir, device, options.address, options.gpus_per_run, imports, runs=len(todo), progress=progress,
                         log_to=log_to) if todo else None
-    store.set_plan(spec["name"], spec, [plan_entry(r) for r in runs])
+    store.set_plan(spec["name"], spec, experiment.plan())
     if not todo:
         log(summary)
-        return spec, runs
+        return
     log(f"{summary}; {pool.describe()}")
     pending, in_flight, elsewhere, started = list(todo), {}, [], 0
     steps, by_id = {}, {r.id: r for r in todo}  # run id -> (step, total) as pool workers report it
@@ -307,4 +294,3 @@ def run_experiment(
         if cancel:
             store.release_leases(heartbeat.held_runs())
         pool.close(cancel=cancel)
-    return spec, runs

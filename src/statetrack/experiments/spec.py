@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from statetrack.errors import StatetrackError, unknown
 from statetrack.models import sizing, zoo
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
-from statetrack.schema import CLAIM_TESTS, EVAL_DEFAULTS, MODEL_SETTINGS, SCALES, TASK_SETTINGS, TOP_LEVEL, Paper, check_scales, validate_spec
+from statetrack.schema import CLAIM_TESTS, EVAL_DEFAULTS, MODEL_SETTINGS, SCALES, TASK_SETTINGS, TOP_LEVEL, Paper, check_scales, selection_of, validate_spec
 from statetrack.tasks import make_task
 from statetrack.training.train import TrainConfig, curriculum_tasks
 
@@ -208,6 +209,76 @@ class RunSpec:
     def task_name(self) -> str:
         return task_label(self.task)
 
+    @property
+    def stages(self) -> list[dict]:
+        """The training stages (one without a curriculum): {start, end, min_length, max_length, task}."""
+        return TrainConfig.from_dict(self.train).stages()
+
+    @property
+    def train_length(self) -> int:
+        return train_length(self.train)
+
+    def plan_entry(self) -> dict:
+        """The run as the plan records it: what the report and the claims need before the run finishes
+        (its evaluation lengths, its longest training length, and its budget of steps, so that a run
+        that used all of it can be told from one that stopped early)."""
+        return {"id": self.id, "model": self.model_name, "task": self.task_name, "lr": self.lr, "seed": self.seed,
+                "dataset_size": self.dataset_size, "lengths": list(self.eval["lengths"]),
+                "train_length": self.train_length, "steps": self.stages[-1]["end"]}
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A spec resolved once (`resolve`): the spec at its scale with the overrides applied and every
+    default filled in (what the plan stores), its runs, the user's modules it imports (given on the
+    command line and named by the spec, imported by the driver and by every worker), and its
+    selection rule and paper with their defaults. The runner, the workers' configurations, the CLI
+    and the scoring take it; nothing downstream reads the spec file again."""
+
+    spec: dict
+    runs: tuple[RunSpec, ...]
+    imports: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+    @property
+    def scale(self) -> str:
+        return self.spec["scale"]
+
+    @property
+    def description(self) -> str:
+        return self.spec.get("description", "")
+
+    @cached_property
+    def selection(self) -> dict:
+        return selection_of(self.spec)
+
+    @cached_property
+    def paper(self) -> dict | None:
+        return paper_of(self.spec)
+
+    def plan(self) -> list[dict]:
+        """Every run as the plan records it (`RunSpec.plan_entry`)."""
+        return [run.plan_entry() for run in self.runs]
+
+
+def resolve(name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None,
+            imports: list[str] = ()) -> Experiment:
+    """The experiment `statetrack run` would train, checked and resolved, with nothing written: the
+    user's modules of `imports` first (the spec may name what they register), then the spec
+    (`load_spec`) and its runs (`expand`)."""
+    imported = load_imports(imports, origin="--import")
+    spec = load_spec(name_or_path, scale, overrides, name)
+    return Experiment(spec, tuple(expand(spec)), tuple(dict.fromkeys([*imported, *spec.get("imports", [])])))
+
+
+def train_length(train: dict) -> int:
+    """The longest length a run with these training settings trains on, the last curriculum stage's
+    included (the plan records it; the fit gate and the reports' in-distribution markers read it there)."""
+    return max(stage["max_length"] for stage in TrainConfig.from_dict(train).stages())
+
 
 def task_label(task: dict) -> str:
     """A task's name in tables: `word_problem(group=A5)`."""
@@ -293,8 +364,7 @@ def expand(spec: dict) -> list[RunSpec]:
             raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
         # every run is evaluated at its longest training length, so that the fit gate of the claims
         # (statetrack.results.scoring.gate_length) can read whether it learned what it was trained on
-        longest = max(stage["max_length"] for train in trains
-                      for stage in TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])}).stages())
+        longest = max(train_length({**train, "lr": float(spec["lrs"][0])}) for train in trains)
         if longest not in eval_spec["lengths"]:
             eval_spec["lengths"] = sorted([*eval_spec["lengths"], longest])
         for length in eval_spec["lengths"]:

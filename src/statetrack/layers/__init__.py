@@ -1,6 +1,14 @@
 """Token mixers: nn.Modules with `forward(x [B, T, D], state=None) -> (y [B, T, D], state)`."""
 
-from statetrack.layers.registry import MODELS, ModelEntry, register_model
+from statetrack.layers.registry import (
+    MODELS,
+    Departures,
+    FrozenInput,
+    ModelEntry,
+    TransitionEigenvalues,
+    TransitionMatrices,
+    register_model,
+)
 
 
 def _import_layer_modules() -> dict[str, type]:
@@ -17,4 +25,5 @@ def _import_layer_modules() -> dict[str, type]:
 _MIXERS = _import_layer_modules()
 globals().update(_MIXERS)  # `from statetrack.layers import DeltaNet`
 
-__all__ = ["MODELS", "ModelEntry", "register_model", *sorted(_MIXERS)]
+__all__ = ["MODELS", "Departures", "FrozenInput", "ModelEntry", "TransitionEigenvalues", "TransitionMatrices", "register_model",
+           *sorted(_MIXERS)]

@@ -46,7 +46,7 @@ from statetrack.errors import StatetrackError
 from statetrack.layers.common import Spectral, check_input
 from statetrack.layers.registry import register_model
 from statetrack.ops import diagonal_scan
-from statetrack.ops.dense import bilinear_transition, dense_scan
+from statetrack.ops.dense import bilinear_transition, dense_scan, unit_normalize
 
 STRUCTURES = ("full", "cp", "block", "rotation", "diagonal")
 ADDITIVE = ("none", "input", "constant", "both")
@@ -63,33 +63,6 @@ def _display(spec: dict) -> str:
     }.get(spec["structure"], f"Bilinear {spec['structure']}")
     return (name + _ADDITIVE_SUFFIX.get(spec["additive"], f" +{spec['additive']}") + (" frozen" if spec["frozen_recurrence"] else "")
             + (" norm" if spec.get("normalize_training") else ""))
-
-
-class _Unit(torch.autograd.Function):
-    """h / max(||h||, tiny) over the last axis, with the backward in three passes instead of autograd's
-    eight for the division, the clamp and the norm (it runs on every state, in both forms)."""
-
-    @staticmethod
-    def forward(ctx, h):
-        norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
-        clamped = norm < torch.finfo(h.dtype).tiny
-        norm = norm.clamp_min_(torch.finfo(h.dtype).tiny)
-        y = h / norm
-        ctx.save_for_backward(y, norm, clamped)
-        return y
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        y, norm, clamped = ctx.saved_tensors
-        # d(h / ||h||) = (g - y <y, g>) / ||h||; where the clamp holds, the divisor is a constant: g / tiny
-        along = torch.linalg.vecdot(y, g, dim=-1).unsqueeze(-1).masked_fill_(clamped, 0)
-        return torch.addcmul(g, y, along, value=-1).div_(norm)
-
-
-def _unit(h: torch.Tensor) -> torch.Tensor:
-    """h / ||h|| over the last axis (a zero vector stays zero)."""
-    return _Unit.apply(h)
 
 
 def _uniform(shape, bound: float) -> nn.Parameter:
@@ -153,7 +126,7 @@ class Bilinear(Spectral, nn.Module):
             raise StatetrackError(f"the rotation structure needs an even hidden size (2-D planes), got {d_h}")
         self.d_model, self.hidden, self.structure, self.additive = d_model, d_h, structure, additive
         self.normalize_every, self.normalize_training, self.frozen_recurrence = normalize_every, bool(normalize_training), frozen_recurrence
-        self.frozen_input = frozen_recurrence  # SequenceModel freezes the embedding that feeds this layer
+        self.frozen_input = frozen_recurrence  # the FrozenInput feature: SequenceModel freezes the embedding feeding this layer
         d_x = d_model
 
         if structure in ("full", "block"):
@@ -280,7 +253,7 @@ class Bilinear(Spectral, nn.Module):
         return self.h0.to(x.dtype).expand(x.shape[0], self.hidden)
 
     def _read(self, h: torch.Tensor) -> torch.Tensor:
-        return self.out_proj(_unit(h))
+        return self.out_proj(unit_normalize(h))
 
     def _renormalises(self) -> bool:
         """Whether this call renormalises the state: in training only with normalize_training; at
@@ -318,7 +291,7 @@ class Bilinear(Spectral, nn.Module):
             h = self._to_vector(s)
         else:
             h = self._renormalised_dense_states(x, h0, tiny)
-        return h, _unit(h[:, -1])
+        return h, unit_normalize(h[:, -1])
 
     def _renormalised_dense_states(self, x, h0, tiny, budget=1 << 22):
         """Per-step loop for full, block and cp (in its R coordinates), transitions formed for as many
@@ -383,7 +356,7 @@ class Bilinear(Spectral, nn.Module):
         add, k, pieces, t = self.additive_term(x), self.normalize_every, [], 0
         while t < x.shape[1]:  # pieces that end where a renormalisation is due
             if since == k:
-                start, since = _unit(start), 0
+                start, since = unit_normalize(start), 0
             n = min(k - since, x.shape[1] - t)
             piece = self._states(x[:, t : t + n], None if add is None else add[:, t : t + n], start)
             pieces.append(piece)
@@ -402,7 +375,7 @@ class Bilinear(Spectral, nn.Module):
         outputs, k = [], self.normalize_every
         for t in range(x.shape[1]):
             if self.normalize_training and k and since == k:
-                h, since = _unit(h), 0
+                h, since = unit_normalize(h), 0
             since += 1
             x_t = x[:, t : t + 1]
             A_t, s = self.transition(x_t)[:, 0], self._to_state(h)
@@ -417,5 +390,5 @@ class Bilinear(Spectral, nn.Module):
             outputs.append(h)
         hs = torch.stack(outputs, 1) if outputs else x.new_zeros(x.shape[0], 0, self.hidden)
         if self.normalize_training and k:
-            return self._read(hs), (_unit(h) if self.pure else (h, since))
+            return self._read(hs), (unit_normalize(h) if self.pure else (h, since))
         return self._read(hs), h

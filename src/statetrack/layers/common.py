@@ -86,7 +86,8 @@ class CausalConv1d(nn.Module):
 
 
 class Spectral:
-    """Mixin: `transition_eigenvalues(x)` = eigenvalues of the materialised state transitions.
+    """Mixin giving the `TransitionEigenvalues` and `TransitionMatrices` features (`layers.registry`):
+    `transition_eigenvalues(x)` = eigenvalues of the materialised state transitions.
 
     Matrix-state layers implement `transition_matrices(x) -> [B, T, H, n, n]` (one per token and
     head); the default computes their eigenvalues. Diagonal layers override

@@ -70,7 +70,7 @@ from statetrack.ops import (
     fixed_point_iteration,
     fixed_point_iteration_nograd,
 )
-from statetrack.ops.fixed_point import householder_matrix, relative_change
+from statetrack.ops.fixed_point import gated_decay, householder_matrix, relative_change
 
 LAMBDA_C = 8.0  # Griffin's c (De et al. 2024), the paper's choice
 INPUT_SCALES = ("lambda", "delta", "none")
@@ -299,43 +299,6 @@ class FixedPointRNN(_FixedPoint):
         return torch.linalg.eigvals(self.transition_matrices(x))
 
 
-class _GatedDecay(torch.autograd.Function):
-    """lambda = exp(rate[E, N] * Delta[..., E, None]) [..., E, N], Bedouin's decays: the same
-    numbers as the two broadcast operations, as one autograd node. lambda is the largest tensor of
-    a step ([B, T, E, N]), and autograd's backward of the two operations makes three more of its
-    size (dL/dlambda * lambda, then each times a factor, then summed): with glibc's default malloc
-    they took a third of a training step at the quick scale, mostly in first touches of fresh
-    memory. Here the backward runs over slices of about `SLICE` numbers (1 MiB in float32), in
-    buffers reused from slice to slice, multiplying in place where autograd allocates."""
-
-    SLICE = 1 << 18
-
-    @staticmethod
-    def forward(ctx, rate, delta):
-        lam = torch.mul(rate, delta[..., None]).exp_()
-        ctx.save_for_backward(rate, delta, lam)
-        return lam
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        rate, delta, lam = ctx.saved_tensors
-        E, N = rate.shape
-        grad = grad.reshape(-1, E, N)
-        lam, delta = lam.view(-1, E, N), delta.reshape(-1, E)
-        rows = lam.shape[0]
-        step = max(1, _GatedDecay.SLICE // (E * N))
-        grad_delta = delta.new_empty(rows, E)
-        grad_rate = rate.new_zeros(E, N)
-        g = lam.new_empty(min(step, rows), E, N)
-        for start in range(0, rows, step):
-            part = slice(start, start + step)
-            g_part = torch.mul(grad[part], lam[part], out=g[: min(step, rows - start)])  # dL/d(rate * Delta)
-            torch.linalg.vecdot(g_part, rate, out=grad_delta[part])
-            grad_rate += g_part.mul_(delta[part, :, None]).sum(0)
-        return grad_rate, grad_delta.view(ctx.saved_tensors[1].shape)
-
-
 @register_model("bedouin", display="Bedouin r={reflections}")
 class Bedouin(_FixedPoint):
     """Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan (Movahedi et al. 2025, Sec. 5)."""
@@ -391,7 +354,7 @@ class Bedouin(_FixedPoint):
         u_in = F.silu(self.in_proj(x))
         x_parts, delta, gx = self.x_proj(u_in).split([sum(self.y_sizes), self.inner, self.inner], dim=-1)
         delta = torch.sigmoid(delta)
-        lam = _GatedDecay.apply(-LAMBDA_C * F.softplus(self.omega), delta)  # exp(rate * Delta) [B, T, E, N]
+        lam = gated_decay(-LAMBDA_C * F.softplus(self.omega), delta)  # exp(rate * Delta) [B, T, E, N]
         return u_in, x_parts, delta, gx, lam
 
     def _mixing(self, y_shifted, Bx, Cx, ux, ax):

@@ -2,13 +2,11 @@
 the eigenvalue-range switch of Grazzi et al. 2025.
 
 Mamba runs its recurrence h_t = a_t * h_{t-1} + b_t, with its read-out, through the selective
-scan op (`statetrack.ops.selective`): on CPU one fused compiled loop per (batch row, channel) that
-never forms the [B, T, E, N] transitions, inputs or states; elsewhere those tensors and the
-diagonal scan op. Mamba-2, whose
-decay is one scalar per head, runs the same recurrence in its chunked matrix form (`ssd_scan`, the
-state-space duality of Dao & Gu 2024): inside a chunk of Q steps the output is a masked, decayed
-product of C and B (matrix products, no [B, T, H, P, N] tensor), and the state crosses chunks
-through the diagonal scan. Same function, a different order of summation.
+scan op (`statetrack.ops.selective.selective_scan`): on CPU one fused compiled loop per (batch row,
+channel) that never forms the [B, T, E, N] transitions, inputs or states; elsewhere those tensors
+and the diagonal scan op. Mamba-2, whose decay is one scalar per head, runs the same recurrence in
+its chunked matrix form (`statetrack.ops.selective.ssd_scan`, the state-space duality of Dao & Gu
+2024): matrix products inside a chunk, the diagonal scan across chunks.
 """
 
 from __future__ import annotations
@@ -32,63 +30,7 @@ from statetrack.layers.common import (
     log_uniform_dt,
 )
 from statetrack.layers.registry import register_model
-from statetrack.ops import diagonal_scan
-from statetrack.ops.selective import native_applies, selective_scan
-
-SSD_CHUNK = 16  # Mamba-2's chunk length: the in-chunk form costs O(Q) per token, the chunk states O(P N / Q)
-
-
-def _chunk_decays(a: torch.Tensor):
-    """For a [..., Q], the decays of the steps of a chunk: (L [..., Q, Q], cum [..., Q]) with
-    L[i, j] = a_{j+1} ... a_i for j <= i (1 on the diagonal), 0 above it, and cum[i] = a_0 ... a_i.
-    Running products, never quotients of them, so zero and negative decays are exact."""
-    Q = a.shape[-1]
-    below = torch.ones(Q, Q, dtype=torch.bool, device=a.device).tril(-1)
-    L = torch.where(below, a[..., :, None], torch.ones((), dtype=a.dtype, device=a.device)).cumprod(-2)
-    # L[i, j] is now the product of a_r over j < r <= i, and 1 for i <= j: keep i >= j
-    return L.masked_fill(below.T, 0), a.cumprod(-1)
-
-
-def ssd_scan(xdt: torch.Tensor, a: torch.Tensor, B_t: torch.Tensor, C_t: torch.Tensor, h0=None, chunk: int = SSD_CHUNK):
-    """Mamba-2's scan, H_t = a_t H_{t-1} + xdt_t B_t^T and y_t = H_t C_t per head, in chunks (Dao & Gu 2024).
-
-    xdt [B, T, H, P], a [B, T, H], B_t and C_t [B, T, N] (one group), h0 [B, H, P, N] or None.
-    Returns (y [B, T, H, P], H_T [B, H, P, N]), equal to `diagonal_scan` on the materialised
-    [B, T, H, P, N] recurrence up to the order of summation.
-    """
-    Bsz, T, H, P = xdt.shape
-    N = B_t.shape[-1]
-    if T == 0:
-        return xdt.new_zeros(Bsz, 0, H, P), (h0.clone() if h0 is not None else xdt.new_zeros(Bsz, H, P, N))
-    Q = max(1, min(T, chunk))
-    K = -(-T // Q)
-    pad = K * Q - T
-    if pad:  # steps with a = 1 and no input leave the state as it is
-        xdt, B_t, C_t = (F.pad(v, (0, 0) * (v.dim() - 2) + (0, pad)) for v in (xdt, B_t, C_t))
-        a = F.pad(a, (0, 0, 0, pad), value=1.0)
-    X = xdt.view(Bsz, K, Q, H, P).transpose(2, 3)  # [B, K, H, Q, P]
-    Bc, Cc = B_t.view(Bsz, K, Q, N), C_t.view(Bsz, K, Q, N)
-    L, cum = _chunk_decays(a.view(Bsz, K, Q, H).transpose(2, 3))  # [B, K, H, Q, Q], [B, K, H, Q]
-    scores = Cc @ Bc.transpose(-1, -2)  # [B, K, Q, Q]: C_i . B_j
-    y = (scores[:, :, None] * L) @ X  # [B, K, H, Q, P]: the in-chunk part
-    # each chunk's own contribution to the state at its end: sum_j L[Q-1, j] xdt_j B_j^T
-    ends = (X * L[..., -1, :, None]).transpose(-1, -2) @ Bc[:, :, None]  # [B, K, H, P, N]
-    decay = cum[..., -1]  # [B, K, H]: the chunk's product of a
-    if K > 1:
-        starts, _ = diagonal_scan(decay[:, :-1, :, None, None].expand(-1, -1, -1, P, N), ends[:, :-1], h0)
-        if h0 is not None:
-            starts = torch.cat([h0[:, None], starts], 1)
-        else:
-            starts = F.pad(starts, (0, 0) * 3 + (1, 0))
-    else:
-        starts = h0[:, None] if h0 is not None else None
-    if starts is None:
-        h_last = ends[:, -1]
-    else:  # the state entering each chunk, decayed to each step and read out
-        y = y + (Cc[:, :, None] @ starts.transpose(-1, -2)) * cum[..., None]
-        h_last = ends[:, -1] + decay[:, -1, :, None, None] * starts[:, -1]
-    y = y.transpose(2, 3).reshape(Bsz, K * Q, H, P)
-    return (y[:, :T] if pad else y), h_last
+from statetrack.ops.selective import native_applies, selective_scan, ssd_scan
 
 
 def causal_conv(conv: CausalConv1d, x: torch.Tensor, state=None):
@@ -105,77 +47,6 @@ def causal_conv(conv: CausalConv1d, x: torch.Tensor, state=None):
     for j in range(1, k):
         y = torch.addcmul(y, padded[:, j : j + T], w[:, j])
     return y, padded[:, padded.shape[1] - (k - 1) :].clone()
-
-
-class _SelectiveInputs(torch.autograd.Function):
-    """Mamba's (a, b) [B, T, E, N] of the selective scan: a = exp(-dt A) (or 2 exp(-dt A) - 1 for
-    eig_range [-1,1]), A = exp(A_log), and b = (dt u) B_t. The backward is written out so that its
-    contractions over N, E and (B, T) are products of well-shaped matrices and its [B, T, E, N]
-    work happens in place in the incoming gradient: autograd's form allocated a fresh tensor of that
-    size per step of the chain and ran its contractions as matrix-vector products."""
-
-    @staticmethod
-    def forward(ctx, dt, A_log, u, B_t, scale):
-        A = A_log.exp()  # [E, N]
-        a = (dt[..., None] * -A).exp_()  # [B, T, E, N]
-        if scale != 1:
-            a.mul_(scale).sub_(scale - 1)
-        xdt = dt * u  # [B, T, E]
-        b = xdt[..., None] * B_t[:, :, None, :]
-        ctx.scale = scale
-        ctx.save_for_backward(dt, A, u, B_t, xdt, a)
-        return a, b
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_a, grad_b):
-        dt, A, u, B_t, xdt, a = ctx.saved_tensors
-        Bsz, T, E, N = a.shape
-        BT = Bsz * T
-        if grad_b is None:
-            grad_xdt, grad_B = torch.zeros_like(xdt), torch.zeros_like(B_t)
-        else:
-            gb = grad_b.reshape(BT, E, N)
-            grad_xdt = torch.bmm(B_t.reshape(BT, 1, N), gb.transpose(1, 2)).view(Bsz, T, E)  # sum_n grad_b B_t
-            grad_B = torch.bmm(xdt.reshape(BT, 1, E), gb).view(Bsz, T, N)  # sum_e grad_b (dt u)
-        grad_dt, grad_u = grad_xdt * u, grad_xdt * dt
-        grad_A_log = torch.zeros_like(A)
-        if grad_a is not None:
-            # d a / d(-dt A) = exp(-dt A) = (a + scale - 1) / scale, times the scale: a + scale - 1.
-            # grad_a is the scan's own fresh buffer (nothing else holds it): worked on in place.
-            g = grad_a.contiguous()
-            if ctx.scale == 1:
-                g.mul_(a)
-            else:
-                g.addcmul_(g, a, value=1.0 / (ctx.scale - 1)).mul_(ctx.scale - 1)  # g (a + scale - 1)
-            g = g.view(BT, E, N)
-            # sum_bt g dt (the gradient in -A), a few hundred tokens at a time: one temporary, reused
-            grad_A = A.new_zeros(E, N)
-            dt3 = dt.reshape(BT, E, 1)
-            for r in range(0, BT, 256):
-                grad_A += (g[r : r + 256] * dt3[r : r + 256]).sum(0)
-            grad_A_log = -grad_A * A
-            grad_dt = grad_dt - g.mul_(A).sum(-1).view(Bsz, T, E)
-        return grad_dt, grad_A_log, grad_u, grad_B, None
-
-
-class _ReadOut(torch.autograd.Function):
-    """y [B, T, E] = sum_n h [B, T, E, N] C_t [B, T, N], as products of [1, N] x [N, E] per token."""
-
-    @staticmethod
-    def forward(ctx, h, C_t):
-        Bsz, T, E, N = h.shape
-        ctx.save_for_backward(h, C_t)
-        return torch.bmm(C_t.reshape(Bsz * T, 1, N), h.reshape(Bsz * T, E, N).transpose(1, 2)).view(Bsz, T, E)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        h, C_t = ctx.saved_tensors
-        Bsz, T, E, N = h.shape
-        grad_h = g[..., None] * C_t[:, :, None, :]
-        grad_C = torch.bmm(g.reshape(Bsz * T, 1, E), h.reshape(Bsz * T, E, N)).view(Bsz, T, N)
-        return grad_h, grad_C
 
 
 @register_model("mamba", display="Mamba {eig_range}")
@@ -233,13 +104,9 @@ class Mamba(Spectral, nn.Module):
         conv_state, h0 = state if state is not None else (None, None)
         u, z, dt, B_t, C_t, conv_state = self._projections(x, conv_state)
         scale = EIG_RANGES[self.eig_range]
-        if native_applies(u, dt, B_t, C_t, self.A_log, *(() if h0 is None else (h0,))):
-            # the fused loop (statetrack.ops.selective): no [B, T, E, N] tensor either way
-            y, h_last = selective_scan(u, dt, self.A_log.exp(), B_t, C_t, h0, scale=scale, impl="native")
-        else:  # CUDA, no C compiler, other dtypes: the materialised form
-            a, b = _SelectiveInputs.apply(dt, self.A_log, u, B_t, scale)  # [B, T, E, N]
-            h, h_last = diagonal_scan(a, b, h0)
-            y = _ReadOut.apply(h, C_t)
+        # the fused loop where it applies (no [B, T, E, N] tensor), else (CUDA, no C compiler, other dtypes) the materialised form
+        impl = "native" if native_applies(u, dt, B_t, C_t, self.A_log, *(() if h0 is None else (h0,))) else "torch"
+        y, h_last = selective_scan(u, dt, self.A_log.exp(), B_t, C_t, h0, scale=scale, impl=impl)
         y = y + self.D * u
         return self.out_proj(y * F.silu(z)), (conv_state, h_last)
 

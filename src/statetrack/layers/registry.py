@@ -3,6 +3,10 @@
 A mixer is an `nn.Module` whose first constructor argument is `d_model`, with
 `forward(x [B, T, d_model], state=None) -> (y [B, T, d_model], state)`; its other keyword arguments
 are the model's parameters. `statetrack.models.zoo` wraps a registered mixer in the SequenceModel stack.
+
+A mixer may also have the optional features declared below as protocols; callers ask for one with
+`isinstance(mixer, Feature)` (a mixer class, for the class attribute `departures`), never by probing
+attribute names.
 """
 
 from __future__ import annotations
@@ -10,11 +14,41 @@ from __future__ import annotations
 import inspect
 import string
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
+import torch
 from torch import nn
 
 from statetrack.errors import StatetrackError
+
+
+# ---- optional features of a mixer ----------------------------------------------------------------
+@runtime_checkable
+class Departures(Protocol):
+    """`departures: str` (a class attribute): where the layer departs on purpose from its published model (the catalogue's column)."""
+
+    departures: str
+
+
+@runtime_checkable
+class FrozenInput(Protocol):
+    """`frozen_input: bool`: true when the recurrence is frozen, so SequenceModel freezes the embedding and first norm feeding it."""
+
+    frozen_input: bool
+
+
+@runtime_checkable
+class TransitionEigenvalues(Protocol):
+    """`transition_eigenvalues(x [B, T, D]) -> [B, T, ..., n]`: the eigenvalues of every token's state transition (spectrum analysis)."""
+
+    def transition_eigenvalues(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class TransitionMatrices(Protocol):
+    """`transition_matrices(x [B, T, D]) -> [B, T, H, n, n]`: every token's dense state transitions (NotImplementedError where there are none)."""
+
+    def transition_matrices(self, x: torch.Tensor) -> torch.Tensor: ...
 
 STACK_KEYS = ("name", "d_model", "num_layers", "mlp")  # spec keys every model has besides its mixer's
 

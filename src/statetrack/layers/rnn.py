@@ -11,7 +11,7 @@ from torch import nn
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import check_input
 from statetrack.layers.registry import register_model
-from statetrack.ops.nonlinear import NRU_EPS, _check_nru, _nru_state, nru_recurrence, nru_recurrence_reference
+from statetrack.ops.nonlinear import nru_recurrence, nru_recurrence_fused
 
 
 class _TorchRNN(nn.Module):
@@ -81,7 +81,7 @@ class NRU(nn.Module):
 
     Every pre-activation comes from one fused linear map of z_t; its x_t part is computed for the
     whole sequence at once, the rest in a loop over time (`ops.nru_recurrence`: a compiled loop at
-    inference on the CPU; in training `nru_recurrence_fused`, one autograd node with a hand-written
+    inference on the CPU; in training `ops.nru_recurrence_fused`, one autograd node with a hand-written
     backward). The output is h_t, mapped back to d_model
     by a linear map when `hidden` differs. State: (h [B, hidden], m [B, memory]), zeros at the start.
 
@@ -132,99 +132,6 @@ class NRU(nn.Module):
             y, state = nru_recurrence(pre_x, recurrent, self.hidden, self.heads, self.normalize, state)
         return self.proj(y), state
 
-    # training runs `nru_recurrence_fused` (one autograd node for the whole loop); False: the
+    # training runs `ops.nru_recurrence_fused` (one autograd node for the whole loop); False: the
     # per-op autograd loop of `ops.nru_recurrence_reference` (the same numbers, slower)
     fused_training = True
-
-
-def nru_recurrence_fused(pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, normalize: bool = True,
-                         initial_state=None):
-    """`ops.nonlinear.nru_recurrence_reference` (same arguments and results, the same function to float
-    rounding) as one autograd Function: the loop over time writes into preallocated buffers with no
-    graph, the backward is the loop run in reverse by hand, and the gradient of W is one matrix
-    product over all steps at once (instead of one per step, each zero-filled and accumulated). The
-    5-norm is taken as (sum v^5)^(1/5) with v >= 0 (after the ReLU), by multiplications, as
-    `linalg.vector_norm` computes it without rescaling."""
-    _check_nru(pre, W, hidden, heads)
-    h0, m0 = _nru_state(pre, W, hidden, initial_state)
-    if pre.shape[1] == 0:
-        return nru_recurrence_reference(pre, W, hidden, heads, normalize, (h0, m0))
-    y, h, m = _NRUFused.apply(pre, W, h0, m0, hidden, heads, normalize)
-    return y, (h, m)
-
-
-class _NRUFused(torch.autograd.Function):
-    """The NRU loop as one autograd node. Big buffers are few, as their first touch costs more than
-    their arithmetic (page faults): the activations A [T, B, O] and the inputs of every step
-    Z [B, T, hidden + memory] are kept, v^4 is recomputed in the backward, and the gradient of pre
-    is written batch-major in place (no transposed copy)."""
-
-    @staticmethod
-    def forward(ctx, pre, W, h0, m0, hidden, heads, normalize):
-        B, T, O = pre.shape
-        Hd, K = hidden, heads
-        M = W.shape[0] - Hd
-        Z = pre.new_empty(B, T, Hd + M)  # Z[:, t] = [h_{t-1}, m_{t-1}], the input of step t
-        Z[:, 0, :Hd], Z[:, 0, Hd:] = h0, m0
-        A = pre.new_empty(T, B, O)  # the activations (after the ReLU)
-        sign = pre.new_tensor([1.0] * K + [-1.0] * K)  # + alpha_i v^w_i, - beta_i v^e_i
-        norms = pre.new_empty(T, B, 2 * K) if normalize else None  # the 5-norms, clamped
-        v4 = pre.new_empty(B, 2 * K, M) if normalize else None
-        for t in range(T):
-            a = torch.addmm(pre[:, t], Z[:, t], W, out=A[t]).relu_()
-            coef = a[:, Hd : Hd + 2 * K] * sign
-            vec = a[:, Hd + 2 * K :].view(B, 2 * K, M)
-            if normalize:
-                torch.mul(vec, vec, out=v4).mul_(v4)
-                n = torch.linalg.vecdot(v4, vec).pow_(0.2).clamp_min_(NRU_EPS)
-                norms[t] = n
-                coef = coef / n
-            m = torch.baddbmm(Z[:, t, None, Hd:], coef[:, None, :], vec)[:, 0]
-            if t + 1 < T:
-                Z[:, t + 1, :Hd], Z[:, t + 1, Hd:] = a[:, :Hd], m
-        ctx.save_for_backward(W, Z, A, sign, norms)
-        ctx.sizes = hidden, heads, normalize
-        y = A[:, :, :Hd].transpose(0, 1).contiguous()
-        return y, A[-1, :, :Hd].clone(), m
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_y, grad_h, grad_m):
-        W, Z, A, sign, norms = ctx.saved_tensors
-        Hd, K, normalize = ctx.sizes
-        T, B, O = A.shape
-        M = W.shape[0] - Hd
-        gh = grad_h if grad_h is not None else Z.new_zeros(B, Hd)
-        gm = grad_m if grad_m is not None else Z.new_zeros(B, M)
-        G = Z.new_empty(B, T, O)  # the gradient of the pre-activations, which is that of pre
-        v4 = Z.new_empty(B, 2 * K, M) if normalize else None
-        Wt = W.t()
-        for t in reversed(range(T)):
-            a, g = A[t], G[:, t]
-            if grad_y is not None:
-                torch.add(gh, grad_y[:, t], out=g[:, :Hd])
-            else:
-                g[:, :Hd] = gh
-            vec = a[:, Hd + 2 * K :].view(B, 2 * K, M)
-            dot = torch.bmm(vec, gm[:, :, None])[..., 0] * sign  # sign_j (dL/dm_t . v_j)  [B, 2K]
-            dv = g[:, Hd + 2 * K :].view(B, 2 * K, M)
-            if normalize:
-                n = norms[t]
-                torch.div(dot, n, out=g[:, Hd : Hd + 2 * K])
-                c = a[:, Hd : Hd + 2 * K]
-                w = c * sign / n  # the scaled coefficients of the forward
-                # d(s c v / n(v)) = s c / n dv - s c v / n^2 dn, dn = (v^4 / n^4) . dv (0 where n was clamped)
-                k = (c * dot / n / n / n.pow(4)).masked_fill_(n <= NRU_EPS, 0)
-                torch.mul(w[:, :, None], gm[:, None, :], out=dv)
-                torch.mul(vec, vec, out=v4).mul_(v4)
-                dv.sub_(v4.mul_(k[:, :, None]))
-            else:
-                g[:, Hd : Hd + 2 * K] = dot
-                w = a[:, Hd : Hd + 2 * K] * sign
-                torch.mul(w[:, :, None], gm[:, None, :], out=dv)
-            g.mul_(a > 0)  # the ReLU
-            dz = torch.mm(g, Wt)
-            gh = dz[:, :Hd]
-            gm = gm + dz[:, Hd:]
-        grad_W = torch.mm(Z.view(B * T, -1).t(), G.view(B * T, O)) if ctx.needs_input_grad[1] else None
-        return G, grad_W, gh, gm, None, None, None

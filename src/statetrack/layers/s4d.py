@@ -23,128 +23,10 @@ from torch import nn
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import Spectral, check_input, inverse_softplus, log_uniform_dt
 from statetrack.layers.registry import register_model
-from statetrack.ops import diagonal_scan, native
+from statetrack.ops import diagonal_scan
+from statetrack.ops.ids4 import ids4_scan
 
 S4D_CHUNK = 64  # S4D's chunk length: the in-chunk convolution costs O(Q) per token and channel
-
-
-class _ReadOut(torch.autograd.Function):
-    """y [B, T, d] = 2 Re(sum_n C h) = sum_n (2 Re C) (Re h) + (-2 Im C) (Im h) for complex h [B, T, d, n]
-    and C_ri [d, n, 2] (real view), on the real view of h, a few hundred tokens at a time: one
-    reused temporary instead of a fresh [B, T, d, n] one each way."""
-
-    ROWS = 256
-
-    @staticmethod
-    def forward(ctx, h, C_ri):
-        Bsz, T, d, n = h.shape
-        sign = C_ri.new_tensor([2.0, -2.0])
-        Cv = (C_ri * sign).view(d, 2 * n)
-        hr = torch.view_as_real(h).view(Bsz * T, d, 2 * n)
-        y = hr.new_empty(Bsz * T, d)
-        for r in range(0, Bsz * T, _ReadOut.ROWS):
-            torch.sum(hr[r : r + _ReadOut.ROWS] * Cv, -1, out=y[r : r + _ReadOut.ROWS])
-        ctx.save_for_backward(h, Cv, sign)
-        return y.view(Bsz, T, d)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, g):
-        h, Cv, sign = ctx.saved_tensors
-        Bsz, T, d, n = h.shape
-        g = g.reshape(Bsz * T, d, 1)
-        grad_h = torch.view_as_complex((g * Cv).view(Bsz, T, d, n, 2))
-        hr = torch.view_as_real(h).view(Bsz * T, d, 2 * n)
-        grad_Cv = Cv.new_zeros(d, 2 * n)
-        for r in range(0, Bsz * T, _ReadOut.ROWS):
-            grad_Cv += (hr[r : r + _ReadOut.ROWS] * g[r : r + _ReadOut.ROWS]).sum(0)
-        return grad_h, grad_Cv.view(d, n, 2) * sign
-
-
-class _InputDependentZOH(torch.autograd.Function):
-    """IDS4's (a, b = Bbar u) [B, T, d, modes] complex, with a hand-written backward in complex arithmetic.
-
-    lambda = lam_re + i (A_im + phi_t), a = exp(dt lambda), Bbar = (a - 1) / lambda * B, b = Bbar u.
-    Autograd's backward of these ops ran on strided real and imaginary views (unvectorised loops)
-    and through complex division; this one is a dozen contiguous complex products. Gradients follow
-    torch's convention (dL/dRe + i dL/dIm): for holomorphic w = f(z), grad_z = grad_w conj(f'(z)).
-    """
-
-    @staticmethod
-    def forward(ctx, dt, phi, lam_re, A_im, B_ri, u):
-        # dt, u [B, T, d]; phi [B, T, n]; lam_re, A_im [d, n]; B_ri [d, n, 2] (real view of complex B)
-        dt4, u4 = dt[..., None], u[..., None]
-        lam_im = phi[:, :, None, :] + A_im  # [B, T, d, n]
-        lam = torch.complex(lam_re.expand_as(lam_im), lam_im)
-        # exp(dt lambda) as |a| (cos + i sin): torch's complex exp is not vectorised (40x slower)
-        mag = torch.exp(lam_re * dt4)
-        angle = lam_im.mul_(dt4)
-        a = torch.complex(torch.cos(angle).mul_(mag), torch.sin_(angle).mul_(mag))
-        del mag, angle, lam_im
-        Bc = torch.view_as_complex(B_ri)
-        inv = lam.reciprocal()  # 1 / lambda
-        P = (a - 1).mul_(inv)  # (a - 1) / lambda
-        q = inv.mul_(Bc)  # B / lambda
-        B_bar = P * Bc
-        b = B_bar * u4
-        # the backward multiplies by their conjugates: conjugated once here, in place (a product
-        # with a lazily conjugated operand materialises it, a fresh buffer every time)
-        ctx.save_for_backward(dt, u, a, lam, q.conj_physical_(), P.conj_physical_(), B_bar)
-        return a, b
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_a, grad_b):
-        dt, u, a, lam, q_conj, P_conj, B_bar = ctx.saved_tensors
-        dt4, u4 = dt[..., None], u[..., None]
-        grad_a = torch.zeros_like(a) if grad_a is None else grad_a
-        grad_b = torch.zeros_like(a) if grad_b is None else grad_b
-        # b = Bbar u: dL/du = Re(sum_n grad_b conj(Bbar)), dL/dBbar = grad_b u =: G
-        grad_u = (torch.view_as_real(grad_b) * torch.view_as_real(B_bar)).sum((-1, -2))
-        # Bbar = (a - 1) q: dL/da += G conj(q); a = exp(z), z = dt lambda: dL/dz = dL/da conj(a),
-        # taken as conj(conj(dL/da) a) on our own buffer (grad_a: the scan's fresh one, nothing else holds it)
-        M = (grad_b * q_conj).mul_(u4)  # G conj(q)
-        g_z = grad_a.add_(M).conj_physical_().mul_(a).conj_physical_()
-        # dL/dq = G conj(a - 1), q = B / lambda: dL/dB = sum_bt G conj(P) (P = (a - 1) / lambda), and
-        # dL/dlambda gets dL/dq conj(-B / lambda^2) = -G conj(q) conj(P), plus dL/dz dt
-        g_lam = g_z * dt4
-        g_lam.sub_(M.mul_(P_conj))
-        grad_B = grad_b.mul_(P_conj).mul_(u4).sum((0, 1))
-        grad_dt = (torch.view_as_real(g_z) * torch.view_as_real(lam)).sum((-1, -2))  # Re(sum_n dL/dz conj(lambda))
-        g_ri = torch.view_as_real(g_lam)
-        g_im = g_ri[..., 1]
-        return grad_dt, g_im.sum(2), g_ri[..., 0].sum((0, 1)), g_im.sum((0, 1)), torch.view_as_real(grad_B), grad_u
-
-
-class _IDS4Scan(torch.autograd.Function):
-    """IDS4's y [B, T, d] (without the D skip) and last state of `_InputDependentZOH`, the diagonal
-    scan and `_ReadOut`, as one compiled pass per (batch row, channel) on the CPU (`ops/ids4_scan.c`):
-    no [B, T, d, modes] tensor but a = exp(dt lambda) itself, formed here by the same operations as
-    `_InputDependentZOH`; the backward reruns the recurrence from checkpoints. h0 and the last state
-    are [B, d, 2, modes]: the real parts, then the imaginary ones (the kernel's layout)."""
-
-    @staticmethod
-    def forward(ctx, dt, phi, lam_re, A_im, B_ri, C_ri, u, h0):
-        dt4 = dt[..., None]
-        mag = torch.exp(lam_re * dt4)
-        angle = (phi[:, :, None, :] + A_im).mul_(dt4)
-        a = mag.new_empty(mag.shape[:-1] + (2, mag.shape[-1]))
-        torch.mul(torch.cos(angle), mag, out=a[..., 0, :])
-        torch.mul(torch.sin_(angle), mag, out=a[..., 1, :])
-        phi, lam_re, A_im, u = (v.contiguous() for v in (phi, lam_re, A_im, u))
-        B, C = (v.transpose(-1, -2).contiguous() for v in (B_ri, C_ri))  # [d, 2, modes]
-        keep = any(ctx.needs_input_grad)
-        y, h_last, ckpt = native.ids4_forward(a, u, phi, lam_re, A_im, B, C, h0, keep)
-        if keep:
-            ctx.save_for_backward(a, dt.contiguous(), u, phi, lam_re, A_im, B, C, ckpt)
-        return y, h_last
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_y, grad_last):
-        ddt, du, dphi, dlam_re, dA_im, dB, dC, dh0 = native.ids4_backward(
-            *ctx.saved_tensors, grad_y.contiguous(), grad_last)
-        return ddt, dphi, dlam_re, dA_im, dB.transpose(-1, -2), dC.transpose(-1, -2), du, dh0
 
 
 @register_model("s4d", display="S4D")
@@ -212,18 +94,9 @@ class S4D(Spectral, nn.Module):
 
     def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
-        if self.input_dependent:
+        if self.input_dependent:  # the op: a compiled pass on the CPU, the materialised form elsewhere
             dt = F.softplus(self.dt_proj(x))  # [B, T, d]
-            parts = (dt, self.phi_proj(x), -self.A_re_log.exp(), self.A_im, self.B)
-            if native.supports_real(*parts, self.C, x, *(() if state is None else (state.real,))):
-                h0 = (torch.stack((state.real, state.imag), -2) if state is not None
-                      else x.new_zeros(x.shape[0], self.d_model, 2, self.modes))
-                y, h_last = _IDS4Scan.apply(*parts, self.C, x, h0)
-                h_last = torch.complex(h_last[..., 0, :], h_last[..., 1, :])
-            else:  # CUDA, no C compiler, other dtypes: the materialised form
-                a, b = _InputDependentZOH.apply(*parts, x)
-                h, h_last = diagonal_scan(a, b, state)
-                y = _ReadOut.apply(h, self.C)
+            y, h_last = ids4_scan(dt, self.phi_proj(x), -self.A_re_log.exp(), self.A_im, self.B, self.C, x, state)
         else:
             y, h_last = self._convolve(x, state)
         y = y + self.D * x

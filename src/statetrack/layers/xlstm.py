@@ -15,7 +15,7 @@ from torch import nn
 
 from statetrack.layers.common import Spectral, check_input, head_split
 from statetrack.layers.registry import register_model
-from statetrack.ops.nonlinear import _check_slstm, _slstm_state, slstm_recurrence
+from statetrack.ops.nonlinear import slstm_recurrence, slstm_recurrence_fused
 
 
 def _forget_bias(n: int) -> torch.Tensor:
@@ -119,7 +119,7 @@ class sLSTM(nn.Module):  # noqa: N801
 
     with log f = logsigmoid(f~). Nonlinear in h, so it runs as a loop over time
     (`ops.slstm_recurrence`: a compiled loop at inference on the CPU; in training
-    `slstm_recurrence_fused`, one autograd node with a hand-written backward). Output: RMSNorm per head,
+    `ops.slstm_recurrence_fused`, one autograd node with a hand-written backward). Output: RMSNorm per head,
     out-projection. State: (h, c, n, m), each [B, d_model].
     """
 
@@ -152,90 +152,6 @@ class sLSTM(nn.Module):  # noqa: N801
         y = self.o_norm(h).reshape(B, T, -1)
         return self.o_proj(y), tuple(s.reshape(B, -1) for s in state)
 
-    # training runs `slstm_recurrence_fused` (one autograd node for the loop); False: the per-op
+    # training runs `ops.slstm_recurrence_fused` (one autograd node for the loop); False: the per-op
     # autograd loop of `ops.slstm_recurrence_reference` (the same numbers, slower)
     fused_training = True
-
-
-def slstm_recurrence_fused(pre: torch.Tensor, R: torch.Tensor, initial_state=None):
-    """`ops.nonlinear.slstm_recurrence_reference` (same arguments and results, the same function to
-    float rounding) as one autograd Function: the loop over time runs without a graph on a
-    head-major layout ([H, B, .]: one batched product per step gives every gate), storing the
-    pre-activations and the states; the backward is the loop in reverse by hand, with every factor
-    that does not depend on the incoming gradient computed for all steps at once, and the gradient
-    of R one batched product over all steps. torch.maximum's gradient convention is kept (a tie
-    splits the gradient in half)."""
-    _check_slstm(pre, R)
-    state = _slstm_state(pre, initial_state)
-    y, *state = _SLSTMFused.apply(pre, R, *state)
-    return y, tuple(state)
-
-
-class _SLSTMFused(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, pre, R, h0, c0, n0, m0):
-        B, T, _, H, D = pre.shape
-        P = pre.permute(1, 3, 0, 2, 4).reshape(T, H, B, 4 * D)  # [T, H, B, 4D], gate-major as R's columns
-        G = torch.empty_like(P)  # the pre-activations z~, i~, f~, o~
-        hs, cs, ns, ms = (P.new_empty(T + 1, H, B, D) for _ in range(4))  # states 0..T
-        for buf, s0 in zip((hs, cs, ns, ms), (h0, c0, n0, m0)):
-            buf[0] = s0.transpose(0, 1)
-        for t in range(T):
-            g = torch.baddbmm(P[t], hs[t], R, out=G[t])
-            z_pre, i_pre, f_pre, o_pre = g.split(D, -1)
-            a = F.logsigmoid(f_pre).add_(ms[t])  # log f_t + m_{t-1}
-            m = torch.maximum(a, i_pre, out=ms[t + 1])
-            i_gate, f_gate = torch.exp(i_pre - m), torch.exp(a.sub_(m))
-            c = torch.addcmul(f_gate * cs[t], i_gate, torch.tanh(z_pre), out=cs[t + 1])
-            n = torch.addcmul(i_gate, f_gate, ns[t], out=ns[t + 1])
-            torch.mul(torch.sigmoid(o_pre), c, out=hs[t + 1]).div_(n)
-        ctx.save_for_backward(R, G, hs, cs, ns, ms)
-        y = hs[1:].permute(2, 0, 1, 3).contiguous()  # [B, T, H, D]
-        return (y,) + tuple(buf[T].transpose(0, 1).clone() for buf in (hs, cs, ns, ms))
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_y, grad_h, grad_c, grad_n, grad_m):
-        R, G, hs, cs, ns, ms = ctx.saved_tensors
-        T, H, B, D4 = G.shape
-        D = D4 // 4
-        # every factor that does not depend on the gradient, for all steps at once: [T, H, B, D]
-        z_pre, i_pre, f_pre, o_pre = G.split(D, -1)
-        a = F.logsigmoid(f_pre) + ms[:-1]
-        m = ms[1:]
-        i_gate, f_gate = torch.exp(i_pre - m), torch.exp(a - m)
-        z, o = torch.tanh(z_pre), torch.sigmoid(o_pre)
-        h, c, n = hs[1:], cs[1:], ns[1:]
-        k_o = c / n * o * (1 - o)  # dL/do~ = dL/dh k_o
-        o_n = o / n  # dh/dc
-        h_n = h / n  # -dh/dn
-        k_z = i_gate * (1 - z * z)  # dL/dz~ = dL/dc k_z
-        sig_neg_f = torch.sigmoid(-f_pre)  # d logsigmoid(f~) / df~
-        half = 0.5 * (a == i_pre)
-        w_a, w_i = (a > i_pre) + half, (i_pre > a) + half  # torch.maximum's gradient split
-        gy = grad_y.permute(1, 2, 0, 3)  # [T, H, B, D]
-        dh, dc, dn, dm = (x.transpose(0, 1) for x in (grad_h, grad_c, grad_n, grad_m))
-        dG = torch.empty_like(G)
-        dz_pre, di_pre, df_pre, do_pre = dG.split(D, -1)
-        Rt = R.mT
-        for t in reversed(range(T)):
-            dh = dh + gy[t]
-            torch.mul(dh, k_o[t], out=do_pre[t])
-            dc = torch.addcmul(dc, dh, o_n[t])
-            dn = torch.addcmul(dn, dh, h_n[t], value=-1)
-            torch.mul(dc, k_z[t], out=dz_pre[t])
-            d_f = torch.addcmul(dc * cs[t], dn, ns[t]) * f_gate[t]  # dL/d(a - m) through f' = exp(a - m)
-            d_i = torch.addcmul(dn, dc, z[t]) * i_gate[t]  # dL/d(i~ - m) through i' = exp(i~ - m)
-            dm = dm - d_f - d_i
-            da = torch.addcmul(d_f, dm, w_a[t])
-            torch.addcmul(d_i, dm, w_i[t], out=di_pre[t])
-            torch.mul(da, sig_neg_f[t], out=df_pre[t])
-            dm = da
-            dc = dc * f_gate[t]
-            dn = dn * f_gate[t]
-            dh = torch.bmm(dG[t], Rt)
-        grad_R = None
-        if ctx.needs_input_grad[1]:  # sum over t and b of h_{t-1} dG_t: [H, D, 4D]
-            grad_R = torch.bmm(hs[:-1].permute(1, 3, 0, 2).reshape(H, D, T * B), dG.transpose(0, 1).reshape(H, T * B, D4))
-        grad_pre = dG.view(T, H, B, 4, D).permute(2, 0, 3, 1, 4)  # [B, T, 4, H, D]
-        return (grad_pre, grad_R) + tuple(x.transpose(0, 1) for x in (dh, dc, dn, dm))

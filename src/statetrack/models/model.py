@@ -7,6 +7,8 @@ from typing import Callable
 import torch
 from torch import nn
 
+from statetrack.layers.registry import FrozenInput
+
 
 class MLP(nn.Module):
     """Position-wise feed-forward: Linear(d, e d) -> GELU -> Linear(e d, d)."""
@@ -58,7 +60,8 @@ class SequenceModel(nn.Module):
         self.blocks = nn.ModuleList([Block(d_model, make_mixer(), mlp) for _ in range(num_layers)])
         self.norm = nn.LayerNorm(d_model)
         self.readout = nn.Linear(d_model, num_classes)
-        if num_layers and getattr(self.blocks[0].mixer, "frozen_input", False):
+        first = self.blocks[0].mixer if num_layers else None
+        if isinstance(first, FrozenInput) and first.frozen_input:
             # a mixer with a frozen recurrence (e.g. the frozen bilinear RNN) is fed by frozen weights too:
             # its input x = LayerNorm(embedding) decides the transitions, so training them would train the recurrence
             self.embedding.requires_grad_(False)

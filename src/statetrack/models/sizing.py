@@ -76,7 +76,7 @@ def _counter(spec: dict):
 def layer_parameters(spec: dict | str) -> int:
     """Trainable parameters of one block (mixer + its LayerNorms + MLP when `mlp`) of the model `spec`,
     counted like SequenceModel.num_parameters (requires_grad only); independent of the vocabulary
-    and of num_layers. The first block is counted: a mixer with `frozen_input` freezes its norm."""
+    and of num_layers. The first block is counted: a `FrozenInput` mixer (`layers.registry`) freezes its norm."""
     spec = zoo.resolve(spec)
     count = _counter(spec)(spec["d_model"])
     if isinstance(count, str):

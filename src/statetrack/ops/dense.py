@@ -21,6 +21,9 @@ are materialised time-major by one matmul (so each step reads a contiguous slice
 and read three times (scan, reverse scan, dW and dx), where contracting the state with W first costs
 the same flops, 3 B T K D^2 for forward and backward, in [B, D] x [D, K D] matmuls whose operands
 stay in cache.
+
+`unit_normalize` (beside `unit_normalize_reference`) is the direction h / ||h|| by which the bilinear
+models read out and renormalise their state, as one autograd node.
 """
 
 from __future__ import annotations
@@ -326,3 +329,40 @@ def bilinear_transition(x, W, b=None, initial_state=None, output_final_state=Tru
         hs = dense_scan(A, X, h0.reshape(B * H, D, 1))
     out = hs[1:].view(T, B, H, D).transpose(0, 1)
     return out, (out[:, -1] if output_final_state else None)
+
+
+# ---- the direction of a bilinear state -----------------------------------------------------------
+def unit_normalize_reference(h: torch.Tensor) -> torch.Tensor:
+    """h / max(||h||, tiny) over the last axis, the direction of a bilinear state (a zero vector stays
+    zero): a pure bilinear RNN's state matters only up to a positive scale (Ebrahimi & Memisevic 2025),
+    so it is read out and renormalised by its direction. Autograd op by op."""
+    tiny = torch.finfo(h.dtype).tiny
+    return h / torch.linalg.vector_norm(h, dim=-1, keepdim=True).clamp_min(tiny)
+
+
+class _UnitNormalize(torch.autograd.Function):
+    """`unit_normalize` with the backward in three passes instead of autograd's eight for the
+    division, the clamp and the norm (it runs on every state of a bilinear model)."""
+
+    @staticmethod
+    def forward(ctx, h):
+        norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
+        clamped = norm < torch.finfo(h.dtype).tiny
+        norm = norm.clamp_min_(torch.finfo(h.dtype).tiny)
+        y = h / norm
+        ctx.save_for_backward(y, norm, clamped)
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        y, norm, clamped = ctx.saved_tensors
+        # d(h / ||h||) = (g - y <y, g>) / ||h||; where the clamp holds, the divisor is a constant: g / tiny
+        along = torch.linalg.vecdot(y, g, dim=-1).unsqueeze(-1).masked_fill_(clamped, 0)
+        return torch.addcmul(g, y, along, value=-1).div_(norm)
+
+
+def unit_normalize(h: torch.Tensor) -> torch.Tensor:
+    """`unit_normalize_reference` (the same numbers, the same gradient to float rounding) as one
+    autograd node."""
+    return _UnitNormalize.apply(h)

@@ -19,7 +19,8 @@ differentiable. `<name>_nograd` is the form the solver's no-grad iterations use:
 compiled pass (`native.py`, `fixed_point.c`) that also returns the stopping rule's relative change
 per sequence, elsewhere the reference. `<name>` without a suffix is the differentiable fast form the solver's last
 iteration uses: the compiled pass forward and a compiled backward (the reflections recomputed per
-token) on CPU, the reference elsewhere.
+token) on CPU, the reference elsewhere. `gated_decay` forms Bedouin's decays lambda_t =
+exp(rate Delta_t) [B, T, E, N] (beside `gated_decay_reference`) as one autograd node.
 """
 
 from __future__ import annotations
@@ -169,3 +170,54 @@ def bedouin_iteration_nograd(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initia
             return y, last, _per_sequence(change, size)
         y, last = bedouin_iteration_reference(lam, delta, x, y_prev, u, alpha, Bbar, Cbar, initial_state)
         return y, last, relative_change(y, y_prev)
+
+
+# ---- Bedouin's decays --------------------------------------------------------------------------
+def gated_decay_reference(rate: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """lambda = exp(rate * Delta) [..., E, N] for rate [E, N] and Delta [..., E]: Bedouin's decays,
+    lambda_t = exp(-c softplus(omega) Delta_t) with rate = -c softplus(omega) (Movahedi et al. 2025,
+    Sec. 5); two broadcast operations, differentiated by autograd."""
+    return torch.exp(rate * delta[..., None])
+
+
+class _GatedDecay(torch.autograd.Function):
+    """`gated_decay` as one autograd node. lambda is the largest tensor of a step ([B, T, E, N]), and
+    autograd's backward of the two broadcast operations makes three more of its size (dL/dlambda *
+    lambda, then each times a factor, then summed), each a first touch of fresh memory. Here the
+    backward runs over slices of about `SLICE` numbers (1 MiB in float32), in buffers reused from
+    slice to slice, multiplying in place where autograd allocates."""
+
+    SLICE = 1 << 18
+
+    @staticmethod
+    def forward(ctx, rate, delta):
+        lam = torch.mul(rate, delta[..., None]).exp_()
+        ctx.save_for_backward(rate, delta, lam)
+        return lam
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        rate, delta, lam = ctx.saved_tensors
+        E, N = rate.shape
+        grad = grad.reshape(-1, E, N)
+        lam, delta = lam.view(-1, E, N), delta.reshape(-1, E)
+        rows = lam.shape[0]
+        step = max(1, _GatedDecay.SLICE // (E * N))
+        grad_delta = delta.new_empty(rows, E)
+        grad_rate = rate.new_zeros(E, N)
+        g = lam.new_empty(min(step, rows), E, N)
+        for start in range(0, rows, step):
+            part = slice(start, start + step)
+            g_part = torch.mul(grad[part], lam[part], out=g[: min(step, rows - start)])  # dL/d(rate * Delta)
+            torch.linalg.vecdot(g_part, rate, out=grad_delta[part])
+            grad_rate += g_part.mul_(delta[part, :, None]).sum(0)
+        return grad_rate, grad_delta.view(ctx.saved_tensors[1].shape)
+
+
+def gated_decay(rate: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """`gated_decay_reference` (the same numbers, the same gradients to float rounding) as one
+    autograd node whose backward works in reused slices."""
+    if rate.dim() != 2 or delta.shape[-1:] != rate.shape[:1]:
+        raise ValueError(f"rate must be [E, N] and delta [..., E] with the same E, got {tuple(rate.shape)} and {tuple(delta.shape)}")
+    return _GatedDecay.apply(rate, delta)

@@ -30,8 +30,8 @@ from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks
 from statetrack.paths import write_text
 from statetrack.results.report import claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows, verdict_line
-from statetrack.results.scoring import NOT_MEASURED, VERDICTS, claim_verdicts, planned_names, summarize, with_train_lengths
-from statetrack.schema import SCALES, selection_of
+from statetrack.results.scoring import NOT_MEASURED, VERDICTS, Scored, score
+from statetrack.schema import SCALES
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1
@@ -70,14 +70,13 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
     list afresh otherwise (the earlier time went partly into runs this plan no longer has) or when
     the parts would add up to more runs than the plan holds (the runs were measured again)."""
     from statetrack.experiments.runner import git_revision
-    from statetrack.results.scoring import planned_ids
 
     plan = store.plan(experiment)
     if plan is None:
         raise StatetrackError(f"experiment {experiment!r} has no plan in the store: run it first")
     scale = plan.get("scale") or "quick"
     path = snapshot_path(book_dir, experiment, scale)
-    ids = planned_ids(store, experiment)
+    ids = {r["id"] for r in plan["runs"]}
     parts = []
     if path.exists():
         before = json.loads(path.read_text())
@@ -119,19 +118,13 @@ def read_snapshots(book_dir: str | Path) -> dict:
 
 
 # ---- what a snapshot says ------------------------------------------------------------------------
-def scored(snapshot: dict) -> dict:
-    """A snapshot read as the report reads a store: summary, plan, planned names, paper (the spec's
-    as it is now, else the snapshot's) and the claims' verdicts."""
-    spec = snapshot["spec"]
-    plan = {"scale": snapshot["scale"], "runs": snapshot["plan"], "spec": spec}
-    planned = planned_names(plan)
-    selection = spec_section(snapshot["experiment"], "selection", snapshot["scale"])
-    summary = with_train_lengths(summarize(snapshot["results"], selection_of({**spec, "selection": selection or spec.get("selection")})),
-                                 planned)
-    raw = spec_paper(snapshot["experiment"], snapshot["scale"])
-    paper = paper_of({"name": snapshot["experiment"], "paper": raw if raw is not None else spec.get("paper")})
-    verdicts = claim_verdicts(paper, summary, planned) if paper else []
-    return {"summary": summary, "plan": plan, "planned": planned, "paper": paper, "verdicts": verdicts}
+def scored(snapshot: dict) -> Scored:
+    """A snapshot scored as a store is (`scoring.score`), under the spec's `selection` and `paper` as
+    they are now (else the snapshot's)."""
+    experiment, scale = snapshot["experiment"], snapshot["scale"]
+    plan = {"scale": scale, "runs": snapshot["plan"], "spec": snapshot["spec"]}
+    return score(experiment, plan, snapshot["runs"], snapshot["results"], paper=spec_paper(experiment, scale),
+                 selection=spec_section(experiment, "selection", scale))
 
 
 def wall_seconds(snapshot: dict) -> float:
@@ -242,16 +235,15 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
                f"Measured at git {snapshot['git_rev']}: {done} of {len(snapshot['plan'])} runs done"
                + (f" ({diverged} diverged, scored as chance)" if diverged else "") + (f", {failed} failed" if failed else "")
                + f"; {wall}.", ""]
-        if s["paper"]:
-            sections, _ = paper_tables(s["paper"], s["summary"], s["plan"])
-            for title, note, table in sections:
+        if s.paper:
+            for title, note, table in paper_tables(s):
                 md += [f"#### {title}", "", note, "", markdown_table(*table), ""]
-            notes = [f"- {v['claim']['text']}: {v['claim']['note']}" for v in s["verdicts"] if v["claim"]["note"]]
+            notes = [f"- {v['claim']['text']}: {v['claim']['note']}" for v in s.verdicts if v["claim"]["note"]]
             if notes:
                 md += ["Notes on the claims:", ""] + notes + [""]
-        if s["summary"]:
-            md += ["#### Per length", "", "Headline after selection (" + _selection_text(s["summary"]) + ").", "",
-                   markdown_table(*table_rows(s["summary"], "headline")), ""]
+        if s.summary:
+            md += ["#### Per length", "", "Headline after selection (" + _selection_text(s.summary) + ").", "",
+                   markdown_table(*table_rows(s.summary, "headline")), ""]
     return md
 
 
@@ -274,7 +266,7 @@ def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]]
             verdicts = [{"claim": c, "verdict": NOT_MEASURED, "results": [], "missing": [], "unplanned": [],
                          "reason": f"no snapshot at the {scale} scale"} for c in (paper or {}).get("claims", [])]
         else:
-            verdicts = scored(snapshot)["verdicts"]
+            verdicts = scored(snapshot).verdicts
         for v in verdicts:
             counts[v["verdict"]] += 1
             body.append([f"`{name}`", v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]])
@@ -320,15 +312,15 @@ def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
         s = scored(demo)
         blocks["demo"] = "\n".join([
             f"Measured (`docs/results/demo.quick.json`, wall time {duration(wall_seconds(demo))}):", "", "```",
-            text_table(*table_rows(s["summary"], "headline")), f"({_selection_text(s['summary'])})", "",
-            f"did it reproduce? {verdict_line(s['verdicts'])}", "```"])
+            text_table(*table_rows(s.summary, "headline")), f"({_selection_text(s.summary)})", "",
+            f"did it reproduce? {verdict_line(s.verdicts)}", "```"])
     header = ["experiment", "reproduces", "quick-scale claims", "wall time (quick)"]
     body = []
     for name, description in shipped_specs().items():
         snapshot = snapshots.get((name, "quick"))
         raw = spec_paper(name, "quick")
         source = paper_of({"name": name, "paper": raw})["source"] if raw else "-"
-        verdicts = verdict_line(scored(snapshot)["verdicts"]) if snapshot else "not measured yet"
+        verdicts = verdict_line(scored(snapshot).verdicts) if snapshot else "not measured yet"
         body.append([f"`{name}`", source, verdicts, duration(wall_seconds(snapshot)) if snapshot and snapshot.get("parts") else "-"])
     blocks["experiments"] = "\n".join([markdown_table(header, body), "", suite_line(snapshots, "quick"),
                                        "Every claim with its verdict: [docs/claims.md](docs/claims.md)."])

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from statetrack.paths import open_for_write  # noqa: E402
-from statetrack.store import Store  # noqa: E402
+from statetrack.results.scoring import RunData  # noqa: E402
 
 FORMATS = ("png", "svg", "pdf")  # what a report's plots can be written as; PNG is always written (the HTML embeds it)
 _also: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("statetrack_plot_formats", default=())
@@ -234,11 +234,11 @@ def log_axis(axis, low: float, high: float) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def stage_starts(store: Store, runs: list[dict]) -> list[tuple[int, int]]:
+def stage_starts(data: RunData, runs: list[dict]) -> list[tuple[int, int]]:
     """(step, stage) where each curriculum stage after the first begins, from the first run that
     trained with a curriculum (its curve points carry their stage); [] without one."""
     for run in runs:
-        curve = store.curves(run["id"])
+        curve = data.curves(run["id"])
         if any("stage" in c for c in curve):
             starts, last = [], None
             previous_step = 0
@@ -265,7 +265,7 @@ def chance_loss(runs: list[dict]) -> float | None:
     return math.log(classes.pop()) if len(classes) == 1 else None
 
 
-def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
+def plot_curves(data: RunData, runs: list[dict], path: Path) -> Path:
     """Training loss against step (log scale, plain tick labels), one panel per model (small
     multiples, shared axes): each of its runs a line coloured by seed, so that a seed stuck at the
     uniform guess shows in its model's panel instead of hiding under another model's line; the loss
@@ -280,11 +280,11 @@ def plot_curves(store: Store, runs: list[dict], path: Path) -> Path:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     low, high = math.inf, 0.0
     chance = chance_loss(runs)
-    starts = stage_starts(store, runs)
+    starts = stage_starts(data, runs)
     for ax, model in zip(flat, models):
         mine = [r for r in runs if run_label(r) == model]
         for run in mine:
-            curve = [c for c in store.curves(run["id"]) if c["loss"] > 0]
+            curve = [c for c in data.curves(run["id"]) if c["loss"] > 0]
             if curve:
                 losses = [c["loss"] for c in curve]
                 low, high = min(low, *losses), max(high, *losses)
@@ -385,20 +385,20 @@ def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path:
     return path
 
 
-def metrics_by_length(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, dict]]:
+def metrics_by_length(data: RunData, summary: list[dict], runs: list[dict]) -> list[tuple[dict, dict]]:
     """Per summary entry, its evaluations' metrics over the seeds at the selected lr:
     (entry, {family: {stat: {length: value}}}) (`metric_series`)."""
-    return [(e, metric_series([[(row["length"], row["metrics"]) for row in store.evals(r["id"], e.get("variant", ""))] for r in rs]))
+    return [(e, metric_series([[(row["length"], row["metrics"]) for row in data.evals(r["id"], e.get("variant", ""))] for r in rs]))
             for e, rs in selected_runs(summary, runs)]
 
 
-def plot_metrics(store: Store, summary: list[dict], runs: list[dict], out: Path) -> list[Path]:
+def plot_metrics(data: RunData, summary: list[dict], runs: list[dict], out: Path) -> list[Path]:
     """The models' own metrics at the selected lr, over the seeds: per family (e.g. `iterations`
     from iterations_median and iterations_max), `<family>_vs_length.png` when evaluations carry it
     and `<family>_vs_step.png` when training-curve points do. None when no run reports metrics."""
     selected = selected_runs(summary, runs)
-    by_length = metrics_by_length(store, summary, runs)
-    by_step = [(e, metric_series([[(c["step"], c["metrics"]) for c in store.curves(r["id"])] for r in rs])) for e, rs in selected]
+    by_length = metrics_by_length(data, summary, runs)
+    by_step = [(e, metric_series([[(c["step"], c["metrics"]) for c in data.curves(r["id"])] for r in rs])) for e, rs in selected]
     plots = []
     for series, xlabel, suffix, log_x in ((by_length, "evaluation length", "length", True), (by_step, "training step", "step", False)):
         for family in sorted({f for _, s in series for f in s}):
@@ -424,7 +424,7 @@ def _position_label(run: dict) -> str:
     return cls.position_label if cls is not None else "input position"
 
 
-def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list[tuple[dict, int, list, str]]:
+def position_series(data: RunData, summary: list[dict], runs: list[dict]) -> list[tuple[dict, int, list, str]]:
     """(entry, length, per-position accuracy, mean over the seeds at the selected lr, what a position
     is) at the entry's longest length that has a per-position accuracy with more than one supervised
     position (a task supervised once per example, at its end, has nothing to show along the input)."""
@@ -432,7 +432,7 @@ def position_series(store: Store, summary: list[dict], runs: list[dict]) -> list
     for e, rs in selected_runs(summary, runs):
         by_length: dict = {}
         for r in rs:
-            for row in store.evals(r["id"], e.get("variant", "")):
+            for row in data.evals(r["id"], e.get("variant", "")):
                 positions = row.get("position_accuracy")
                 if positions and sum(v is not None for v in positions) > 1:
                     by_length.setdefault(row["length"], []).append(positions)
@@ -473,7 +473,7 @@ def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path
     return path
 
 
-def plot_traces(store: Store, summary: list[dict], runs: list[dict], answers: dict, out: Path) -> list[Path]:
+def plot_traces(data: RunData, summary: list[dict], runs: list[dict], answers: dict, out: Path) -> list[Path]:
     """Model output against the input (Anonymous 2025, Fig. 2-3), one PNG per task (and evaluation
     variant) whose runs kept traces (`eval.traces`): per model, the first traced example at the
     shortest traced length of its best seed at the selected lr. Grey: the input tokens (scaled to
@@ -483,7 +483,7 @@ def plot_traces(store: Store, summary: list[dict], runs: list[dict], answers: di
     for e, rs in selected_runs(summary, runs):
         seeded = sorted(rs, key=lambda r: r["seed"] != e["best_seed"])
         for r in seeded[:1]:
-            traced = [t for t in store.traces(r["id"]) if t["variant"] == e.get("variant", "")]
+            traced = [t for t in data.traces(r["id"]) if t["variant"] == e.get("variant", "")]
             if traced:
                 by_task.setdefault(e["task"], []).append((e, min(traced, key=lambda t: t["length"])))
     paths = []

@@ -11,7 +11,7 @@ import re
 import time
 from pathlib import Path
 
-from statetrack.experiments.spec import paper_of
+from statetrack.errors import StatetrackError
 from statetrack.paths import under, write_text
 from statetrack.results.plots import (
     METRIC_NAMES,
@@ -38,18 +38,15 @@ from statetrack.results.scoring import (
     NOT_MEASURED,
     NOT_RUN,
     PASS,
-    claim_verdicts,
+    Scored,
     data_efficiency,
     describe_selection,
-    experiment_summary,
     paper_figures,
-    planned_ids,
-    planned_names,
+    score_store,
     still_learning,
     unfit_text,
     verdict_counts,
 )
-from statetrack.schema import selection_of
 from statetrack.store import Store
 
 
@@ -218,25 +215,6 @@ def metric_rows(series: list[tuple[dict, dict]]) -> list[tuple[str, tuple[list[s
     return tables
 
 
-def missing_runs(store: Store, experiment: str) -> list[dict]:
-    """Planned runs that are not done: {model, task, lr, seed, status, error}, status one of
-    'not started', 'running or interrupted', 'failed'."""
-    plan = store.plan(experiment)
-    if plan is None:
-        return [{**r, "status": "running or interrupted" if r["status"] == "running" else r["status"]}
-                for r in store.runs(experiment) if r["status"] != "done"]
-    stored = {r["id"]: r for r in store.runs(experiment)}
-    missing = []
-    for r in plan["runs"]:
-        row = stored.get(r["id"])
-        if row is None or row["status"] != "done":
-            status = "not started" if row is None else "running or interrupted" if row["status"] == "running" else "failed"
-            size = row["config"].get("train", {}).get("dataset_size") if row else r.get("dataset_size")
-            missing.append({**r, "status": status, "error": row["error"] if row else None,
-                            **({"dataset_size": size} if size is not None else {})})
-    return missing
-
-
 def _missing_line(r: dict) -> str:
     error = f" ({r['error'].splitlines()[0]})" if r.get("error") else ""
     return f"{run_label(r)} / {r['task']} lr={r['lr']:g} seed={r['seed']}: {r['status']}{error}"
@@ -363,12 +341,10 @@ def verdict_line(verdicts: list[dict]) -> str:
             + "".join(f", {counts[v]} {v}" for v in (INCONCLUSIVE, NOT_MEASURED, NOT_RUN, NOT_IN_RUN) if counts[v]))
 
 
-def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> tuple[list[tuple], list[dict]]:
-    """The report's "Paper vs measured" (the paper's figure beside the measured one per task and
-    model) and "Claims" (each claim's test, what was measured, ✓ / ✗ / not measured) sections as
-    (title, note, table), and the verdicts; `plan`: the experiment's (what it runs, at what scale)."""
-    planned, scale = planned_names(plan), (plan or {}).get("scale")
-    verdicts = claim_verdicts(paper, summary, planned)
+def paper_tables(scored: Scored) -> list[tuple]:
+    """The "Paper vs measured" (the paper's figure beside the measured one per task and model) and
+    "Claims" (each claim's test, what was measured, its verdict) sections as (title, note, table)."""
+    paper, summary, planned, scale, verdicts = scored.paper, scored.summary, scored.planned, scored.scale, scored.verdicts
     sections = []
     measured_text = MEASURE_TEXT.get(paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ") + " (mean over seeds)") \
         + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]).replace(" (mean over test lengths)", ", mean over test lengths"))
@@ -394,7 +370,7 @@ def paper_tables(paper: dict, summary: list[dict], plan: dict | None = None) -> 
                 f"overrides left out. Measured: {MEASURED_KEY}."
                 + (f" {QUICK_NOTE}" if scale == "quick" else ""))
         sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
-    return sections, verdicts
+    return sections
 
 
 def _without_constant_columns(note: str, table: tuple) -> tuple[str, tuple]:
@@ -450,16 +426,15 @@ def latex_table(header: list[str], body: list[list[str]], caption: str = "", lef
     return "\n".join(lines) + "\n"
 
 
-def write_report(experiment: str, store: Store, results_dir: str | Path = "results", description: str = "",
-                 selection: dict | None = None, paper: dict | None = None, formats: tuple[str, ...] = ("png",)) -> Path:
+def write_report(scored: Scored, results_dir: str | Path = "results", formats: tuple[str, ...] = ("png",)) -> Path:
     """Write results/<experiment>/report.md, report.html, the plots (PNG, and each further format of
     `formats`: svg, pdf) and LaTeX tables (headline.tex, and paper_vs_measured.tex where the spec
-    gives the paper's figures); returns the folder.
+    gives the paper's figures) of a scored experiment (`scoring.score_store` with `run_data=True`);
+    returns the folder.
 
     The report covers the runs of the experiment's latest plan (what the last `statetrack run`
-    expanded) and lists those that are missing; the selection rule is the spec's unless given, and
-    so is `paper` (the spec's `paper:` section: the paper's figures beside the measured ones and a
-    ✓ / ✗ / not measured verdict per claim, near the top).
+    expanded) and lists those that are missing; the paper's figures beside the measured ones and a
+    verdict per claim come near the top.
     Data-driven extras: a sequence-accuracy table when some run's sequence accuracy differs from its
     accuracy, a plot per family of the models' own metrics (`plot_metrics`, e.g. fixed-point
     iterations against evaluation length and training step) when runs report them, the check-mark
@@ -468,64 +443,58 @@ def write_report(experiment: str, store: Store, results_dir: str | Path = "resul
     A run whose training loss became non-finite is done, scored as chance, and its status in the
     runs table reads "diverged at step N".
     """
+    if scored.data is None:
+        raise ValueError("write_report draws the runs' records: score with run_data=True")
     with also_save(formats):
-        return _write_report(experiment, store, results_dir, description, selection, paper)
+        return _write_report(scored, results_dir)
 
 
-def _write_report(experiment: str, store: Store, results_dir, description: str, selection: dict | None, paper: dict | None) -> Path:
+def _write_report(scored: Scored, results_dir) -> Path:
+    experiment, plan, summary, runs, data = scored.experiment, scored.plan, scored.summary, scored.runs, scored.data
+    description, selection, missing, others = scored.description, scored.selection, scored.missing, scored.others
     out = under(results_dir, experiment)
     out.mkdir(parents=True, exist_ok=True)
-    plan = store.plan(experiment)
-    if plan is not None:
-        description = description or plan["spec"].get("description", "")
-        selection = selection or selection_of(plan["spec"])
-    summary = experiment_summary(store, experiment, selection)
-    ids = planned_ids(store, experiment)
-    all_runs = store.runs(experiment)
-    runs = [r for r in all_runs if ids is None or r["id"] in ids]
-    others = len(all_runs) - len(runs)
-    missing = missing_runs(store, experiment)
-    expected = len(plan["runs"]) if plan else len(runs)
-    longest = (planned_names(plan) or {}).get("train_length") or {}  # per task, every curriculum stage counted
+    expected = len(plan["runs"])
+    longest = scored.train_length  # per task, every curriculum stage counted
     plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png", train_ranges(runs, longest))] if summary else []
     efficiency = data_efficiency(summary)
     if efficiency:
         plots.append(plot_accuracy_vs_dataset_size(efficiency, out / "accuracy_vs_dataset_size.png"))
     if any(r["status"] == "done" for r in runs):
-        plots.append(plot_curves(store, [r for r in runs if r["status"] == "done"], out / "training_curves.png"))
-    plots += plot_metrics(store, summary, runs, out)
-    positions = position_series(store, summary, runs)
+        plots.append(plot_curves(data, [r for r in runs if r["status"] == "done"], out / "training_curves.png"))
+    plots += plot_metrics(data, summary, runs, out)
+    positions = position_series(data, summary, runs)
     if positions:
         plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", longest))
-    plots += plot_traces(store, summary, runs, answer_labels(runs), out)
+    plots += plot_traces(data, summary, runs, answer_labels(runs), out)
     rule = describe_selection(selection) + "".join(f". {line}" for line in alike_lines(summary))
     several_seeds = any(len(e["per_seed"]) > 1 for e in summary)
-    mean_headline = bool(summary) and summary[0]["selection"]["seeds"] == "mean"
+    mean_headline = selection["seeds"] == "mean"
     tables = [("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))]
+    if efficiency:
+        tables.append(("Data efficiency: scaled accuracy at the test length vs training-set size N",
+                       "mean ± sample std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
+                       data_efficiency_rows(efficiency)))
+    if summary and selection["criterion"] == "extrapolation":
+        tables.append(("Extrapolation", extrapolation_caption(selection), extrapolation_rows(summary)))
     if several_seeds and not mean_headline:  # the best seed is the headline, or a row of the per-seed table
         tables.append(("Scaled accuracy, mean ± std over seeds", "mean over the seeds at the selected lr ± their sample standard deviation",
                        table_rows(summary, "mean")))
+    for title, table in reversed(metric_rows(metrics_by_length(data, summary, runs))):
+        tables.append((title[0].upper() + title[1:] + " at each evaluation length",
+                       "mean over seeds at the selected lr (max and min: over seeds and batches)", table))
+    if any(e["sequence_differs"] for e in summary):
+        tables.append(("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
+                       "mean ± sample std over seeds at the selected lr", sequence_rows(summary)))
     if several_seeds:
         tables.append(("Per seed at the selected lr", "each seed's scaled accuracy at each length, at the selected lr; * marks the best seed",
                        seed_rows(summary)))
     if any(len(e["lr_scores"]) > 1 for e in summary):
         tables.append(("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)))
-    if any(e["sequence_differs"] for e in summary):
-        tables.insert(3, ("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
-                          "mean ± sample std over seeds at the selected lr", sequence_rows(summary)))
-    for title, table in metric_rows(metrics_by_length(store, summary, runs)):
-        tables.insert(3, (title[0].upper() + title[1:] + " at each evaluation length",
-                          "mean over seeds at the selected lr (max and min: over seeds and batches)", table))
-    if summary and summary[0]["selection"]["criterion"] == "extrapolation":
-        tables.insert(1, ("Extrapolation", extrapolation_caption(summary[0]["selection"]), extrapolation_rows(summary)))
-    if efficiency:
-        tables.insert(1, ("Data efficiency: scaled accuracy at the test length vs training-set size N",
-                          "mean ± sample std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
-                          data_efficiency_rows(efficiency)))
     run_header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
-    budgets = {p["id"]: p.get("steps") for p in (plan or {}).get("runs", [])}
+    budgets = {p["id"]: p.get("steps") for p in plan["runs"]}
     learning = {r["id"] for r in runs if r["status"] == "done" and r.get("diverged_at") is None
-                and r["steps"] is not None and r["steps"] >= (budgets.get(r["id"]) or r["steps"]) and still_learning(store.curves(r["id"]))}
+                and r["steps"] is not None and r["steps"] >= (budgets.get(r["id"]) or r["steps"]) and still_learning(data.curves(r["id"]))}
     run_rows = [
         [r["id"], run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]),
          (f"diverged at step {r['diverged_at']}" if r.get("diverged_at") is not None
@@ -533,7 +502,7 @@ def _write_report(experiment: str, store: Store, results_dir, description: str, 
          f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
         for r in runs
     ]
-    scale = f" at scale {plan['scale']}" if plan and plan.get("scale") else ""
+    scale = f" at scale {scored.scale}" if scored.scale else ""
     status_line = (f"{expected - len(missing)} of {expected} runs done{scale}"
                    + (f" ({len(learning)} still learning when their budget ended: training loss still falling over the "
                       "last fifth of the steps)" if learning else "")
@@ -541,13 +510,10 @@ def _write_report(experiment: str, store: Store, results_dir, description: str, 
 
     if not summary:
         tables = [("Results", "No finished runs yet.", ([], []))]
-    paper = paper_of({"name": experiment, "paper": paper if paper is not None else (plan or {}).get("spec", {}).get("paper")})
-    verdicts = []
-    if paper:
-        sections, verdicts = paper_tables(paper, summary, plan)
-        tables = sections + tables
-    if verdicts:
-        status_line += f". Did it reproduce? {verdict_line(verdicts)}"
+    if scored.paper:
+        tables = paper_tables(scored) + tables
+    if scored.verdicts:
+        status_line += f". Did it reproduce? {verdict_line(scored.verdicts)}"
     # verdicts first, then the accuracy plot, then the tables (columns that hold one value named in the note), then the other plots
     tables = [(title, *_without_constant_columns(note, table)) for title, note, table in tables]
     claims_first = sorted(range(len(tables)), key=lambda i: not tables[i][0].startswith("Claims"))
@@ -595,17 +561,9 @@ STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{bor
          "table.index td:first-child{overflow-wrap:anywhere;min-width:7em}table.index td:last-child{min-width:9em}")
 
 
-def index_verdicts(store: Store, experiment: str, paper: dict | None = None) -> str:
-    """An experiment's verdicts in one cell ("2/3 claims ✓, 1 ✗"); "-" without claims. `paper`: as
-    in `write_report` (default: its plan's)."""
-    from statetrack.errors import StatetrackError
-
-    plan = store.plan(experiment)
-    try:
-        paper = paper_of({"name": experiment, "paper": paper if paper is not None else (plan or {}).get("spec", {}).get("paper")})
-        return (verdict_line(claim_verdicts(paper, experiment_summary(store, experiment), planned_names(plan))) or "-") if paper else "-"
-    except StatetrackError as error:
-        return f"({error})"
+def index_verdicts(scored: Scored) -> str:
+    """An experiment's verdicts in one cell ("2/3 claims ✓, 1 ✗"); "-" without claims."""
+    return verdict_line(scored.verdicts) or "-"
 
 
 def write_index(store: Store, results_dir: str | Path = "results", papers: dict | None = None) -> Path:
@@ -616,16 +574,19 @@ def write_index(store: Store, results_dir: str | Path = "results", papers: dict 
     header = ["experiment", "scale", "done", "expected", "failed", "missing", "claims", "planned", "description"]
     rows, links = [], []
     for name in store.experiments():
-        plan = store.plan(name)
-        claims = index_verdicts(store, name, (papers or {}).get(name))
-        missing = missing_runs(store, name)
-        runs = store.runs(name)
-        expected = len(plan["runs"]) if plan else len(runs)
+        try:
+            scored = score_store(store, name, paper=(papers or {}).get(name))
+        except StatetrackError as error:  # a spec's `paper:` that no longer reads: that error in its row
+            rows.append([name, "-", "-", "-", "-", "-", f"({error})", "-", "-"])
+            links.append(f"{name}/report.html")
+            continue
+        plan, missing = scored.plan, scored.missing
+        expected = len(plan["runs"])
         failed = sum(1 for r in missing if r["status"] == "failed")
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan["created_at"])) if plan and plan["created_at"] else "-"
-        description = " ".join(str((plan["spec"] if plan else {}).get("description", "")).split())
-        rows.append([name, (plan or {}).get("scale") or "-", str(expected - len(missing)), str(expected), str(failed),
-                     str(len(missing) - failed), claims, when, description])
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan["created_at"])) if plan.get("created_at") else "-"
+        description = " ".join(str(scored.description).split())
+        rows.append([name, scored.scale or "-", str(expected - len(missing)), str(expected), str(failed),
+                     str(len(missing) - failed), index_verdicts(scored), when, description])
         links.append(f"{name}/report.html")
     md = ["# statetrack results", ""] + [markdown_table(header, [[f"[{r[0]}]({link})"] + r[1:] for r, link in zip(rows, links)]), ""]
     write_text(results_dir / "index.md", "\n".join(md))

@@ -33,9 +33,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass
 
 from statetrack.errors import StatetrackError
-from statetrack.experiments.spec import covers
+from statetrack.experiments.spec import covers, paper_of
 from statetrack.schema import SELECTION_DEFAULTS, selection_of
 from statetrack.store import RESULT_KEYS
 from statetrack.training.evaluate import extrapolation_length, run_score
@@ -174,19 +175,109 @@ def data_efficiency(summary: list[dict]) -> list[dict]:
     return out
 
 
-def planned_ids(store, experiment: str) -> set[str] | None:
-    """Ids of the runs the experiment's latest plan expects (None for a store written before plans)."""
-    plan = store.plan(experiment)
-    return None if plan is None else {r["id"] for r in plan["runs"]}
+@dataclass
+class RunData:
+    """Per-run records beyond the figures, read from the store once for the report's plots: training
+    curves, every evaluation row (each variant's, with its metrics and accuracy per position) and the
+    kept traces, by run id. Served with the store's own signatures (`curves`, `evals`, `traces`)."""
+
+    curves_by_run: dict[str, list[dict]]
+    evals_by_run: dict[str, list[dict]]
+    traces_by_run: dict[str, list[dict]]
+
+    def curves(self, run_id: str) -> list[dict]:
+        return self.curves_by_run.get(run_id, [])
+
+    def evals(self, run_id: str, variant: str | None = "") -> list[dict]:
+        rows = self.evals_by_run.get(run_id, [])
+        return rows if variant is None else [r for r in rows if r.get("variant", "") == variant]
+
+    def traces(self, run_id: str) -> list[dict]:
+        return self.traces_by_run.get(run_id, [])
 
 
-def experiment_summary(store, experiment: str, selection: dict | None = None) -> list[dict]:
-    """`summarize` of the experiment's planned runs, under the selection rule of its spec, each
-    entry with its `train_length` (`with_train_lengths`)."""
+@dataclass
+class Scored:
+    """One experiment scored once (`score`): its latest plan, the stored rows of the plan's runs, the
+    selection rule and the summary it gives, what the plan runs (`planned_names`), the paper and the
+    claims' verdicts, and the planned runs that are not done. The report, the index, `statetrack
+    results`, `statetrack run`'s summary and the book render it; none of them scores again."""
+
+    experiment: str
+    plan: dict
+    runs: list[dict]
+    selection: dict
+    summary: list[dict]
+    planned: dict
+    paper: dict | None
+    verdicts: list[dict]
+    missing: list[dict]
+    others: int = 0  # runs of this experiment in the store that the latest plan does not hold
+    data: RunData | None = None
+
+    @property
+    def spec(self) -> dict:
+        return self.plan["spec"]
+
+    @property
+    def scale(self) -> str | None:
+        return self.plan.get("scale")
+
+    @property
+    def description(self) -> str:
+        return self.spec.get("description", "")
+
+    @property
+    def train_length(self) -> dict[str, int]:
+        """{task: its longest training length}, every curriculum stage counted (as the plan records it)."""
+        return self.planned["train_length"]
+
+
+def missing_runs(plan: dict, runs: list[dict]) -> list[dict]:
+    """The plan's runs that are not done: the plan's entry with status 'not started', 'running or
+    interrupted' or 'failed' and the error of a failed one."""
+    stored = {r["id"]: r for r in runs}
+    missing = []
+    for r in plan["runs"]:
+        row = stored.get(r["id"])
+        if row is None or row["status"] != "done":
+            status = "not started" if row is None else "running or interrupted" if row["status"] == "running" else "failed"
+            missing.append({**r, "status": status, "error": row.get("error") if row else None})
+    return missing
+
+
+def score(experiment: str, plan: dict, runs: list[dict], results: list[dict], *, paper: dict | None = None,
+          selection: dict | None = None, others: int = 0, data: RunData | None = None) -> Scored:
+    """Score an experiment from its plan (`Store.plan`), the stored rows of the plan's runs
+    (`Store.runs`) and their results (`Store.results`), or the same from a book snapshot.
+    `paper` and `selection` (the spec's sections as they are now) replace the plan's: editing a
+    claim or the selection rule rescores without a run."""
+    spec = plan["spec"]
+    selection = selection_of({**spec, "selection": selection if selection is not None else spec.get("selection")})
+    planned = planned_names(plan)
+    summary = with_train_lengths(summarize(results, selection), planned)
+    resolved = paper_of({"name": experiment, "paper": paper if paper is not None else spec.get("paper")})
+    verdicts = claim_verdicts(resolved, summary, planned) if resolved else []
+    return Scored(experiment, plan, runs, selection, summary, planned, resolved, verdicts, missing_runs(plan, runs), others, data)
+
+
+def score_store(store, experiment: str, *, paper: dict | None = None, selection: dict | None = None,
+                run_data: bool = False) -> Scored:
+    """`score` of the experiment's latest plan in `store`, each table read once; `run_data`: also
+    read the per-run records the report's plots draw (`RunData`)."""
     plan = store.plan(experiment)
-    if selection is None and plan is not None:
-        selection = selection_of(plan["spec"])
-    return with_train_lengths(summarize(store.results(experiment, planned_ids(store, experiment)), selection), planned_names(plan))
+    if plan is None:
+        raise StatetrackError(f"experiment {experiment!r} has no plan in {store.path}: `statetrack run {experiment}` records one")
+    ids = {r["id"] for r in plan["runs"]}
+    stored = store.runs(experiment)
+    runs = [r for r in stored if r["id"] in ids]
+    data = None
+    if run_data:
+        done = [r["id"] for r in runs if r["status"] == "done"]
+        data = RunData({i: store.curves(i) for i in done}, {i: store.evals(i, None) for i in done},
+                       {i: store.traces(i) for i in done})
+    return score(experiment, plan, runs, store.results(experiment, ids), paper=paper, selection=selection,
+                 others=len(stored) - len(runs), data=data)
 
 
 def with_train_lengths(summary: list[dict], planned: dict | None) -> list[dict]:

@@ -16,7 +16,7 @@ import torch
 from statetrack.errors import StatetrackError
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.models import zoo
-from statetrack.paths import check_name
+from statetrack.paths import check_name, store_file
 from statetrack.store import Store
 from statetrack.tasks import Task, make_task
 from statetrack.training.train import UnreadableCheckpoint, read_checkpoint
@@ -46,7 +46,7 @@ class TrainedRun:
 def _open(store: Store | str | Path | None, results_dir: str | Path) -> Store:
     if isinstance(store, Store):
         return store
-    path = Path(store) if store is not None else Path(results_dir) / "statetrack.db"
+    path = Path(store) if store is not None else store_file(results_dir)
     if not path.exists():  # in Python's words: the CLI's own message names its options
         raise StatetrackError(f"no results store at {path} (it is written by `statetrack run`; pass store=FILE or "
                               f"results_dir=DIR of an earlier run)")
