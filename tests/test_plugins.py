@@ -3,19 +3,25 @@ driver, in pool workers and in Ray workers; bad imports and bad settings fail be
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
+from torch import nn
 
+import statetrack
 from statetrack import StatetrackError
 from statetrack.cli import main
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.runner import run_experiment
+from statetrack.experiments.runner import RunOptions, run_experiment
+from statetrack.experiments.spec import resolve
 from statetrack.plugins import load_imports
 from statetrack.store import Store
+from statetrack.tasks import TASKS, FinalAnswerTask, make_task, task_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "custom_model"
@@ -23,15 +29,14 @@ FAST = ["train.steps=8", "train.checkpoint_every=4", "eval.lengths=[10, 20]", "e
 
 USER_TASK = '''
 import torch
-import statetrack.tasks
+import statetrack
 from statetrack.tasks import FinalAnswerTask
 
 
-@statetrack.tasks.register
+@statetrack.register_task("user_last_bit")
 class LastBit(FinalAnswerTask):
     """A user's task: the answer is the last input bit."""
 
-    name = "user_last_bit"
     summary = "answer = the last bit (a test task defined outside the package)"
 
     def __init__(self):
@@ -49,8 +54,9 @@ def _stores_rows(db) -> list[tuple]:
 
 
 def test_example_runs_from_its_yaml_on_two_workers(tmp_path):
-    spec, runs = run_experiment(str(EXAMPLE / "parity.yaml"), overrides=FAST, results_dir=tmp_path, workers=2,
-                                progress=False, log=lambda *_: None)
+    experiment = resolve(str(EXAMPLE / "parity.yaml"), overrides=FAST)
+    run_experiment(experiment, tmp_path, RunOptions(workers=2, progress=False), log=lambda *_: None)
+    spec, runs = experiment.spec, experiment.runs
     assert spec["imports"] == [str(EXAMPLE / "my_gru.py")]  # relative to the spec, made absolute
     assert {r.model_name for r in runs} == {"MyGRU", "DeltaNet [-1,1]"} and len(runs) == 4
     rows = _stores_rows(tmp_path / "statetrack.db")
@@ -60,8 +66,8 @@ def test_example_runs_from_its_yaml_on_two_workers(tmp_path):
 
 def test_example_runs_on_the_local_ray_backend(tmp_path):
     pytest.importorskip("ray")
-    spec, runs = run_experiment(str(EXAMPLE / "parity.yaml"), overrides=FAST + ["models=[my_gru]"], results_dir=tmp_path,
-                                backend="ray", workers=2, progress=False, log=lambda *_: None)
+    experiment = resolve(str(EXAMPLE / "parity.yaml"), overrides=FAST + ["models=[my_gru]"])
+    run_experiment(experiment, tmp_path, RunOptions(workers=2, backend="ray", progress=False), log=lambda *_: None)
     assert _stores_rows(tmp_path / "statetrack.db") == [("MyGRU", 0, "done"), ("MyGRU", 1, "done")]
 
 
@@ -91,6 +97,92 @@ def test_cli_import_lists_the_model_and_runs_a_user_task(tmp_path, capsys):
     assert _stores_rows(tmp_path / "r" / "statetrack.db") == [("MyGRU", 0, "done"), ("MyGRU", 1, "done")]
     assert main(["tasks", "--import", str(tmp_path / "user_tasks.py")]) == 0
     assert "user_last_bit" in capsys.readouterr().out
+
+
+# ---- registering a task is registering a model -----------------------------------------------------
+@pytest.fixture
+def task_registry():
+    """The task registry, restored afterwards: tasks registered by a test do not leak."""
+    saved = dict(TASKS)
+    yield TASKS
+    TASKS.clear()
+    TASKS.update(saved)
+
+
+def test_a_task_registered_with_register_task_is_built_by_make_task(task_registry):
+    @statetrack.register_task("user_sum_mod")
+    class SumMod(FinalAnswerTask):
+        """A user's task: the answer is the sum of the symbols mod m."""
+
+        summary = "answer = sum mod m (a test task)"
+
+        def __init__(self, m: int = 3):
+            self.m = m
+            self._init_vocab([str(i) for i in range(m)], [str(i) for i in range(m)])
+
+        def _draw(self, batch_size, length, g):
+            symbols = torch.randint(0, self.m, (batch_size, length), generator=g)
+            return symbols, symbols.sum(1) % self.m
+
+    assert statetrack.register_task is statetrack.tasks.register_task and "register_task" in statetrack.__all__
+    task = make_task("user_sum_mod", m=5)
+    assert type(task) is SumMod and task.name == "user_sum_mod" and repr(task) == "user_sum_mod(m=5)"
+    assert task_parameters("user_sum_mod") == {"m": 3}
+    batch = task.sample(16, 7, torch.Generator().manual_seed(0))
+    for i in range(16):  # the answer at [EOI] against a Python sum of the decoded symbols
+        expected = sum(int(s) for s in task.decode_symbols(batch, i)) % 5
+        assert batch.mask[i].sum() == 1 and task.answers[batch.targets[i][batch.mask[i]].item()] == str(expected)
+    with pytest.raises(StatetrackError, match="task 'user_sum_mod' has no parameter 'n'; its parameters: m"):
+        make_task("user_sum_mod", n=3)
+    statetrack.register_task("user_sum_mod")(SumMod)  # the same class again (a module imported twice) is no error
+    assert TASKS["user_sum_mod"] is SumMod
+
+
+def _form(message: str) -> str:
+    """A registry message with the kind, the name and the classes taken out."""
+    message = re.sub(r"^(model|task) name '[^']+' is taken by \S+; cannot register \S+ under it$",
+                     "KIND name NAME is taken by OLD; cannot register NEW under it", message)
+    return re.sub(r"^unknown (model|task) 'no_such_thing'; expected one of: .+$", "unknown KIND NAME; expected one of: KNOWN", message)
+
+
+def test_a_taken_or_unknown_task_name_errors_as_a_model_name_does(task_registry, registry):
+    from statetrack.models import zoo
+
+    class OtherParity(FinalAnswerTask):
+        pass
+
+    class OtherDeltaNet(nn.Module):
+        def __init__(self, d_model: int):
+            super().__init__()
+
+    with pytest.raises(StatetrackError) as task_error:
+        statetrack.register_task("parity")(OtherParity)
+    with pytest.raises(StatetrackError) as model_error:
+        statetrack.register_model("deltanet", display="X")(OtherDeltaNet)
+    assert re.fullmatch(r"task name 'parity' is taken by statetrack\.tasks\.arithmetic\.Parity; cannot register \S+OtherParity "
+                        r"under it", str(task_error.value))
+    assert _form(str(task_error.value)) == _form(str(model_error.value)) == "KIND name NAME is taken by OLD; cannot register NEW under it"
+    assert TASKS["parity"].__name__ == "Parity" and OtherParity.name == ""  # nothing changed
+    with pytest.raises(StatetrackError) as task_error:
+        make_task("no_such_thing")
+    with pytest.raises(StatetrackError) as model_error:
+        zoo.get_entry("no_such_thing")
+    assert _form(str(task_error.value)) == _form(str(model_error.value)) == "unknown KIND NAME; expected one of: KNOWN"
+    assert "parity, parity_lm" in str(task_error.value)
+
+
+def test_register_task_refuses_what_is_not_a_task(task_registry):
+    with pytest.raises(StatetrackError, match=r"register_task\('x'\) expects a statetrack.tasks.Task subclass, got <class 'int'>"):
+        statetrack.register_task("x")(int)
+    with pytest.raises(StatetrackError, match="register_task: the name must be a non-empty string, got ''"):
+        statetrack.register_task("")
+
+    class Named(FinalAnswerTask):
+        name = "other"
+
+    with pytest.raises(StatetrackError, match=r"register_task\('x'\): .*Named.name is 'other'; .*drop the attribute"):
+        statetrack.register_task("x")(Named)
+    assert "x" not in TASKS
 
 
 @pytest.mark.parametrize("item, message", [

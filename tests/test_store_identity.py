@@ -1,17 +1,19 @@
 """A results store says what it is (SQLite's application id and user version): another application's
-database, a newer schema or damaged pages are refused before anything is written to the file or
-created beside it; a store written before the application id is accepted and stamped."""
+database, a newer schema, an earlier statetrack's layout or damaged pages are refused before anything
+is written to the file or created beside it."""
 
 import hashlib
 import sqlite3
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli
 
 from statetrack.errors import StatetrackError
 from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreDamaged
 
-OLD_STORE = """
+# A store of an earlier statetrack: no application id, and evals and curves without the later columns.
+EARLIER_STORE = """
 CREATE TABLE runs (id TEXT PRIMARY KEY, experiment TEXT NOT NULL, model TEXT NOT NULL, task TEXT NOT NULL,
     seed INTEGER NOT NULL, lr REAL NOT NULL, config TEXT NOT NULL, git_rev TEXT, host TEXT, status TEXT NOT NULL,
     error TEXT, steps INTEGER, num_parameters INTEGER, train_seconds REAL, eval_seconds REAL, started_at REAL, finished_at REAL);
@@ -41,20 +43,46 @@ def test_a_new_store_carries_the_application_id_and_schema_version(tmp_path):
     assert _pragmas(tmp_path / "s.db") == (APPLICATION_ID, SCHEMA_VERSION)
 
 
-@pytest.mark.parametrize("read_only", [False, True], ids=["write", "read-only"])
-def test_a_store_written_before_the_application_id_is_accepted(tmp_path, read_only):
-    """An old store (our tables, application id 0) opens; writing stamps it, reading leaves it as it is."""
-    db = tmp_path / "old.db"
-    connection = sqlite3.connect(db)
-    connection.executescript(OLD_STORE)
+EARLIER = r"results store {path} was written by an earlier statetrack, in a layout this one does not read; " \
+          r"re-run its experiments into a new results folder \(statetrack run EXPERIMENT --results-dir NEW_DIR\)$"
+
+
+def _sql(path: Path, *statements: str) -> Path:
+    connection = sqlite3.connect(path)
+    for statement in statements:
+        connection.execute(statement)
+    connection.commit()
     connection.close()
+    return path
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["write", "read-only"])
+def test_a_store_of_an_earlier_layout_is_one_line_naming_what_to_do(tmp_path, read_only):
+    """No upgrade: the store is refused in one line that names it and says to re-run, and is left byte-for-byte."""
+    db = _sql(tmp_path / "old.db", *EARLIER_STORE.strip().split(";\n"))
     before = _state(tmp_path)
-    store = Store(db, read_only=read_only)
-    assert store.experiments() == ["old"]
-    if read_only:
-        assert _state(tmp_path) == before
-    else:
-        assert _pragmas(db) == (APPLICATION_ID, SCHEMA_VERSION)
+    with pytest.raises(StatetrackError, match=EARLIER.format(path=db)) as error:
+        Store(db, read_only=read_only)
+    assert "\n" not in str(error.value)
+    assert _state(tmp_path) == before
+
+
+def test_a_store_stamped_with_an_earlier_version_is_refused_too(tmp_path):
+    """The stamp says statetrack, the version an earlier layout: a missing column is not taken for damage."""
+    Store(tmp_path / "s.db")
+    _sql(tmp_path / "s.db", "ALTER TABLE runs DROP COLUMN threads", "PRAGMA user_version = 0")
+    before = _state(tmp_path)
+    for read_only in (False, True):
+        with pytest.raises(StatetrackError, match=EARLIER.format(path=tmp_path / "s.db")):
+            Store(tmp_path / "s.db", read_only=read_only)
+    assert _state(tmp_path) == before
+
+
+def test_the_command_line_says_it_in_one_line(tmp_path, capsys):
+    db = _sql(tmp_path / "statetrack.db", *EARLIER_STORE.strip().split(";\n"))
+    for command in (["results", "old"], ["report", "old"], ["run", "demo", "--dry-run"]):
+        code, _, err = run_cli(capsys, *command, "--results-dir", str(tmp_path))
+        assert code == 2 and err.strip().count("\n") == 0 and f"{db} was written by an earlier statetrack" in err, (command, err)
 
 
 def test_an_empty_sqlite_database_becomes_a_store(tmp_path):
@@ -69,7 +97,7 @@ FOREIGN = {
     "conflicting runs table": ["CREATE TABLE runs (id INTEGER PRIMARY KEY, distance REAL)", "INSERT INTO runs VALUES (1, 2.5)"],
     "other tables": ["CREATE TABLE notes (text TEXT)", "INSERT INTO notes VALUES ('hello')"],
     "its application id": ["PRAGMA application_id = 1234"],
-    "our tables and one of its own": [*OLD_STORE.strip().split(";\n")[:-1], "CREATE TABLE users (name TEXT)"],
+    "our tables and one of its own": [*EARLIER_STORE.strip().split(";\n")[:-1], "CREATE TABLE users (name TEXT)"],
     "its user version": ["PRAGMA user_version = 3"],
 }
 

@@ -1,37 +1,16 @@
 """Sequence accuracy, task parameters and the models' own metrics (e.g. fixed-point iterations):
-stored per evaluation length and curve point, migrated into old stores, flattened into the
-`results --json` rows, and shown by the report and TensorBoard only when present."""
+stored per evaluation length and curve point, flattened into the `results --json` rows, and shown
+by the report and TensorBoard only when present."""
 
 import json
-import sqlite3
 
 import pytest
 
 from statetrack.cli import main
 from statetrack.results.plots import metric_series
 from statetrack.results.report import write_report
+from statetrack.results.scoring import score_store
 from statetrack.store import Store
-
-# The schema of stores written before sequence accuracy and metrics (evals and curves without them).
-OLD_SCHEMA = """
-CREATE TABLE runs (
-    id TEXT PRIMARY KEY, experiment TEXT NOT NULL, model TEXT NOT NULL, task TEXT NOT NULL,
-    seed INTEGER NOT NULL, lr REAL NOT NULL, config TEXT NOT NULL, git_rev TEXT, host TEXT,
-    status TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed')), error TEXT, steps INTEGER,
-    num_parameters INTEGER, train_seconds REAL, eval_seconds REAL, started_at REAL, finished_at REAL
-);
-CREATE INDEX runs_by_experiment ON runs (experiment);
-CREATE TABLE evals (
-    run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, length INTEGER NOT NULL,
-    accuracy REAL NOT NULL, scaled_accuracy REAL NOT NULL, samples INTEGER NOT NULL,
-    PRIMARY KEY (run_id, length)
-);
-CREATE TABLE curves (
-    run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, step INTEGER NOT NULL,
-    loss REAL NOT NULL, accuracy REAL NOT NULL, PRIMARY KEY (run_id, step)
-);
-CREATE TABLE plans (experiment TEXT PRIMARY KEY, scale TEXT, spec TEXT NOT NULL, runs TEXT NOT NULL, created_at REAL);
-"""
 
 
 def _config(group: str, lr: float = 0.01, seed: int = 0) -> dict:
@@ -40,7 +19,11 @@ def _config(group: str, lr: float = 0.01, seed: int = 0) -> dict:
 
 
 def _add_run(store: Store, run_id: str, model: str, group: str, lr: float, seed: int, evals: list[dict], curve=()) -> None:
-    store.start_run(run_id, "fp", model, f"word_problem(group={group})", seed, lr, _config(group, lr, seed), "abc")
+    """Plan the run (beside the experiment's runs so far, as `statetrack run` plans before it trains), then store it."""
+    task = f"word_problem(group={group})"
+    planned = (store.plan("fp") or {"runs": []})["runs"]
+    store.set_plan("fp", {"name": "fp", "scale": "quick"}, [*planned, {"id": run_id, "model": model, "task": task, "lr": lr, "seed": seed}])
+    store.start_run(run_id, "fp", model, task, seed, lr, _config(group, lr, seed), "abc")
     store.finish_run(run_id, evals, list(curve), 10, 100, 1.0, 0.5)
 
 
@@ -54,32 +37,6 @@ def _eval(length, accuracy, sequence=None, **metrics):
 
 
 # ---- the store -----------------------------------------------------------------------------------
-def test_an_old_store_gains_the_columns_and_its_rows_read_back(tmp_path):
-    db = tmp_path / "old.db"
-    with sqlite3.connect(db) as c:
-        c.executescript(OLD_SCHEMA)
-        c.execute("INSERT INTO runs (id, experiment, model, task, seed, lr, config, status) VALUES"
-                  " ('old', 'fp', 'LSTM', 'word_problem(group=A5)', 0, 0.01, ?, 'done')", (json.dumps(_config("A5")),))
-        c.execute("INSERT INTO evals VALUES ('old', 8, 0.75, 0.7, 16)")
-        c.execute("INSERT INTO curves VALUES ('old', 5, 1.5, 0.25)")
-    store = Store(db)
-    with sqlite3.connect(db) as c:
-        assert {r[1] for r in c.execute("PRAGMA table_info(evals)")} >= {"sequence_accuracy", "metrics"}
-        assert "metrics" in {r[1] for r in c.execute("PRAGMA table_info(curves)")}
-    assert store.evals("old") == [{"length": 8, "accuracy": 0.75, "scaled_accuracy": 0.7, "samples": 16, "metrics": {}}]
-    assert store.curves("old") == [{"step": 5, "loss": 1.5, "accuracy": 0.25, "metrics": {}}]
-    [row] = store.results("fp")
-    assert row == {"model": "LSTM", "task": "word_problem(group=A5)", "task_params": {"group": "A5"}, "seed": 0, "lr": 0.01,
-                   "length": 8, "accuracy": 0.75, "scaled_accuracy": 0.7, "diverged": False, "run_id": "old"}
-    # opening it again changes nothing; the migrated store takes the new data
-    store = Store(db)
-    _add_run(store, "new", "FP-RNN", "A5", 0.01, 0, [_eval(8, 0.9, 0.5, iterations_median=5.0)],
-             [{"step": 5, "loss": 1.0, "accuracy": 0.5, "metrics": {"iterations_max": 7.0}}])
-    assert store.evals("new")[0]["sequence_accuracy"] == 0.5 and store.evals("new")[0]["metrics"] == {"iterations_median": 5.0}
-    assert store.curves("new")[0]["metrics"] == {"iterations_max": 7.0}
-    assert store.evals("old")[0]["metrics"] == {}
-
-
 def test_results_rows_carry_task_params_sequence_accuracy_and_metrics(tmp_path):
     store = Store(tmp_path / "s.db")
     _add_run(store, "r1", "FP-RNN", "A5", 0.01, 0,
@@ -149,7 +106,7 @@ def test_report_shows_sequence_accuracy_and_iteration_plots(tmp_path, monkeypatc
         return plot_metric(series, family, xlabel, path, log_x)
 
     monkeypatch.setattr(plots, "plot_metric", spy)
-    out = write_report("fp", store, tmp_path)
+    out = write_report(score_store(store, "fp", run_data=True), tmp_path)
     md = (out / "report.md").read_text()
     section = md.split("## Sequence accuracy")[1].split("\n## ")[0]
     # one task and one selected lr: named once in the note, not in a column
@@ -173,7 +130,7 @@ def test_report_without_them_has_neither(tmp_path):
         _add_run(store, f"a{seed}", "LSTM", "A5", 0.01, seed, [_eval(8, 0.8, 0.8), _eval(64, 0.3, 0.3)],
                  [{"step": 5, "loss": 1.0, "accuracy": 0.5}])
         _add_run(store, f"b{seed}", "GRU", "A5", 0.01, seed, [_eval(8, 0.7), _eval(64, 0.2)])
-    out = write_report("fp", store, tmp_path)
+    out = write_report(score_store(store, "fp", run_data=True), tmp_path)
     md = (out / "report.md").read_text()
     assert "Sequence accuracy" not in md and "## Headline" in md
     assert not list(out.glob("iterations_*.png")) and "iterations" not in md

@@ -1,7 +1,7 @@
 """statetrack: state tracking and length generalization in sequence models.
 
 `statetrack.register_model` registers a token mixer under a name usable in specs and on the
-command line; `statetrack.tasks.register` does the same for a task. `statetrack.load_run(run_id)`
+command line; `statetrack.register_task` does the same for a task. `statetrack.load_run(run_id)`
 and `statetrack.load_runs(experiment, model=..., seed=...)` give back trained runs: model (weights
 loaded, eval mode), task and configuration (statetrack.results.trained). All load lazily, so
 `import statetrack` stays light.
@@ -11,7 +11,7 @@ from statetrack.errors import StatetrackError
 
 __version__ = "0.1.0"
 
-__all__ = ["StatetrackError", "__version__", "load_run", "load_runs", "register_model"]
+__all__ = ["StatetrackError", "__version__", "load_run", "load_runs", "register_model", "register_task"]
 
 
 def __getattr__(name: str):
@@ -19,6 +19,10 @@ def __getattr__(name: str):
         from statetrack.models.zoo import register_model
 
         return register_model
+    if name == "register_task":
+        from statetrack.tasks.registry import register_task
+
+        return register_task
     if name in ("load_run", "load_runs"):
         import statetrack.results.trained
 

@@ -107,6 +107,7 @@ def dry_run(args, experiment) -> int:
     import yaml
 
     from statetrack.experiments.runner import training_cost
+    from statetrack.experiments.spec import train_range
     from statetrack.results.report import text_table
 
     spec, runs = experiment.spec, experiment.runs
@@ -123,7 +124,7 @@ def dry_run(args, experiment) -> int:
         lengths = entry["lengths"]
         shown = ", ".join(map(str, lengths)) if len(lengths) <= 6 else f"{lengths[0]}..{lengths[-1]} ({len(lengths)})"
         body.append([run.id, run.model_name, run.task_name, f"{run.lr:g}", str(run.seed), str(entry["steps"]),
-                     f"{run.train.get('min_length', 1)}..{entry['train_length']}", shown, f"{cost / 1e9:,.0f}",
+                     "{}..{}".format(*train_range(run.train)), shown, f"{cost / 1e9:,.0f}",
                      status.get(run.id, "to run")])
     todo = [c for run, c in zip(runs, costs) if status.get(run.id) != "done"]
     print(f"\n# {len(runs)} planned runs, {len(todo)} to train; training arithmetic (forward + backward, every step's batch): "

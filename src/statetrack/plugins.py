@@ -4,7 +4,7 @@ A spec's `imports: [my_package.my_models, ./my_models.py]` and the CLI's `--impo
 module names are imported as usual (they must be importable where the workers run), file paths
 (ending in `.py`, relative to the spec file or to the working directory for `--import`) are
 loaded as modules of their own. Importing one runs its `@statetrack.register_model(...)` and
-`@statetrack.tasks.register` decorators, so its names work in specs and on the command line.
+`@statetrack.register_task(...)` decorators, so its names work in specs and on the command line.
 Workers are separate processes (spawned pool workers, Ray workers) that never see a registration
 made in the driver, so the runner hands them the same list to import before they build anything.
 Importing runs the module's code with the user's permissions: a spec is code, to be run only from

@@ -17,9 +17,9 @@ Several drivers may share one store: a driver claims a run before training it (`
 with its host, pid and a heartbeat it renews), and the others skip it while the lease is live.
 The file says it is a store: SQLite's `application_id` is APPLICATION_ID and `user_version` the
 schema's version. Opening checks the file before anything is written to it or created beside it
-(`Store._identify`): another application's database, a newer schema or damaged pages are refused
-and left as they are; a store written before the application id (our tables, id 0) is accepted and
-stamped.
+(`Store._identify`): another application's database, a store written by a newer statetrack or in
+an earlier statetrack's layout, and damaged pages are refused and left as they are. A new store
+gets its tables and stamps in one transaction, so a file is either empty or a whole store.
 """
 
 from __future__ import annotations
@@ -38,21 +38,6 @@ from statetrack.errors import StatetrackError
 from statetrack.paths import check_name
 
 DEFAULT_STORE = Path("results") / "statetrack.db"
-
-EVALS_TABLE = """
-CREATE TABLE IF NOT EXISTS evals (
-    run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    variant TEXT NOT NULL DEFAULT '',
-    length INTEGER NOT NULL,
-    accuracy REAL NOT NULL,
-    scaled_accuracy REAL NOT NULL,
-    samples INTEGER NOT NULL,
-    sequence_accuracy REAL,
-    metrics TEXT,
-    position_accuracy TEXT,
-    PRIMARY KEY (run_id, variant, length)
-);
-"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -79,7 +64,18 @@ CREATE TABLE IF NOT EXISTS runs (
     threads INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_experiment ON runs (experiment);
-{evals}
+CREATE TABLE IF NOT EXISTS evals (
+    run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    variant TEXT NOT NULL DEFAULT '',
+    length INTEGER NOT NULL,
+    accuracy REAL NOT NULL,
+    scaled_accuracy REAL NOT NULL,
+    samples INTEGER NOT NULL,
+    sequence_accuracy REAL,
+    metrics TEXT,
+    position_accuracy TEXT,
+    PRIMARY KEY (run_id, variant, length)
+);
 CREATE TABLE IF NOT EXISTS traces (
     run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     variant TEXT NOT NULL DEFAULT '',
@@ -103,38 +99,15 @@ CREATE TABLE IF NOT EXISTS plans (
     runs TEXT NOT NULL,
     created_at REAL
 );
-""".format(evals=EVALS_TABLE.strip())
+"""
+TABLES = ("runs", "evals", "traces", "curves", "plans")
 
 APPLICATION_ID = 0x53545452  # "STTR" in SQLite's header: this file is a statetrack results store
-SCHEMA_VERSION = 1  # PRAGMA user_version; 0 in stores written before it, which `_add_missing_columns` brings up to date
+SCHEMA_VERSION = 1  # PRAGMA user_version: the version of the layout above
 
 # The fixed keys of a `results` row; a model metric of the same name is renamed metric_<name>.
 RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy",
                "sequence_accuracy", "diverged", "run_id")
-
-# Columns added since the first schema: a store written before them gains them when opened (NULL in old rows).
-ADDED_COLUMNS = {
-    "runs": {"pid": "INTEGER", "heartbeat": "REAL", "diverged_at": "INTEGER", "threads": "INTEGER"},
-    "evals": {"sequence_accuracy": "REAL", "metrics": "TEXT", "position_accuracy": "TEXT"},
-    "curves": {"metrics": "TEXT", "stage": "INTEGER"},
-}
-EVAL_COLUMNS = ("run_id", "length", "accuracy", "scaled_accuracy", "samples", "sequence_accuracy", "metrics", "position_accuracy")
-
-
-def _base_columns() -> dict[str, set[str]]:
-    """Each table's columns less those added since it was introduced: what every statetrack store
-    that has the table holds, an old one included."""
-    db = sqlite3.connect(":memory:")
-    try:
-        db.executescript(SCHEMA)
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        added = {**ADDED_COLUMNS, "evals": {**ADDED_COLUMNS["evals"], "variant": "TEXT"}}
-        return {t: {r[1] for r in db.execute(f"PRAGMA table_info({t})")} - set(added.get(t, ())) for t in tables}
-    finally:
-        db.close()
-
-
-BASE_COLUMNS = _base_columns()
 
 
 # A driver renews the lease on each run it trains every LEASE_SECONDS / 4; a run whose heartbeat is
@@ -201,11 +174,9 @@ class Store:
 
     def __init__(self, path: str | Path = DEFAULT_STORE, read_only: bool = False):
         """Open (or create) the store at `path`. `read_only`: the file must exist and nothing is
-        written or created (the `results`, `report` and `analyze` commands); a store of an older
-        schema is then upgraded in a copy in memory, never on disk."""
+        written or created (the `results`, `report` and `analyze` commands)."""
         self.path = Path(path)
         self.read_only = read_only
-        self.memory: sqlite3.Connection | None = None  # the upgraded copy of an old read-only store
         if read_only:
             if self.path.exists() and not self.path.is_file():
                 self._identify()  # says what it is instead
@@ -216,14 +187,6 @@ class Store:
                 self._identify()
                 with self._connect() as db:
                     self._check_tables(db)
-                    if self._outdated(db):
-                        self.memory = sqlite3.connect(":memory:", check_same_thread=False)
-                        db.backup(self.memory)
-                if self.memory is not None:
-                    with self._connect() as db:
-                        self._check_tables(db)
-                        db.executescript(SCHEMA)
-                        self._add_missing_columns(db)
             return
         with self._opened("write"):
             for file in (self.path, *(self.path.with_name(self.path.name + end) for end in ("-wal", "-shm", "-journal"))):
@@ -239,9 +202,11 @@ class Store:
                 try:
                     with self._connect() as db:
                         self._check_tables(db)
-                        db.executescript(SCHEMA)
-                        self._add_missing_columns(db)
-                        self._stamp(db)
+                        if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                            # a new store: its tables and stamps in one transaction, so that another
+                            # driver opening it meanwhile finds either none of them or all
+                            db.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}PRAGMA application_id = {APPLICATION_ID};\n"
+                                             f"PRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;")
                     break
                 except (StoreLocked, sqlite3.OperationalError) as error:
                     # two drivers creating one store at once: switching a new file to WAL mode can
@@ -265,7 +230,8 @@ class Store:
     def _identify(self) -> None:
         """Refuse a file that is not a statetrack store, before anything is written to it or created
         beside it: read-only (immutable while no writer is active), so another application's
-        database stays byte-for-byte as it was. A missing or empty file is a new store."""
+        database stays byte-for-byte as it was. A missing or empty file is a new store; only a file
+        stamped with this schema version is an existing one."""
         try:
             mode = os.stat(self.path).st_mode
         except FileNotFoundError:
@@ -283,9 +249,9 @@ class Store:
         try:
             application_id = db.execute("PRAGMA application_id").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
             others = db.execute("SELECT count(*) FROM sqlite_master WHERE type != 'table' AND name NOT LIKE 'sqlite_%'"
                                 " AND tbl_name NOT IN (SELECT name FROM sqlite_master WHERE type = 'table')").fetchone()[0]
+            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
             tables = {t: {r[0] for r in db.execute("SELECT name FROM pragma_table_info(?)", (t,))} for t in names}
             problems = [r[0] for r in db.execute("PRAGMA quick_check(1)")]
         except sqlite3.DatabaseError as error:
@@ -294,15 +260,18 @@ class Store:
             db.close()
         if problems != ["ok"]:
             raise self._damaged(problems[0])
-        if application_id == APPLICATION_ID:
-            if version > SCHEMA_VERSION:
-                raise StatetrackError(f"results store {self.path} has schema version {version}, written by a newer statetrack; "
-                                      f"this one reads versions up to {SCHEMA_VERSION} (pip install -U statetrack)")
-            return
-        old = "runs" in tables and all(t in BASE_COLUMNS and BASE_COLUMNS[t] <= columns or t == "evals_before_variants"
-                                       for t, columns in tables.items())
-        if application_id == 0 and (old or (not tables and not others and version == 0)):
-            return  # a store written before the application id, or an empty database
+        if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
+            return  # a store of this layout (one that lacks a table is refused as damaged on opening)
+        if application_id == 0 and not tables and not others and version == 0:
+            return  # an empty database: a new store
+        if application_id == APPLICATION_ID and version > SCHEMA_VERSION:
+            raise StatetrackError(f"results store {self.path} has schema version {version}, written by a newer statetrack; "
+                                  f"this one reads versions up to {SCHEMA_VERSION} (pip install -U statetrack)")
+        # statetrack's tables without the stamp (written before it) or with an earlier version
+        ours = application_id == 0 and set(tables) <= set(TABLES) and {"id", "experiment", "config", "status"} <= tables.get("runs", set())
+        if ours or application_id == APPLICATION_ID:
+            raise StatetrackError(f"results store {self.path} was written by an earlier statetrack, in a layout this one does not read; "
+                                  f"re-run its experiments into a new results folder (statetrack run EXPERIMENT --results-dir NEW_DIR)")
         raise StatetrackError(f"{self.path} is not a statetrack results store but an SQLite database of another application "
                               f"(application id {application_id}); it is left as it is")
 
@@ -310,64 +279,18 @@ class Store:
         detail = " ".join(str(detail).replace("*** in database main ***", "").split())  # quick_check's report: several lines
         return StatetrackError(f"results store {self.path} is damaged ({detail}); restore it from a copy or pass --store FILE of another")
 
-    @staticmethod
-    def _stamp(db) -> None:
-        """Mark the file as a statetrack store of this schema version (written only when it differs)."""
-        for pragma, value in (("application_id", APPLICATION_ID), ("user_version", SCHEMA_VERSION)):
-            if db.execute(f"PRAGMA {pragma}").fetchone()[0] != value:
-                db.execute(f"PRAGMA {pragma} = {value}")
-
     def _check_tables(self, db) -> None:
         """A store stamped with this schema version has every table of it: one that lacks a table lost
         it (dropped, or a damaged file), and is refused rather than read as empty or recreated."""
         if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
             return
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        missing = [t for t in ("runs", "evals", "traces", "curves", "plans") if t not in tables]
+        missing = [t for t in TABLES if t not in tables]
         if missing:
             raise self._damaged(f"no such table: {', '.join(missing)}")
 
-    @staticmethod
-    def _outdated(db) -> bool:
-        """Whether the store lacks a table or column of the current schema."""
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if any(t not in tables for t in ("runs", "evals", "traces", "curves", "plans")):
-            return True
-        wanted = {**ADDED_COLUMNS, "evals": {**ADDED_COLUMNS["evals"], "variant": "TEXT"}}
-        return any(c not in {r[1] for r in db.execute(f"PRAGMA table_info({t})")} for t, cs in wanted.items() for c in cs)
-
-    @staticmethod
-    def _add_missing_columns(db) -> None:
-        """Bring a store made by an older schema up to date (new columns are nullable; the evaluation
-        variant joins the key of `evals`, which SQLite can only do by copying the table)."""
-        present = {row["name"] for row in db.execute("PRAGMA table_info(evals)")}
-        if "variant" not in present:
-            db.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see the new table
-            present = {row["name"] for row in db.execute("PRAGMA table_info(evals)")}
-            if "variant" not in present:
-                kept = [c for c in EVAL_COLUMNS if c in present]
-                db.execute("ALTER TABLE evals RENAME TO evals_before_variants")
-                db.execute(EVALS_TABLE)
-                db.execute(f"INSERT INTO evals ({', '.join(kept)}) SELECT {', '.join(kept)} FROM evals_before_variants")
-                db.execute("DROP TABLE evals_before_variants")
-            db.execute("COMMIT")
-        for table, columns in ADDED_COLUMNS.items():
-            present = {row["name"] for row in db.execute(f"PRAGMA table_info({table})")}
-            for name, kind in columns.items():
-                if name not in present:
-                    try:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
-                    except sqlite3.OperationalError as error:  # another process added it first
-                        if "duplicate column" not in str(error):
-                            raise
-
     @contextmanager
     def _connect(self):
-        if self.memory is not None:
-            self.memory.row_factory = sqlite3.Row
-            with self.memory:
-                yield self.memory
-            return
         db = self._read_only_connection() if self.read_only else sqlite3.connect(self.path, timeout=BUSY_SECONDS)
         db.row_factory = sqlite3.Row
         try:
@@ -547,7 +470,8 @@ class Store:
                                        f"damaged ({ids})"), stacklevel=3)
 
     def plan(self, experiment: str) -> dict | None:
-        """The latest plan of the experiment: {experiment, scale, spec, runs, created_at}, or None."""
+        """The latest plan of the experiment: {experiment, scale, spec, runs, created_at}; None for an
+        experiment the store does not know (`statetrack run` records the plan before any run)."""
         with self._connect() as db:
             row = db.execute("SELECT * FROM plans WHERE experiment = ?", (experiment,)).fetchone()
         return None if row is None else {**dict(row), "spec": json.loads(row["spec"]), "runs": json.loads(row["runs"])}

@@ -216,7 +216,7 @@ class RunSpec:
 
     @property
     def train_length(self) -> int:
-        return train_length(self.train)
+        return train_range(self.train)[1]
 
     def plan_entry(self) -> dict:
         """The run as the plan records it: what the report and the claims need before the run finishes
@@ -274,10 +274,12 @@ def resolve(name_or_path: str, scale: str = "quick", overrides: list[str] = (), 
     return Experiment(spec, tuple(expand(spec)), tuple(dict.fromkeys([*imported, *spec.get("imports", [])])))
 
 
-def train_length(train: dict) -> int:
-    """The longest length a run with these training settings trains on, the last curriculum stage's
-    included (the plan records it; the fit gate and the reports' in-distribution markers read it there)."""
-    return max(stage["max_length"] for stage in TrainConfig.from_dict(train).stages())
+def train_range(train: dict) -> tuple[int, int]:
+    """(shortest, longest) length that training settings `train` (a run's, or a spec's `train:`)
+    train on, over every curriculum stage, defaults filled in. The plan records the longest; the fit
+    gate and the reports' in-distribution markers read it there."""
+    stages = TrainConfig.from_dict(train).stages()
+    return min(stage["min_length"] for stage in stages), max(stage["max_length"] for stage in stages)
 
 
 def task_label(task: dict) -> str:
@@ -364,7 +366,7 @@ def expand(spec: dict) -> list[RunSpec]:
             raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
         # every run is evaluated at its longest training length, so that the fit gate of the claims
         # (statetrack.results.scoring.gate_length) can read whether it learned what it was trained on
-        longest = max(train_length({**train, "lr": float(spec["lrs"][0])}) for train in trains)
+        longest = max(train_range(train)[1] for train in trains)
         if longest not in eval_spec["lengths"]:
             eval_spec["lengths"] = sorted([*eval_spec["lengths"], longest])
         for length in eval_spec["lengths"]:

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
-from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks
+from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks, train_range
 from statetrack.paths import write_text
 from statetrack.results.report import claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows, verdict_line
 from statetrack.results.scoring import NOT_MEASURED, VERDICTS, Scored, score
-from statetrack.schema import SCALES
+from statetrack.schema import SCALES, TrainConfig
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1
@@ -151,14 +151,14 @@ def settings_line(spec: dict) -> str:
     names = [task_label({k: v for k, v in ({"name": t} if isinstance(t, str) else t).items() if k not in ("train", "eval")})
              for t in tasks]
     steps = train.get("steps", "-")
+    lengths_only = {k: train[k] for k in ("min_length", "max_length", "curriculum", "steps") if k in train}
     if train.get("curriculum"):
-        stages = train["curriculum"]
+        stages = TrainConfig.from_dict(lengths_only).stages()
         lengths = "through a curriculum of lengths " + ", ".join(
-            str(s["length"]) if "length" in s else f"{s.get('min_length', train.get('min_length'))}..{s.get('max_length', train.get('max_length'))}"
-            for s in stages)
-        steps = train.get("steps") or sum(s.get("steps", 0) for s in stages)
+            str(s["max_length"]) if s["min_length"] == s["max_length"] else f"{s['min_length']}..{s['max_length']}" for s in stages)
+        steps = stages[-1]["end"]
     else:
-        lengths = f"on lengths {train.get('min_length', 3)}..{train.get('max_length', 40)}"
+        lengths = "on lengths {}..{}".format(*train_range(lengths_only))
     width = defaults.get("d_model", defaults.get("width"))
     model = (f"d_model {width}" if width else f"{defaults['params']:g} parameters per layer" if "params" in defaults else "model defaults") \
         + f", {defaults.get('num_layers', 1)} layer(s)"

@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from statetrack.experiments.spec import train_range  # noqa: E402
 from statetrack.paths import open_for_write  # noqa: E402
 from statetrack.results.scoring import RunData  # noqa: E402
 
@@ -78,18 +79,10 @@ def curve_style(i: int) -> dict:
             "markersize": 9 - 1.5 * (i % 4), "markerfacecolor": "none", "markeredgewidth": 1.4, "lw": 1.4}
 
 
-def train_ranges(runs: list[dict], longest: dict | None = None) -> dict:
-    """{run task: (shortest, longest) training length}: the shortest from the runs' configurations,
-    the longest from `longest` ({task: the plan's longest training length}, which counts every
-    curriculum stage: `scoring.planned_names`) where it has the task, else from the configuration."""
-    from statetrack.training.train import TrainConfig
-
-    out = {}
-    for r in runs:
-        train = (r.get("config") or {}).get("train") or {}
-        out.setdefault(r["task"], (train.get("min_length", TrainConfig.model_fields["min_length"].default),
-                                    (longest or {}).get(r["task"]) or train.get("max_length", TrainConfig.model_fields["max_length"].default)))
-    return out
+def train_ranges(runs: list[dict]) -> dict:
+    """{run task: (shortest, longest) training length} from the runs' configurations (`spec.train_range`:
+    every curriculum stage counted, defaults filled in)."""
+    return {r["task"]: train_range((r.get("config") or {}).get("train") or {}) for r in runs}
 
 
 def _mark_training(ax, lengths: tuple[int, int] | None, shown: list[int]) -> None:

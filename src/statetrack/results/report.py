@@ -456,7 +456,7 @@ def _write_report(scored: Scored, results_dir) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     expected = len(plan["runs"])
     longest = scored.train_length  # per task, every curriculum stage counted
-    plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png", train_ranges(runs, longest))] if summary else []
+    plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png", train_ranges(runs))] if summary else []
     efficiency = data_efficiency(summary)
     if efficiency:
         plots.append(plot_accuracy_vs_dataset_size(efficiency, out / "accuracy_vs_dataset_size.png"))

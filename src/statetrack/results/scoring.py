@@ -442,8 +442,7 @@ def planned_names(plan: dict | None) -> dict | None:
     """What the experiment's latest plan runs, for the claims: {models (labels), tasks (training
     tasks), scale, lengths ({task: evaluation lengths}), train_length ({task: longest training
     length}), seeds ({(model, task, dataset_size, lr): seeds}), left_out (the model and task names of
-    this scale that the run's overrides took out)}; None without a plan. A plan written
-    before it recorded lengths has none (the claims then read the lengths that were measured)."""
+    this scale that the run's overrides took out)}; None without a plan."""
     if plan is None:
         return None
     lengths, train, seeds = defaultdict(set), {}, defaultdict(set)

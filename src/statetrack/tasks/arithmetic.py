@@ -11,18 +11,17 @@ import torch
 
 from statetrack import limits
 from statetrack.tasks.base import PAD, Batch, FinalAnswerTask, Task
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 
 def _integers(m: int) -> list[str]:
     return [str(i) for i in range(m)]
 
 
-@register
+@register_task("parity")
 class Parity(FinalAnswerTask):
     """`[BOS] b_1 ... b_n [EOI]` -> (sum_i b_i) mod 2."""
 
-    name = "parity"
     summary = "bits; answer = number of ones mod 2 (format of Ebrahimi & Memisevic 2025)"
 
     def __init__(self):
@@ -33,11 +32,10 @@ class Parity(FinalAnswerTask):
         return bits, bits.sum(dim=1) % 2
 
 
-@register
+@register_task("modadd")
 class ModularAddition(FinalAnswerTask):
     """`[BOS] a_1 ... a_n [EOI]` -> (sum_i a_i) mod m, each a_i in [0, m) a single token."""
 
-    name = "modadd"
     summary = "integers in [0, m); answer = sum mod m (Ebrahimi & Memisevic 2025)"
 
     def __init__(self, m: int = 20):
@@ -49,7 +47,7 @@ class ModularAddition(FinalAnswerTask):
         return values, values.sum(dim=1) % self.m
 
 
-@register
+@register_task("modarith")
 class ModularArithmetic(FinalAnswerTask):
     """`[BOS] a_1 o_1 a_2 ... o_{n-1} a_n [EOI]`, o in {+, -, *}, evaluated left to right mod m.
 
@@ -58,7 +56,6 @@ class ModularArithmetic(FinalAnswerTask):
     `[BOS] 3 * 9 - 17 + 6 + 12 [EOI] 8`.
     """
 
-    name = "modarith"
     summary = "integers and + - * in [0, m), evaluated left to right mod m (Ebrahimi & Memisevic 2025); length = operands"
     operators = ("+", "-", "*")
 
@@ -79,7 +76,7 @@ class ModularArithmetic(FinalAnswerTask):
         return symbols, value
 
 
-@register
+@register_task("parity_lm")
 class ParityLM(Task):
     """Parity in the language-model form of Beck et al. 2024 and Grazzi et al. 2025.
 
@@ -91,7 +88,6 @@ class ParityLM(Task):
     nothing is predicted from it.
     """
 
-    name = "parity_lm"
     summary = "parity in LM form (Grazzi et al. 2025): bits as tokens 1/2, answer token at the end; length includes it"
     min_length = 2
 
@@ -127,7 +123,7 @@ def evaluate_with_precedence(operands: torch.Tensor, operators: torch.Tensor, m:
     return (total + term) % m
 
 
-@register
+@register_task("modarith_precedence")
 class ModularArithmeticPrecedence(FinalAnswerTask):
     """`[BOS] a_1 o_1 a_2 ... a_n [EOI]` with o in {+, -, *}, usual precedence (* first), mod m.
 
@@ -136,7 +132,6 @@ class ModularArithmeticPrecedence(FinalAnswerTask):
     `length` counts the operands, as in `modarith`; an example has 2n - 1 task tokens.
     """
 
-    name = "modarith_precedence"
     summary = "integers and + - * mod m with operator precedence (* before + -), m = 5 (Grazzi et al. 2025); length = operands"
     operators = ("+", "-", "*")
 

@@ -6,10 +6,10 @@ import torch
 
 from statetrack import limits
 from statetrack.tasks.base import FinalAnswerTask
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 
-@register
+@register_task("fsm")
 class RandomStateMachine(FinalAnswerTask):
     """Q = Sigma = {0..n-1}; delta(q, .) is a random permutation of Q for every state q.
 
@@ -18,7 +18,6 @@ class RandomStateMachine(FinalAnswerTask):
     sampling generator. Example (n = 6): `[BOS] 4 1 2 5 5 [EOI] 2`.
     """
 
-    name = "fsm"
     summary = "random permutation automaton on n states; answer = final state (Ebrahimi & Memisevic 2025)"
 
     def __init__(self, states: int = 6, machine_seed: int = 0):

@@ -66,9 +66,10 @@ def masked_loss_and_accuracy(logits: torch.Tensor, batch: Batch) -> tuple[torch.
 class Task:
     """Base of every task: vocabulary, answer classes, chance level, sampling, readable examples.
 
-    Subclasses set `name`, `summary`, `min_length`, fill `self.vocab` (token strings; index = id)
-    and `self.answers` (class labels; index = class id) in `__init__`, and implement `sample`.
-    Keyword arguments of `__init__` are the task's parameters.
+    Subclasses are registered with `@register_task(name)` (which sets `name`), set `summary` and
+    `min_length`, fill `self.vocab` (token strings; index = id) and `self.answers` (class labels;
+    index = class id) in `__init__`, and implement `sample`. Keyword arguments of `__init__` are
+    the task's parameters.
     """
 
     name: ClassVar[str] = ""

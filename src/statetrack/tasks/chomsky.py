@@ -9,17 +9,16 @@ import torch
 from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import FinalAnswerTask
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 
-@register
+@register_task("even_pairs")
 class EvenPairs(FinalAnswerTask):
     """Strings over {a, b}; answer "even" when the number of `ab` plus `ba` substrings is even.
 
     That count is even exactly when the first and last symbols agree (regular; Deletang et al.).
     """
 
-    name = "even_pairs"
     summary = "strings over {a, b}; is the number of ab and ba pairs even? (Deletang et al. 2023; regular)"
 
     def __init__(self):
@@ -30,14 +29,13 @@ class EvenPairs(FinalAnswerTask):
         return symbols, (symbols[:, 0] == symbols[:, -1]).long()
 
 
-@register
+@register_task("cycle_navigation")
 class CycleNavigation(FinalAnswerTask):
     """Moves on a cycle of `cycle` positions starting at 0: `0` stay, `+1` forward, `-1` back.
 
     The answer is the final position (Deletang et al.: cycle of 5).
     """
 
-    name = "cycle_navigation"
     summary = "moves 0/+1/-1 on a cycle of 5 positions from 0; answer = final position (Deletang et al. 2023; regular)"
     steps = (0, 1, -1)
 
@@ -89,7 +87,7 @@ class _Parser:
         return token
 
 
-@register
+@register_task("modarith_brackets")
 class ModularArithmeticBrackets(FinalAnswerTask):
     """Expressions with + - * and brackets over digits in [0, m), evaluated mod m (Deletang et al. 2023;
     Grazzi et al. 2025; Movahedi et al. 2025).
@@ -115,7 +113,6 @@ class ModularArithmeticBrackets(FinalAnswerTask):
     Chance is 1/m for both.
     """
 
-    name = "modarith_brackets"
     summary = (
         "expressions mod m = 5, every + - * in its own brackets (Deletang et al. 2023; Grazzi et al. 2025; "
         "Movahedi et al. 2025); grammar=bracketed|precedence; length = all expression tokens"

@@ -9,7 +9,7 @@ import torch
 from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 PRESETS = {
     # name: (ISI, ITI min, ITI max, sequence length of Anonymous 2025)
@@ -20,7 +20,7 @@ PRESETS = {
 PATTERNS = ("train", "two_isi", "double_isi")
 
 
-@register
+@register_task("counting")
 class Counting(Task):
     """Binary signal: off for an ITI ~ U[iti_min, iti_max], on for exactly `isi` steps, repeated.
 
@@ -39,7 +39,6 @@ class Counting(Task):
     gap; the default is this library's reading of "deactivate briefly".
     """
 
-    name = "counting"
     summary = "timing: on/off signal, fixed ISI, random ITI; next-step prediction (Anonymous 2025); presets short|medium|long"
 
     def __init__(

@@ -11,10 +11,10 @@ import torch
 from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 
-@register
+@register_task("copy")
 class Copying(Task):
     """`$ x_1 .. x_n | x_1 .. x_n .` over `symbols` letters (Jelassi et al. 2024: 26 letters).
 
@@ -25,7 +25,6 @@ class Copying(Task):
     up to 100). Classes: the letters, then `.`.
     """
 
-    name = "copy"
     summary = "copy a string: $ x | x . over 26 letters (Jelassi et al. 2024); length = string length n"
     BOS, SEP, EOS = "$", "|", "."
 
@@ -98,7 +97,7 @@ class _DelayedRecall(Task):
         return Batch(inputs, targets, mask)
 
 
-@register
+@register_task("copy_memory")
 class CopyMemory(_DelayedRecall):
     """Copy memory (Anonymous 2025): S digits, T blanks, the indicator `:`, then S output slots.
 
@@ -108,7 +107,6 @@ class CopyMemory(_DelayedRecall):
     Targets: the pattern digits at the S output slots (mask there only); chance 1 / symbols.
     """
 
-    name = "copy_memory"
     summary = "copy memory: S digits, T blanks, indicator, recall S digits (Anonymous 2025); vary=blanks|pattern"
 
     def _body(self, x, blanks, g):
@@ -116,7 +114,7 @@ class CopyMemory(_DelayedRecall):
         return torch.cat([x, torch.full((x.shape[0], blanks), blank, dtype=torch.long)], dim=1)
 
 
-@register
+@register_task("denoise")
 class Denoising(_DelayedRecall):
     """Denoising / selective copying (Anonymous 2025): the S digits are scattered, in order,
     among S + T positions (uniformly random positions), the rest blank; then `:` and S slots.
@@ -126,7 +124,6 @@ class Denoising(_DelayedRecall):
     Targets: the pattern digits at the S output slots (mask there only); chance 1 / symbols.
     """
 
-    name = "denoise"
     summary = "selective copying: S digits scattered among S+T blanks, indicator, recall S digits (Anonymous 2025)"
 
     def _body(self, x, blanks, g):

@@ -17,12 +17,12 @@ from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
 from statetrack.tasks.groups import get_group
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 MAX_N = 6  # 720 joint states; the exact tracker keeps [B, n!] beliefs
 
 
-@register
+@register_task("pfsa")
 class PermutationPFSA(Task):
     """Probabilistic permutation shuffles with partial reveals; exact belief targets (Siems et al. 2026).
 
@@ -43,7 +43,6 @@ class PermutationPFSA(Task):
     scores below 1 wherever the hidden state is uncertain.
     """
 
-    name = "pfsa"
     summary = "noisy swaps + reveals of a permutation; exact belief targets (PFSA-SR, Siems et al. 2026)"
 
     def __init__(self, n: int = 4, noise: float = 0.5, reveal_prob: float = 0.3, belief: str = "auto"):

@@ -22,7 +22,7 @@ import torch
 from statetrack import limits
 from statetrack.errors import StatetrackError
 from statetrack.tasks.base import PAD, Batch, Task
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 PROMPT, COMMA, ASSIGN, PRINT, CLOSE, NEWLINE = ">>> ", ", ", " = ", "print(", ")", "\n"
 CURRICULUM = ((8, 1), (16, 2), (32, 4), (64, 8))
@@ -30,7 +30,7 @@ CURRICULUM = ((8, 1), (16, 2), (32, 4), (64, 8))
 scale of the repl-traces experiment trains through them (a test checks it)."""
 
 
-@register
+@register_task("repl")
 class ReplTrace(Task):
     """S_n permutation tracking as a Python REPL trace (Siems et al. 2026).
 
@@ -44,7 +44,6 @@ class ReplTrace(Task):
     the paper's curriculum by listing (commands, spacing) stages in `train.curriculum`.
     """
 
-    name = "repl"
     summary = "S_n permutation tracking as Python REPL traces with print reveals (Siems et al. 2026); length = commands"
     position_unit, position_label = "supervised", "reveal (print)"  # per-position accuracy is per reveal
 

@@ -12,10 +12,10 @@ import torch
 
 from statetrack.tasks.base import Batch, Task
 from statetrack.tasks.groups import Group, get_group
-from statetrack.tasks.registry import register
+from statetrack.tasks.registry import register_task
 
 
-@register
+@register_task("word_problem")
 class WordProblem(Task):
     """Seq2seq group word problem: inputs g_1..g_T uniform over G, target_t = g_1 * ... * g_t.
 
@@ -25,7 +25,6 @@ class WordProblem(Task):
     `50 46 20 48` give the targets `g1, g1*g2, g1*g2*g3, g1*g2*g3*g4`.
     """
 
-    name = "word_problem"
     summary = "group word problem (Z_m, S_n, A_n, products like A4xZ5); target = prefix product at every position (Merrill et al. 2024)"
     min_length = 1
 

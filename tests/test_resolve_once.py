@@ -1,0 +1,66 @@
+"""One `statetrack run` resolves its spec once, reads its plan once and scores once, and every
+derived fact has one definition: the longest training length the report's per-position plot marks
+is the plan's, for a spec that relies on the default training lengths and for a curriculum."""
+
+import textwrap
+
+import pytest
+from cli_helpers import run_cli
+
+from statetrack.experiments import spec as spec_module
+from statetrack.results import report, scoring
+from statetrack.store import Store
+
+
+def _counting(monkeypatch, module, name, calls):
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[name] = calls.get(name, 0) + 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+
+
+def test_a_run_resolves_once_reads_its_plan_once_and_scores_once(monkeypatch, tmp_path, capsys):
+    calls = {}
+    for module, name in ((spec_module, "read_spec"), (spec_module, "load_spec"), (spec_module, "expand"),
+                         (scoring, "score"), (scoring, "summarize"), (scoring, "claim_verdicts"), (Store, "plan")):
+        _counting(monkeypatch, module, name, calls)
+    code, out, _ = run_cli(capsys, "run", "demo", "--results-dir", str(tmp_path), "--workers", "1", "--no-progress",
+                           "--name", "demo", "seeds=[0]", "train.steps=5", "eval.samples=8", "models=[{name: deltanet, eig_range: '[-1,1]'}]")
+    assert code == 0 and "did it reproduce?" in out
+    assert calls == {"read_spec": 1, "load_spec": 1, "expand": 1, "plan": 1, "score": 1, "summarize": 1, "claim_verdicts": 1}
+
+
+SPEC = """
+name: marks
+description: the per-position plot's training-length marker
+tasks: [{name: word_problem, group: Z2}]
+models: [{name: lstm, d_model: 8}]
+lrs: [0.01]
+seeds: [0]
+train: {steps: 4, batch_size: 4, early_stop_loss: null%s}
+eval: {lengths: [48], samples: 8}
+"""
+
+
+@pytest.mark.parametrize("train, longest", [
+    ("", 40),  # the schema's default training lengths, never written in the spec
+    (", curriculum: [{steps: 2, length: 6}, {steps: 2, min_length: 3, max_length: 12}]", 12),  # the last stage's
+])
+def test_the_per_position_plot_marks_the_plans_longest_training_length(monkeypatch, tmp_path, capsys, train, longest):
+    marked = []
+    real = report.plot_position_accuracy
+
+    def spy(series, path, train_lengths=None):
+        marked.append(train_lengths)
+        return real(series, path, train_lengths)
+
+    monkeypatch.setattr(report, "plot_position_accuracy", spy)
+    path = tmp_path / "marks.yaml"
+    path.write_text(textwrap.dedent(SPEC % train))
+    code, _, _ = run_cli(capsys, "run", str(path), "--results-dir", str(tmp_path / "r"), "--workers", "1", "--no-progress")
+    assert code == 0
+    assert marked == [{"word_problem(group=Z2)": longest}]
+    assert (tmp_path / "r" / "marks" / "position_accuracy.png").is_file()
