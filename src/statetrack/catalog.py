@@ -75,7 +75,11 @@ def _cell(text: str) -> str:
 
 def _flow(spec: dict) -> str:
     """A spec in YAML flow style, as written in experiment specs."""
-    return "{" + ", ".join(f"{k}: {json.dumps(v) if isinstance(v, str) and k != 'name' else v}" for k, v in spec.items()) + "}"
+    return (
+        "{"
+        + ", ".join(f"{k}: {json.dumps(v) if isinstance(v, str) and k != 'name' else v}" for k, v in spec.items())
+        + "}"
+    )
 
 
 def docs_table() -> str:
@@ -89,10 +93,14 @@ def docs_table() -> str:
     ]
     for name in packaged_models():
         entry = zoo.get_entry(name)
-        params = ", ".join(f"`{k}={v!r}`" for k, v in {**entry.stack_defaults, **zoo.mixer_parameters(name)}.items()) or "-"
+        params = (
+            ", ".join(f"`{k}={v!r}`" for k, v in {**entry.stack_defaults, **zoo.mixer_parameters(name)}.items()) or "-"
+        )
         shown = ", ".join(f"`{n}`" for n in display_names(name))
-        lines.append(f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} | {_cell(summary(name))} "
-                     f"| {_cell(departures(name))} |")
+        lines.append(
+            f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} | {_cell(summary(name))} "
+            f"| {_cell(departures(name))} |"
+        )
     presets = ", ".join(f"`{k}` = `{_flow(v)}`" for k, v in zoo.PRESETS.items())
     lines += ["", f"Presets (usable as `name:` in a spec; other keys override them): {presets}."]
     return "\n".join(lines)
@@ -116,11 +124,16 @@ def _parameter_schema(parameter: inspect.Parameter, choices: tuple | None = None
     annotation, default = parameter.annotation, parameter.default
     union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
     kinds = typing.get_args(annotation) if union else (annotation,)
-    named = sorted({"null" if k is type(None) else JSON_TYPES.get(k) for k in kinds} - {None}) if all(
-        k is type(None) or k in JSON_TYPES for k in kinds) else []
+    named = (
+        sorted({"null" if k is type(None) else JSON_TYPES.get(k) for k in kinds} - {None})
+        if all(k is type(None) or k in JSON_TYPES for k in kinds)
+        else []
+    )
     if not named and type(default) in JSON_TYPES:
         named = [JSON_TYPES[type(default)]]
-    out: dict = {"enum": list(choices)} if choices else {"type": named[0] if len(named) == 1 else named} if named else {}
+    out: dict = (
+        {"enum": list(choices)} if choices else {"type": named[0] if len(named) == 1 else named} if named else {}
+    )
     if default is not inspect.Parameter.empty:
         out["default"] = default
     return out
@@ -131,20 +144,33 @@ def _signature(cls, skip: tuple) -> dict[str, inspect.Parameter]:
         signature = inspect.signature(cls.__init__, eval_str=True)
     except (NameError, TypeError):  # an annotation that does not evaluate: the defaults alone say the types
         signature = inspect.signature(cls.__init__)
-    return {p.name: p for p in signature.parameters.values() if p.name not in ("self", *skip)
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return {
+        p.name: p
+        for p in signature.parameters.values()
+        if p.name not in ("self", *skip) and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
 
 
 def spec_json_schema() -> dict:
     """The JSON Schema of an experiment spec (statetrack.schema), with every registered model (and
     preset) and task named with its parameters, read from the signatures."""
-    stack = {"d_model": {"type": "integer", "minimum": 1, "description": "model width"},
-             "width": {"type": "integer", "minimum": 1, "description": "a synonym of d_model"},
-             "params": {"type": "number", "exclusiveMinimum": 0, "description": "a per-layer parameter budget that chooses d_model"},
-             "num_layers": {"type": "integer", "minimum": 1}, "mlp": {"type": "boolean", "description": "an MLP after each mixer"}}
+    stack = {
+        "d_model": {"type": "integer", "minimum": 1, "description": "model width"},
+        "width": {"type": "integer", "minimum": 1, "description": "a synonym of d_model"},
+        "params": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "a per-layer parameter budget that chooses d_model",
+        },
+        "num_layers": {"type": "integer", "minimum": 1},
+        "mlp": {"type": "boolean", "description": "an MLP after each mixer"},
+    }
     models = {}
     for name, entry in zoo.MODELS.items():
-        models[name] = {**stack, **{k: _parameter_schema(p, CHOICES.get(k)) for k, p in _signature(entry.mixer, ("d_model",)).items()}}
+        models[name] = {
+            **stack,
+            **{k: _parameter_schema(p, CHOICES.get(k)) for k, p in _signature(entry.mixer, ("d_model",)).items()},
+        }
     for preset, fixed in zoo.PRESETS.items():
         models[preset] = {k: v for k, v in models[fixed["name"]].items() if k not in fixed}
     tasks = {name: {k: _parameter_schema(p) for k, p in _signature(cls, ()).items()} for name, cls in TASKS.items()}
@@ -172,7 +198,9 @@ def stale(root: Path = ROOT) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m statetrack.catalog", description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="rewrite the tables of docs/models.md and README.md in place")
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite the tables of docs/models.md and README.md in place"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if either file is stale")
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository root (default: %(default)s)")
     args = parser.parse_args(argv)

@@ -16,14 +16,15 @@ from statetrack import __version__, limits
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
 from statetrack.paths import check_name, check_writable, store_file
-from statetrack.schema import SCALES
 from statetrack.plugins import load_imports
+from statetrack.schema import SCALES
 from statetrack.store import LEASE_SECONDS, StoreDamaged
 
 
 def _int(low: int | None = None, high: int | None = None):
     """An argparse type for an integer option bounded by `statetrack.limits` (the upper bound of every
     integer is 64 bits); values below a command's own minimum are left to the command's message."""
+
     def parse(text: str) -> int:
         value = int(text)
         top = limits.MAX_INT if high is None else high
@@ -64,9 +65,19 @@ def _store(args, read_only: bool = True):
 def _run_options(args):
     from statetrack.experiments.runner import RunOptions
 
-    return RunOptions(device=args.device, workers=args.workers, backend=args.backend, address=args.address,
-                      gpus_per_run=args.gpus_per_run, tensorboard=args.tensorboard, wandb=args.wandb, mlflow=args.mlflow,
-                      retry_failed=not args.skip_failed, lease=args.lease, progress=not args.no_progress)
+    return RunOptions(
+        device=args.device,
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+        gpus_per_run=args.gpus_per_run,
+        tensorboard=args.tensorboard,
+        wandb=args.wandb,
+        mlflow=args.mlflow,
+        retry_failed=not args.skip_failed,
+        lease=args.lease,
+        progress=not args.no_progress,
+    )
 
 
 def _store_path(args) -> Path:
@@ -95,8 +106,10 @@ def cmd_run(args) -> int:
         print(f"\ndid it reproduce? {verdicts} (the claims of {scored.paper['source']}, in the report)")
     print(f"\nreport: {out / 'report.html'}  (and report.md)")
     if args.overrides and args.name is None:
-        print(f"experiment {experiment.name}: named after the overrides (--name NAME chooses the name); "
-              f"the results of {args.experiment} itself are left as they were")
+        print(
+            f"experiment {experiment.name}: named after the overrides (--name NAME chooses the name); "
+            f"the results of {args.experiment} itself are left as they were"
+        )
     # status 1 for errors only: a run that diverged is done (the outcome of its setting, scored as chance)
     return 1 if any(r["status"] == "failed" for r in scored.missing) else 0
 
@@ -123,12 +136,25 @@ def dry_run(args, experiment) -> int:
         entry = run.plan_entry()
         lengths = entry["lengths"]
         shown = ", ".join(map(str, lengths)) if len(lengths) <= 6 else f"{lengths[0]}..{lengths[-1]} ({len(lengths)})"
-        body.append([run.id, run.model_name, run.task_name, f"{run.lr:g}", str(run.seed), str(entry["steps"]),
-                     "{}..{}".format(*train_range(run.train)), shown, f"{cost / 1e9:,.0f}",
-                     status.get(run.id, "to run")])
+        body.append(
+            [
+                run.id,
+                run.model_name,
+                run.task_name,
+                f"{run.lr:g}",
+                str(run.seed),
+                str(entry["steps"]),
+                "{}..{}".format(*train_range(run.train)),
+                shown,
+                f"{cost / 1e9:,.0f}",
+                status.get(run.id, "to run"),
+            ]
+        )
     todo = [c for run, c in zip(runs, costs) if status.get(run.id) != "done"]
-    print(f"\n# {len(runs)} planned runs, {len(todo)} to train; training arithmetic (forward + backward, every step's batch): "
-          f"{sum(todo) / 1e12:,.1f} TFLOP to train, {sum(costs) / 1e12:,.1f} TFLOP in all")
+    print(
+        f"\n# {len(runs)} planned runs, {len(todo)} to train; training arithmetic (forward + backward, every step's batch): "
+        f"{sum(todo) / 1e12:,.1f} TFLOP to train, {sum(costs) / 1e12:,.1f} TFLOP in all"
+    )
     print(text_table(header, body))
     print("\n(dry run: nothing trained, nothing written)")
     return 0
@@ -149,7 +175,9 @@ def cmd_reproduce(args) -> int:
     known = shipped_specs()
     unknown_names = [n for n in args.experiments if n not in known]
     if unknown_names:
-        raise StatetrackError(f"reproduce: unknown experiment {unknown_names[0]!r}; expected shipped experiments: {', '.join(known)}")
+        raise StatetrackError(
+            f"reproduce: unknown experiment {unknown_names[0]!r}; expected shipped experiments: {', '.join(known)}"
+        )
     names = list(dict.fromkeys(args.experiments)) or list(known)
     workers = args.workers or (default_workers(args.device) if args.backend == "local" else None)
     options = _run_options(args)
@@ -166,8 +194,12 @@ def cmd_reproduce(args) -> int:
             if store is not None and store.plan(name) is not None:
                 ids = {r["id"] for r in store.plan(name)["runs"]}
                 trained = sum(1 for r in store.runs(name) if r["id"] in ids and (r["finished_at"] or 0) >= start)
-                write_snapshot(store, name, args.book_dir, {"seconds": round(time.time() - start, 1), "runs": trained,
-                                                             "workers": workers})
+                write_snapshot(
+                    store,
+                    name,
+                    args.book_dir,
+                    {"seconds": round(time.time() - start, 1), "runs": trained, "workers": workers},
+                )
         scored = score_store(store, name, run_data=True)
         write_report(scored, args.results_dir)
         failed += sum(1 for r in scored.missing if r["status"] == "failed")
@@ -176,7 +208,9 @@ def cmd_reproduce(args) -> int:
         print(f"wrote {path}")
     print(f"book: {Path(args.book_dir) / 'reproductions.md'} (every claim: {Path(args.book_dir) / 'claims.md'})")
     if failed:
-        print(f"{failed} runs failed with an error (in the store and the reports); re-run the same command to retry them")
+        print(
+            f"{failed} runs failed with an error (in the store and the reports); re-run the same command to retry them"
+        )
     return 1 if failed else 0
 
 
@@ -185,8 +219,10 @@ def cmd_book(args) -> int:
     from statetrack.results.book import read_snapshots, write_book
 
     if not read_snapshots(args.book_dir):
-        raise StatetrackError(f"no snapshots under {Path(args.book_dir) / 'results'} to write the book from; "
-                              "`statetrack reproduce` measures them (or pass --book-dir DIR of a checkout's docs)")
+        raise StatetrackError(
+            f"no snapshots under {Path(args.book_dir) / 'results'} to write the book from; "
+            "`statetrack reproduce` measures them (or pass --book-dir DIR of a checkout's docs)"
+        )
     differ = write_book(args.book_dir, args.readme, check=args.check)
     for path in differ:
         print(f"{'differs from its generation' if args.check else 'wrote'}: {path}")
@@ -201,8 +237,12 @@ def cmd_tasks(args) -> int:
 
     if args.action in (None, "list"):
         if args.json or getattr(args, "list_json", False):
-            return _print_json([{"name": name, "summary": cls.summary, "parameters": task_parameters(name)}
-                                for name, cls in sorted(TASKS.items())])
+            return _print_json(
+                [
+                    {"name": name, "summary": cls.summary, "parameters": task_parameters(name)}
+                    for name, cls in sorted(TASKS.items())
+                ]
+            )
         width = max(map(len, TASKS)) + 2
         for name, cls in sorted(TASKS.items()):
             params = ", ".join(f"{k}={v!r}" for k, v in task_parameters(name).items()) or "-"
@@ -246,15 +286,27 @@ def cmd_models(args) -> int:
             raise StatetrackError("models: --json lists the models; it does not go with --params or --width")
         return _model_sizes(args)
     if args.settings or args.num_layers is not None:
-        raise StatetrackError("models: --set and --num-layers go with --params BUDGET or --width N "
-                              "(e.g. statetrack models --params 3e6 --num-layers 2)")
+        raise StatetrackError(
+            "models: --set and --num-layers go with --params BUDGET or --width N "
+            "(e.g. statetrack models --params 3e6 --num-layers 2)"
+        )
     names = [zoo.resolve(name)["name"] for name in args.names] or list(zoo.MODELS)  # presets: their model
     if args.json:
-        return _print_json([
-            {"name": name, "display_name": zoo.display_name(name), "summary": entry.summary, "recurrent": entry.recurrent,
-             "parameters": zoo.mixer_parameters(name), "stack_defaults": {**zoo.MODEL_DEFAULTS, **entry.stack_defaults},
-             "presets": {k: v for k, v in zoo.PRESETS.items() if v["name"] == name}}
-            for name, entry in zoo.MODELS.items() if name in names])
+        return _print_json(
+            [
+                {
+                    "name": name,
+                    "display_name": zoo.display_name(name),
+                    "summary": entry.summary,
+                    "recurrent": entry.recurrent,
+                    "parameters": zoo.mixer_parameters(name),
+                    "stack_defaults": {**zoo.MODEL_DEFAULTS, **entry.stack_defaults},
+                    "presets": {k: v for k, v in zoo.PRESETS.items() if v["name"] == name},
+                }
+                for name, entry in zoo.MODELS.items()
+                if name in names
+            ]
+        )
     width = max(map(len, zoo.MODELS)) + 2
     for name, entry in zoo.MODELS.items():
         if name not in names:
@@ -266,8 +318,10 @@ def cmd_models(args) -> int:
             print(f"{'':{width}s}stack defaults of its own (its published form): {own}")
     if args.names:
         return 0
-    print(f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())} "
-          f"(a model's stack defaults of its own, listed with it, replace these)")
+    print(
+        f"\ncommon parameters: {', '.join(f'{k}={v!r}' for k, v in zoo.MODEL_DEFAULTS.items())} "
+        f"(a model's stack defaults of its own, listed with it, replace these)"
+    )
     print("presets: " + ", ".join(f"{k} = {v}" for k, v in zoo.PRESETS.items()))
     return 0
 
@@ -290,16 +344,23 @@ def _model_sizes(args) -> int:
     specs, used = [], set()
     for name in names:
         known = zoo.resolve(name)  # unknown names and presets: as in a spec
-        own = {k: v for k, v in settings.items() if k in known and k != "name"}  # --set applies where the model has the key
+        own = {
+            k: v for k, v in settings.items() if k in known and k != "name"
+        }  # --set applies where the model has the key
         used.update(own)
         specs.append({"name": name, **own, **({} if args.num_layers is None else {"num_layers": args.num_layers})})
     unused = [k for k in settings if k not in used]
     if unused:
-        raise StatetrackError(f"--set {unused[0]}: none of the listed models has a parameter {unused[0]!r} (see `statetrack models`)")
+        raise StatetrackError(
+            f"--set {unused[0]}: none of the listed models has a parameter {unused[0]!r} (see `statetrack models`)"
+        )
 
     layers = args.num_layers is not None
-    header = ["model", "display name", "d_model", "per layer"] + (["vs budget"] if budget is not None else []) + \
-        ([f"{args.num_layers} layers"] if layers else [])
+    header = (
+        ["model", "display name", "d_model", "per layer"]
+        + (["vs budget"] if budget is not None else [])
+        + ([f"{args.num_layers} layers"] if layers else [])
+    )
     body, notes, failed = [], [], []
     for name, spec in zip(names, specs):
         try:
@@ -309,7 +370,11 @@ def _model_sizes(args) -> int:
                 spec = zoo.resolve({**spec, "d_model": args.width})
                 count = sizing.layer_parameters(spec)
         except StatetrackError as error:
-            body.append([name, zoo.display_name(spec), "-", "-"] + (["-"] if budget is not None else []) + (["-"] if layers else []))
+            body.append(
+                [name, zoo.display_name(spec), "-", "-"]
+                + (["-"] if budget is not None else [])
+                + (["-"] if layers else [])
+            )
             failed.append(f"{name}: {error}")
             continue
         row = [name, zoo.display_name(spec), str(spec["d_model"]), f"{count:,}"]
@@ -318,15 +383,21 @@ def _model_sizes(args) -> int:
             far = abs(deviation) > sizing.TOLERANCE
             row.append(f"{deviation:+.2%}" + (" *" if far else ""))
             if far:
-                notes.append(f"{name}: * no d_model comes within {sizing.TOLERANCE:.0%} of the budget; `params:` in a spec would refuse it")
+                notes.append(
+                    f"{name}: * no d_model comes within {sizing.TOLERANCE:.0%} of the budget; `params:` in a spec would refuse it"
+                )
         if layers:
             row.append(f"{sizing.stack_parameters(spec):,}")
         body.append(row)
     if budget is not None:
-        print(f"d_model nearest to {budget:,.0f} trainable parameters per layer (mixer, LayerNorms and MLP; "
-              f"embedding and readout not counted)")
+        print(
+            f"d_model nearest to {budget:,.0f} trainable parameters per layer (mixer, LayerNorms and MLP; "
+            f"embedding and readout not counted)"
+        )
     else:
-        print(f"trainable parameters per layer at d_model {args.width} (mixer, LayerNorms and MLP; embedding and readout not counted)")
+        print(
+            f"trainable parameters per layer at d_model {args.width} (mixer, LayerNorms and MLP; embedding and readout not counted)"
+        )
     print(text_table(header, body))
     for note in notes:
         print(note)
@@ -346,14 +417,27 @@ def cmd_experiments(args) -> int:
     rows = experiments_overview(book_dir, args.scale)
     if args.json:
         return _print_json(rows)
-    body = [[r["name"], str(r["planned_runs"]), "-" if r["wall_seconds"] is None else duration(r["wall_seconds"]), r["description"]]
-            for r in rows]
+    body = [
+        [
+            r["name"],
+            str(r["planned_runs"]),
+            "-" if r["wall_seconds"] is None else duration(r["wall_seconds"]),
+            r["description"],
+        ]
+        for r in rows
+    ]
     width = shutil.get_terminal_size().columns
     for line in text_table(["experiment", "runs", "last wall time", "description"], body).splitlines():
         print(line if len(line) <= width else line[: width - 1] + "…")
-    where = f"snapshots in {Path(book_dir) / 'results'}" if book_dir is not None else "none here: statetrack is not run from a checkout"
-    print(f"\nruns: planned at the {args.scale} scale. last wall time: the committed measurement at that scale ({where}); "
-          f"- where there is none. Full descriptions: --json")
+    where = (
+        f"snapshots in {Path(book_dir) / 'results'}"
+        if book_dir is not None
+        else "none here: statetrack is not run from a checkout"
+    )
+    print(
+        f"\nruns: planned at the {args.scale} scale. last wall time: the committed measurement at that scale ({where}); "
+        f"- where there is none. Full descriptions: --json"
+    )
     return 0
 
 
@@ -412,7 +496,9 @@ def cmd_report(args) -> int:
         _known_experiment(store, name)
         scale = (store.plan(name) or {}).get("scale")
         papers[name] = spec_paper(name, scale)
-        scored = score_store(store, name, paper=papers[name], selection=spec_section(name, "selection", scale), run_data=True)
+        scored = score_store(
+            store, name, paper=papers[name], selection=spec_section(name, "selection", scale), run_data=True
+        )
         print(write_report(scored, args.results_dir, formats) / "report.html")
     if args.all:
         print(write_index(store, args.results_dir, papers))
@@ -433,7 +519,11 @@ def cmd_export(args) -> int:
     elif args.kind == "wandb":
         target = args.project
     else:
-        target = args.out or str(under(args.results_dir, args.experiment, "csv") if args.kind == "csv" else Path(args.results_dir) / "tensorboard")
+        target = args.out or str(
+            under(args.results_dir, args.experiment, "csv")
+            if args.kind == "csv"
+            else Path(args.results_dir) / "tensorboard"
+        )
         check_writable(target, "--out folder")
     count, where = export_runs(_store(args, read_only=True), args.experiment, args.kind, target)
     print(f"exported {count} runs of {args.experiment} to {args.kind}: {where}")
@@ -441,7 +531,15 @@ def cmd_export(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from statetrack.results.report import extrapolation_caption, extrapolation_rows, metric_rows, metrics_by_length, sequence_rows, table_rows, text_table
+    from statetrack.results.report import (
+        extrapolation_caption,
+        extrapolation_rows,
+        metric_rows,
+        metrics_by_length,
+        sequence_rows,
+        table_rows,
+        text_table,
+    )
     from statetrack.results.scoring import score_store
 
     check_name(args.experiment)
@@ -456,7 +554,9 @@ def cmd_results(args) -> int:
     print(text_table(*table_rows(summary, "headline")))
     if any(e["sequence_differs"] for e in summary):
         header, body, _ = sequence_rows(summary)
-        print(f"\nsequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}")
+        print(
+            f"\nsequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}"
+        )
     if summary and scored.selection["criterion"] == "extrapolation":
         header, body, _ = extrapolation_rows(summary)
         print(f"\nextrapolation ({extrapolation_caption(scored.selection)}):\n{text_table(header, body)}")
@@ -486,13 +586,27 @@ def cmd_analyze(args) -> int:
     if args.analysis == "belief":
         from statetrack.analysis.belief import analyze_belief
 
-        text, path = analyze_belief(args.task, _params(args.params), length=args.length, samples=args.samples, seed=args.seed,
-                                    out=args.out, results_dir=args.results_dir)
+        text, path = analyze_belief(
+            args.task,
+            _params(args.params),
+            length=args.length,
+            samples=args.samples,
+            seed=args.seed,
+            out=args.out,
+            results_dir=args.results_dir,
+        )
     elif args.analysis == "rotations":
         from statetrack.analysis.rotations import analyze_rotations
 
-        text, path = analyze_rotations(_store(args), args.run, args.results_dir, out=args.out, model=args.model,
-                                       run_seed=args.run_seed, top=args.top)
+        text, path = analyze_rotations(
+            _store(args),
+            args.run,
+            args.results_dir,
+            out=args.out,
+            model=args.model,
+            run_seed=args.run_seed,
+            top=args.top,
+        )
     elif args.analysis == "signs":
         from statetrack.analysis.signs import analyze_signs
 
@@ -501,8 +615,18 @@ def cmd_analyze(args) -> int:
     elif args.analysis == "heads":
         from statetrack.analysis.heads import analyze_heads
 
-        text, paths = analyze_heads(_store(args), args.run, args.results_dir, samples=args.samples, length=args.length, seed=args.seed,
-                                    out=args.out, model=args.model, run_seed=args.run_seed, sweep=args.sweep)
+        text, paths = analyze_heads(
+            _store(args),
+            args.run,
+            args.results_dir,
+            samples=args.samples,
+            length=args.length,
+            seed=args.seed,
+            out=args.out,
+            model=args.model,
+            run_seed=args.run_seed,
+            sweep=args.sweep,
+        )
         print(text)
         for path in paths:
             print(f"plot: {path}")
@@ -511,8 +635,15 @@ def cmd_analyze(args) -> int:
         from statetrack.analysis.spectrum import analyze_run
 
         text, path = analyze_run(
-            _store(args), args.run, args.results_dir, samples=args.samples, length=args.length, seed=args.seed,
-            out=args.out, model=args.model, run_seed=args.run_seed,
+            _store(args),
+            args.run,
+            args.results_dir,
+            samples=args.samples,
+            length=args.length,
+            seed=args.seed,
+            out=args.out,
+            model=args.model,
+            run_seed=args.run_seed,
         )
     print(text)
     if path is not None:
@@ -540,19 +671,32 @@ def cmd_construct(args) -> int:
     limits.check_tokens(min(args.samples, args.batch_size), max(args.lengths), "construct")
     built = construct(task, args.structure, normalize_every=args.normalize_every)
     spec = built.spec
-    size = f"d_model {spec['d_model']}, hidden {spec['hidden']}" + (f", rank {spec['rank']}" if spec["structure"] == "cp" else "")
-    print(f"{zoo.display_name(spec)} ({size}, {built.model.num_parameters():,} weights) simulating {task!r} exactly; "
-          f"smallest logit margin {built.margin:.3f}")
-    rows = evaluate_construction(built.model, task, args.lengths, samples=args.samples, batch_size=args.batch_size,
-                                 seed=args.seed, chunk_size=args.chunk_size)
+    size = f"d_model {spec['d_model']}, hidden {spec['hidden']}" + (
+        f", rank {spec['rank']}" if spec["structure"] == "cp" else ""
+    )
+    print(
+        f"{zoo.display_name(spec)} ({size}, {built.model.num_parameters():,} weights) simulating {task!r} exactly; "
+        f"smallest logit margin {built.margin:.3f}"
+    )
+    rows = evaluate_construction(
+        built.model,
+        task,
+        args.lengths,
+        samples=args.samples,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        chunk_size=args.chunk_size,
+    )
     body = [[str(r["length"]), str(r["samples"]), f"{r['accuracy']:.4f}", f"{r['scaled_accuracy']:.4f}"] for r in rows]
     print(text_table(["length", "samples", "accuracy", "scaled accuracy"], body))
     return 0
 
 
 # ---- parser --------------------------------------------------------------------------------------
-IMPORT_HELP = ("import a module or .py file that registers models or tasks before anything else "
-               "(repeatable; `run` also imports it in every worker)")
+IMPORT_HELP = (
+    "import a module or .py file that registers models or tasks before anything else "
+    "(repeatable; `run` also imports it in every worker)"
+)
 
 
 class UsageError(StatetrackError):
@@ -573,31 +717,77 @@ def add_run_options(p) -> None:
     p.add_argument("--scale", default="quick", choices=SCALES, help="quick: CPU minutes; paper: the papers' sizes")
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--workers", type=_int(), default=None,
-                   help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); ray: CPUs of a local Ray instance")
-    p.add_argument("--backend", default="local", choices=["local", "ray"],
-                   help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')")
-    p.add_argument("--address", default=None, help="ray: join the cluster at this address (e.g. auto, or HEAD_IP:6379); default: a local Ray instance")
-    p.add_argument("--gpus-per-run", type=float, default=None, help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)")
-    p.add_argument("--tensorboard", default=None, metavar="DIR",
-                   help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT (pip install 'statetrack[tensorboard]')")
-    p.add_argument("--wandb", default=None, metavar="PROJECT",
-                   help="log each run to Weights & Biases while it trains, in PROJECT (WANDB_MODE=offline works offline; "
-                        "pip install 'statetrack[wandb]')")
-    p.add_argument("--mlflow", default=None, metavar="URI",
-                   help="log each run to MLflow while it trains, at the tracking URI (e.g. http://host:5000), in an MLflow "
-                        "experiment of the experiment's name (pip install 'statetrack[mlflow]')")
-    p.add_argument("--skip-failed", action="store_true", help="on a re-run, leave runs that failed before as they are (default: retry them)")
-    p.add_argument("--lease", type=float, default=LEASE_SECONDS, metavar="SECONDS",
-                   help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
-                        f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)")
+    p.add_argument(
+        "--workers",
+        type=_int(),
+        default=None,
+        help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); ray: CPUs of a local Ray instance",
+    )
+    p.add_argument(
+        "--backend",
+        default="local",
+        choices=["local", "ray"],
+        help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="ray: join the cluster at this address (e.g. auto, or HEAD_IP:6379); default: a local Ray instance",
+    )
+    p.add_argument(
+        "--gpus-per-run",
+        type=float,
+        default=None,
+        help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)",
+    )
+    p.add_argument(
+        "--tensorboard",
+        default=None,
+        metavar="DIR",
+        help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT (pip install 'statetrack[tensorboard]')",
+    )
+    p.add_argument(
+        "--wandb",
+        default=None,
+        metavar="PROJECT",
+        help="log each run to Weights & Biases while it trains, in PROJECT (WANDB_MODE=offline works offline; "
+        "pip install 'statetrack[wandb]')",
+    )
+    p.add_argument(
+        "--mlflow",
+        default=None,
+        metavar="URI",
+        help="log each run to MLflow while it trains, at the tracking URI (e.g. http://host:5000), in an MLflow "
+        "experiment of the experiment's name (pip install 'statetrack[mlflow]')",
+    )
+    p.add_argument(
+        "--skip-failed",
+        action="store_true",
+        help="on a re-run, leave runs that failed before as they are (default: retry them)",
+    )
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=LEASE_SECONDS,
+        metavar="SECONDS",
+        help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
+        f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)",
+    )
 
 
 def add_book_options(p) -> None:
-    p.add_argument("--book-dir", default="docs", metavar="DIR",
-                   help="where the book is (DIR/reproductions.md, DIR/claims.md) and its snapshots (DIR/results/) (default: docs)")
-    p.add_argument("--readme", default="README.md", metavar="FILE",
-                   help="the README whose generated blocks are rewritten, where it exists (default: README.md)")
+    p.add_argument(
+        "--book-dir",
+        default="docs",
+        metavar="DIR",
+        help="where the book is (DIR/reproductions.md, DIR/claims.md) and its snapshots (DIR/results/) (default: docs)",
+    )
+    p.add_argument(
+        "--readme",
+        default="README.md",
+        metavar="FILE",
+        help="the README whose generated blocks are rewritten, where it exists (default: README.md)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -618,23 +808,46 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = with_store(command("run", help="train and evaluate every run of an experiment, then report"))
-    p.add_argument("experiment", metavar="EXPERIMENT|FILE.yaml", help="a shipped experiment (see `statetrack experiments`) or a spec file")
+    p.add_argument(
+        "experiment",
+        metavar="EXPERIMENT|FILE.yaml",
+        help="a shipped experiment (see `statetrack experiments`) or a spec file",
+    )
     add_run_options(p)
-    p.add_argument("--name", default=None, metavar="NAME",
-                   help="the experiment's name in the store and the results folder (default: the spec's; with overrides, "
-                        "the spec's and the overrides', e.g. demo_seeds-0_train.steps-200)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the resolved spec and the planned runs with their training cost and status; train and write nothing")
-    p.add_argument("overrides", nargs="*", default=[], metavar="key=value", help="override spec entries, e.g. train.steps=200 'seeds=[0]'")
+    p.add_argument(
+        "--name",
+        default=None,
+        metavar="NAME",
+        help="the experiment's name in the store and the results folder (default: the spec's; with overrides, "
+        "the spec's and the overrides', e.g. demo_seeds-0_train.steps-200)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved spec and the planned runs with their training cost and status; train and write nothing",
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        default=[],
+        metavar="key=value",
+        help="override spec entries, e.g. train.steps=200 'seeds=[0]'",
+    )
     p.set_defaults(func=cmd_run)
 
-    p = with_store(command("reproduce", help="run every shipped experiment (or those named) into one store, then write the book"))
-    p.add_argument("experiments", nargs="*", default=[], metavar="EXPERIMENT", help="shipped experiments (default: all of them)")
+    p = with_store(
+        command("reproduce", help="run every shipped experiment (or those named) into one store, then write the book")
+    )
+    p.add_argument(
+        "experiments", nargs="*", default=[], metavar="EXPERIMENT", help="shipped experiments (default: all of them)"
+    )
     add_run_options(p)
     add_book_options(p)
     p.set_defaults(func=cmd_reproduce)
 
-    p = command("book", help="write docs/reproductions.md, docs/claims.md and the README's result blocks from the snapshots")
+    p = command(
+        "book", help="write docs/reproductions.md, docs/claims.md and the README's result blocks from the snapshots"
+    )
     add_book_options(p)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page differs from its generation")
     p.set_defaults(func=cmd_book)
@@ -648,63 +861,151 @@ def build_parser() -> argparse.ArgumentParser:
     show = tsub.add_parser("show", help="print readable examples of a task")
     show.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
     show.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=S5")
-    show.add_argument("--lengths", type=_int(high=limits.MAX_LENGTH), nargs="+", default=None, metavar="L",
-                      help="task lengths, --count examples at each (default: 8, or the task's minimum length if longer)")
+    show.add_argument(
+        "--lengths",
+        type=_int(high=limits.MAX_LENGTH),
+        nargs="+",
+        default=None,
+        metavar="L",
+        help="task lengths, --count examples at each (default: 8, or the task's minimum length if longer)",
+    )
     show.add_argument("--count", type=_int(), default=3, help="examples per length (default: 3)")
     show.add_argument("--seed", type=_int(0), default=0, help="seed of the examples (default: 0)")
     export = tsub.add_parser("export", help="write datasets to disk (CSV or JSONL)")
     export.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
     export.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=A5")
-    export.add_argument("--lengths", type=_int(high=limits.MAX_LENGTH), nargs="+", required=True, metavar="L", help="task lengths, one file per length")
+    export.add_argument(
+        "--lengths",
+        type=_int(high=limits.MAX_LENGTH),
+        nargs="+",
+        required=True,
+        metavar="L",
+        help="task lengths, one file per length",
+    )
     export.add_argument("--samples", type=_int(), required=True, metavar="N", help="examples per length")
-    export.add_argument("--out", required=True, metavar="DIR",
-                        help="folder to write into, created if missing: one file per length and NAME.meta.json "
-                             "(what decodes them: vocabulary, answer classes, parameters, files; a group's elements and Cayley table)")
-    export.add_argument("--format", choices=["csv", "jsonl"], default="csv",
-                        help="csv: columns input,target,mask (word problems: GROUP=L.csv with seed,input,target, "
-                             "as Merrill et al. 2024); jsonl: one object per example (default: csv)")
-    export.add_argument("--seed", type=_int(0), default=0,
-                        help="seed of the examples; each length has its own generator, seeded from (seed, length), "
-                             "so a file does not change when lengths are added (default: 0)")
+    export.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder to write into, created if missing: one file per length and NAME.meta.json "
+        "(what decodes them: vocabulary, answer classes, parameters, files; a group's elements and Cayley table)",
+    )
+    export.add_argument(
+        "--format",
+        choices=["csv", "jsonl"],
+        default="csv",
+        help="csv: columns input,target,mask (word problems: GROUP=L.csv with seed,input,target, "
+        "as Merrill et al. 2024); jsonl: one object per example (default: csv)",
+    )
+    export.add_argument(
+        "--seed",
+        type=_int(0),
+        default=0,
+        help="seed of the examples; each length has its own generator, seeded from (seed, length), "
+        "so a file does not change when lengths are added (default: 0)",
+    )
     p.set_defaults(func=cmd_tasks)
 
     p = command("models", help="list models, their parameters and presets; --params/--width: parameters per layer")
-    p.add_argument("names", nargs="*", default=[], metavar="MODEL", help="only these models or presets (default: every registered model)")
+    p.add_argument(
+        "names",
+        nargs="*",
+        default=[],
+        metavar="MODEL",
+        help="only these models or presets (default: every registered model)",
+    )
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--params", dest="budget", default=None, metavar="BUDGET",
-                      help="choose each model's d_model for this many trainable parameters per layer (e.g. 3e6), and print it")
-    size.add_argument("--width", type=_int(high=limits.MAX_WIDTH), default=None, metavar="N", help="print each model's parameters per layer at d_model N")
-    p.add_argument("--num-layers", type=_int(high=limits.MAX_LAYERS), default=None, metavar="N", help="with --params or --width: also count all N layers")
-    p.add_argument("--set", dest="settings", nargs="+", action="extend", default=None, metavar="key=value",
-                   help="with --params or --width: model settings, applied to each model that has the key (e.g. mlp=false num_heads=4)")
-    p.add_argument("--json", action="store_true", help="a JSON list, one object per model: name, display_name, summary, recurrent, "
-                                                       "parameters (with their defaults), stack_defaults (d_model, num_layers, "
-                                                       "mlp for this model), presets")
+    size.add_argument(
+        "--params",
+        dest="budget",
+        default=None,
+        metavar="BUDGET",
+        help="choose each model's d_model for this many trainable parameters per layer (e.g. 3e6), and print it",
+    )
+    size.add_argument(
+        "--width",
+        type=_int(high=limits.MAX_WIDTH),
+        default=None,
+        metavar="N",
+        help="print each model's parameters per layer at d_model N",
+    )
+    p.add_argument(
+        "--num-layers",
+        type=_int(high=limits.MAX_LAYERS),
+        default=None,
+        metavar="N",
+        help="with --params or --width: also count all N layers",
+    )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="key=value",
+        help="with --params or --width: model settings, applied to each model that has the key (e.g. mlp=false num_heads=4)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list, one object per model: name, display_name, summary, recurrent, "
+        "parameters (with their defaults), stack_defaults (d_model, num_layers, "
+        "mlp for this model), presets",
+    )
     p.set_defaults(func=cmd_models)
 
     p = command("experiments", help="list the shipped experiments: planned runs, last measured wall time, description")
-    p.add_argument("--scale", default="quick", choices=SCALES, help="the scale of the runs and wall times (default: quick)")
-    p.add_argument("--book-dir", default=None, metavar="DIR",
-                   help="where the snapshots of measured experiments are (DIR/results/; default: the docs folder of the "
-                        "checkout statetrack runs from, if it runs from one)")
-    p.add_argument("--json", action="store_true", help="a JSON list, one object per experiment: name, description, scale, "
-                                                       "planned_runs, wall_seconds (null where none was measured)")
+    p.add_argument(
+        "--scale", default="quick", choices=SCALES, help="the scale of the runs and wall times (default: quick)"
+    )
+    p.add_argument(
+        "--book-dir",
+        default=None,
+        metavar="DIR",
+        help="where the snapshots of measured experiments are (DIR/results/; default: the docs folder of the "
+        "checkout statetrack runs from, if it runs from one)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list, one object per experiment: name, description, scale, "
+        "planned_runs, wall_seconds (null where none was measured)",
+    )
     p.set_defaults(func=cmd_experiments)
 
-    p = command("schema", help="print the JSON Schema of an experiment spec, every registered model and task with its parameters "
-                               "(statetrack schema > statetrack.schema.json; an editor then completes and checks YAML specs)")
+    p = command(
+        "schema",
+        help="print the JSON Schema of an experiment spec, every registered model and task with its parameters "
+        "(statetrack schema > statetrack.schema.json; an editor then completes and checks YAML specs)",
+    )
     p.set_defaults(func=cmd_schema)
 
-    p = command("completion", help="print the shell's completion script: commands, options, and the names of experiments, tasks "
-                                   "and models (bash: statetrack completion bash > ~/.local/share/bash-completion/completions/statetrack)")
+    p = command(
+        "completion",
+        help="print the shell's completion script: commands, options, and the names of experiments, tasks "
+        "and models (bash: statetrack completion bash > ~/.local/share/bash-completion/completions/statetrack)",
+    )
     p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell the script is for")
     p.set_defaults(func=cmd_completion)
 
-    p = with_store(command("report", help="write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts"))
+    p = with_store(
+        command(
+            "report",
+            help="write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts",
+        )
+    )
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
-    p.add_argument("--all", action="store_true", help="every experiment in the store, and results/index.html linking them with their verdicts")
-    p.add_argument("--format", default="png", metavar="FORMATS",
-                   help="the plots' formats, comma-separated: png, svg, pdf (default: png; the HTML report embeds the PNG)")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every experiment in the store, and results/index.html linking them with their verdicts",
+    )
+    p.add_argument(
+        "--format",
+        default="png",
+        metavar="FORMATS",
+        help="the plots' formats, comma-separated: png, svg, pdf (default: png; the HTML report embeds the PNG)",
+    )
     p.set_defaults(func=cmd_report)
 
     p = with_store(command("results", help="print an experiment's results"))
@@ -712,74 +1013,197 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
     p.set_defaults(func=cmd_results)
 
-    p = with_store(command("export", help="an experiment's finished runs (curves and evaluations) as CSV, TensorBoard events, "
-                                          "W&B runs or MLflow runs"))
-    p.add_argument("kind", choices=["csv", "tensorboard", "wandb", "mlflow"], metavar="KIND", help="csv, tensorboard, wandb or mlflow")
+    p = with_store(
+        command(
+            "export",
+            help="an experiment's finished runs (curves and evaluations) as CSV, TensorBoard events, "
+            "W&B runs or MLflow runs",
+        )
+    )
+    p.add_argument(
+        "kind",
+        choices=["csv", "tensorboard", "wandb", "mlflow"],
+        metavar="KIND",
+        help="csv, tensorboard, wandb or mlflow",
+    )
     p.add_argument("experiment", metavar="EXPERIMENT")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="csv, tensorboard: the folder (default: RESULTS_DIR/EXPERIMENT/csv, RESULTS_DIR/tensorboard)")
-    p.add_argument("--project", default="statetrack", help="wandb: the project (default: statetrack; WANDB_MODE=offline works offline)")
-    p.add_argument("--tracking-uri", default=None, metavar="URI",
-                   help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), runs in an MLflow experiment of the experiment's name")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="csv, tensorboard: the folder (default: RESULTS_DIR/EXPERIMENT/csv, RESULTS_DIR/tensorboard)",
+    )
+    p.add_argument(
+        "--project",
+        default="statetrack",
+        help="wandb: the project (default: statetrack; WANDB_MODE=offline works offline)",
+    )
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        metavar="URI",
+        help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), runs in an MLflow experiment of the experiment's name",
+    )
     p.set_defaults(func=cmd_export)
 
-    p = command("analyze", help="analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) and of the random machine's shortcut floor (shortcut)")
+    p = command(
+        "analyze",
+        help="analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) and of the random machine's shortcut floor (shortcut)",
+    )
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+
     def of_a_run(name: str, help: str, example: str) -> argparse.ArgumentParser:
         """An analysis of one trained run: RUN, or an experiment with --model and --run-seed."""
         a = with_store(asub.add_parser(name, help=help))
         a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
-        a.add_argument("--model", default=None, help=f'display name of the model when RUN is an experiment, e.g. "{example}"')
-        a.add_argument("--run-seed", type=_int(0), default=None, help="seed of the run when RUN is an experiment (default: lowest)")
+        a.add_argument(
+            "--model", default=None, help=f'display name of the model when RUN is an experiment, e.g. "{example}"'
+        )
+        a.add_argument(
+            "--run-seed", type=_int(0), default=None, help="seed of the run when RUN is an experiment (default: lowest)"
+        )
         a.set_defaults(func=cmd_analyze)
         return a
 
     a = of_a_run("spectrum", "eigenvalues of a run's learned state transitions, printed and plotted", "DeltaNet [-1,1]")
     a.add_argument("--samples", type=_int(), default=64, help="input sequences (default: 64)")
-    a.add_argument("--length", type=_int(high=limits.MAX_LENGTH), default=None, help="input length (default: the run's longest training length)")
+    a.add_argument(
+        "--length",
+        type=_int(high=limits.MAX_LENGTH),
+        default=None,
+        help="input length (default: the run's longest training length)",
+    )
     a.add_argument("--seed", type=_int(0), default=0, help="seed of the inputs")
-    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot spectrum_RUNID.png (default: RESULTS_DIR/EXPERIMENT)")
-    a = of_a_run("rotations", "a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted",
-                 "Bilinear rotation")
+    a.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for the plot spectrum_RUNID.png (default: RESULTS_DIR/EXPERIMENT)",
+    )
+    a = of_a_run(
+        "rotations",
+        "a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted",
+        "Bilinear rotation",
+    )
     a.add_argument("--top", type=_int(), default=20, help="planes printed (default: 20; the plot shows every plane)")
-    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot rotations_RUNID.png (default: RESULTS_DIR/EXPERIMENT)")
-    of_a_run("signs", "a real-diagonal bilinear parity run's dominant coordinate and whether its sign tracks parity at long lengths "
-             "(every such run of an EXPERIMENT without --model)", "Bilinear diagonal frozen norm")
-    a = of_a_run("heads", "a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, "
-                 "ranked and plotted", "DeltaNet [-1,1]")
+    a.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for the plot rotations_RUNID.png (default: RESULTS_DIR/EXPERIMENT)",
+    )
+    of_a_run(
+        "signs",
+        "a real-diagonal bilinear parity run's dominant coordinate and whether its sign tracks parity at long lengths "
+        "(every such run of an EXPERIMENT without --model)",
+        "Bilinear diagonal frozen norm",
+    )
+    a = of_a_run(
+        "heads",
+        "a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, "
+        "ranked and plotted",
+        "DeltaNet [-1,1]",
+    )
     a.add_argument("--samples", type=_int(), default=64, help="input sequences (default: 64)")
-    a.add_argument("--length", type=_int(high=limits.MAX_LENGTH), default=None, help="input length (default: the run's longest training length)")
-    a.add_argument("--seed", type=_int(0), default=0, help="seed of the inputs (the evaluation set of that seed at --length)")
-    a.add_argument("--sweep", type=_int(), default=4, help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)")
-    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plots heads_RUNID_beta.png, heads_RUNID_keys.png and "
-                                                             "heads_RUNID_intervention.png (default: RESULTS_DIR/EXPERIMENT)")
-    a = asub.add_parser("belief",
-                        help="a PFSA-SR task's unnormalised belief recurrence: predicted vs observed float32/float64 underflow, printed and plotted")
+    a.add_argument(
+        "--length",
+        type=_int(high=limits.MAX_LENGTH),
+        default=None,
+        help="input length (default: the run's longest training length)",
+    )
+    a.add_argument(
+        "--seed", type=_int(0), default=0, help="seed of the inputs (the evaluation set of that seed at --length)"
+    )
+    a.add_argument(
+        "--sweep",
+        type=_int(),
+        default=4,
+        help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)",
+    )
+    a.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for the plots heads_RUNID_beta.png, heads_RUNID_keys.png and "
+        "heads_RUNID_intervention.png (default: RESULTS_DIR/EXPERIMENT)",
+    )
+    a = asub.add_parser(
+        "belief",
+        help="a PFSA-SR task's unnormalised belief recurrence: predicted vs observed float32/float64 underflow, printed and plotted",
+    )
     a.add_argument("task", metavar="TASK", help="a task with a belief recurrence: pfsa")
-    a.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. n=4 noise=0.5 reveal_prob=0.3")
-    a.add_argument("--length", type=_int(high=limits.MAX_LENGTH), default=4000, help="tokens per sequence (default: 4000, past the float64 underflow at the defaults)")
+    a.add_argument(
+        "params",
+        nargs="*",
+        default=[],
+        metavar="param=value",
+        help="task parameters, e.g. n=4 noise=0.5 reveal_prob=0.3",
+    )
+    a.add_argument(
+        "--length",
+        type=_int(high=limits.MAX_LENGTH),
+        default=4000,
+        help="tokens per sequence (default: 4000, past the float64 underflow at the defaults)",
+    )
     a.add_argument("--samples", type=_int(), default=64, help="sequences (default: 64)")
     a.add_argument("--seed", type=_int(0), default=0, help="seed of the sequences")
     a.add_argument("--results-dir", default="results", help="folder for the plot (default: results)")
-    a.add_argument("--out", default=None, metavar="DIR", help="folder for the plot belief_TASK_PARAMS.png (default: RESULTS_DIR/belief)")
+    a.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="folder for the plot belief_TASK_PARAMS.png (default: RESULTS_DIR/belief)",
+    )
     a.set_defaults(func=cmd_analyze)
 
-    a = asub.add_parser("shortcut", help="the random state machine's last-k-symbols floor: the accuracy of guessing the final "
-                                         "state from the last k symbols alone, exact")
-    a.add_argument("params", nargs="*", default=[], metavar="param=value", help="fsm parameters, e.g. states=6 machine_seed=0")
-    a.add_argument("--window", type=_int(), default=4, help="the longest window k (default: 4, a causal convolution of 4 tokens)")
+    a = asub.add_parser(
+        "shortcut",
+        help="the random state machine's last-k-symbols floor: the accuracy of guessing the final "
+        "state from the last k symbols alone, exact",
+    )
+    a.add_argument(
+        "params", nargs="*", default=[], metavar="param=value", help="fsm parameters, e.g. states=6 machine_seed=0"
+    )
+    a.add_argument(
+        "--window", type=_int(), default=4, help="the longest window k (default: 4, a causal convolution of 4 tokens)"
+    )
     a.set_defaults(func=cmd_analyze)
 
     p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")
     p.add_argument("task", metavar="TASK", help="fsm, modadd, parity or word_problem")
-    p.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. states=6 machine_seed=1, m=20, group=A5")
-    p.add_argument("--structure", default="full",
-                   help="full, cp, block (any automaton), rotation (commuting tokens: Z_m, abelian groups) or diagonal (parity)")
-    p.add_argument("--lengths", type=_int(high=limits.MAX_LENGTH), nargs="+", default=[10, 100, 1000, 10000], help="evaluation lengths (default: 10 100 1000 10000)")
+    p.add_argument(
+        "params",
+        nargs="*",
+        default=[],
+        metavar="param=value",
+        help="task parameters, e.g. states=6 machine_seed=1, m=20, group=A5",
+    )
+    p.add_argument(
+        "--structure",
+        default="full",
+        help="full, cp, block (any automaton), rotation (commuting tokens: Z_m, abelian groups) or diagonal (parity)",
+    )
+    p.add_argument(
+        "--lengths",
+        type=_int(high=limits.MAX_LENGTH),
+        nargs="+",
+        default=[10, 100, 1000, 10000],
+        help="evaluation lengths (default: 10 100 1000 10000)",
+    )
     p.add_argument("--samples", type=_int(), default=16, help="inputs per length (default: 16)")
     p.add_argument("--batch-size", type=_int(), default=16, help="inputs per batch (default: 16)")
-    p.add_argument("--chunk-size", type=_int(high=limits.MAX_LENGTH), default=1024, help="tokens fed per call, carrying the state (default: 1024)")
-    p.add_argument("--normalize-every", type=_int(), default=1, help="the mixer's evaluation-time renormalisation period (default: 1)")
+    p.add_argument(
+        "--chunk-size",
+        type=_int(high=limits.MAX_LENGTH),
+        default=1024,
+        help="tokens fed per call, carrying the state (default: 1024)",
+    )
+    p.add_argument(
+        "--normalize-every",
+        type=_int(),
+        default=1,
+        help="the mixer's evaluation-time renormalisation period (default: 1)",
+    )
     p.add_argument("--seed", type=_int(0), default=0, help="seed of the evaluation inputs")
     p.set_defaults(func=cmd_construct)
     return parser
@@ -832,7 +1256,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"statetrack: error: {_one_line(f'{error.strerror or error}{where}')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:
-        print("statetrack: interrupted; finished runs are in the store, re-run the same command to resume", file=sys.stderr)
+        print(
+            "statetrack: interrupted; finished runs are in the store, re-run the same command to resume",
+            file=sys.stderr,
+        )
         return 143 if type(interrupt).__name__ == "Terminated" else 130  # SIGTERM, SIGINT
 
 

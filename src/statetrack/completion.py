@@ -45,9 +45,15 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
     experiment_names, preamble_experiments = _word_list("experiments", experiments)
     task_names, preamble_tasks = _word_list("tasks", sorted(TASKS))
     model_names, preamble_models = _word_list("models", list(zoo.MODELS) + list(zoo.PRESETS))
-    by_command = {("run", "experiment"): experiment_files, ("reproduce", "experiments"): experiment_names,
-                  ("report", "experiment"): experiment_names, ("results", "experiment"): experiment_names,
-                  ("tasks show", "name"): task_names, ("tasks export", "name"): task_names, ("models", "names"): model_names}
+    by_command = {
+        ("run", "experiment"): experiment_files,
+        ("reproduce", "experiments"): experiment_names,
+        ("report", "experiment"): experiment_names,
+        ("results", "experiment"): experiment_names,
+        ("tasks show", "name"): task_names,
+        ("tasks export", "name"): task_names,
+        ("models", "names"): model_names,
+    }
     for sub in _parsers(parser):
         command = sub.prog.partition(" ")[2]
         for action in sub._actions:
@@ -57,5 +63,7 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
                 action.complete = shtab.DIRECTORY
             elif action.dest in FILES or action.dest == "out":
                 action.complete = shtab.FILE
-    preamble = "\n".join([preamble_run, preamble_experiments, preamble_tasks, preamble_models]) if shell == "bash" else ""
+    preamble = (
+        "\n".join([preamble_run, preamble_experiments, preamble_tasks, preamble_models]) if shell == "bash" else ""
+    )
     return shtab.complete(parser, shell=shell, preamble=preamble)

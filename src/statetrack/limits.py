@@ -31,7 +31,9 @@ MAX_CLASSES = 1_000_000  # moduli, states, symbols, answer classes: one embeddin
 MAX_LENGTH = 10**8  # tokens in one sequence (a length, an interval, a pattern)
 MAX_LAYERS = 1024
 MAX_WIDTH = 2**16  # d_model and other widths
-MAX_FLOAT = 3.4028234663852886e38  # float32's largest finite value: every real setting reaches the model's float32 arithmetic
+MAX_FLOAT = (
+    3.4028234663852886e38  # float32's largest finite value: every real setting reaches the model's float32 arithmetic
+)
 
 
 def shown(value) -> str:
@@ -57,8 +59,10 @@ def check_tokens(count: int, length: int, what: str) -> None:
     about 32 bytes a token) exceed the memory available."""
     need, free = 32 * count * length, available_memory()
     if need > free and not lifted():
-        raise StatetrackError(f"{what}: {count:,} sequences of {length:,} tokens need about {_gib(need)}, more than the "
-                              f"{_gib(free)} of memory available; {HOW_TO_LIFT}")
+        raise StatetrackError(
+            f"{what}: {count:,} sequences of {length:,} tokens need about {_gib(need)}, more than the "
+            f"{_gib(free)} of memory available; {HOW_TO_LIFT}"
+        )
 
 
 def lifted() -> bool:
@@ -90,18 +94,27 @@ def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int) -
     `train` is its TrainConfig, `params` the model's parameter count."""
     width = model["d_model"] * 4  # float32 bytes per token and layer
     layers = model.get("num_layers", 1)
-    train_bytes = 16 * params + train.batch_size * train.max_length * width * layers * TRAIN_ACTIVATIONS  # weights, grads, Adam
+    train_bytes = (
+        16 * params + train.batch_size * train.max_length * width * layers * TRAIN_ACTIVATIONS
+    )  # weights, grads, Adam
     longest = max(eval_spec["lengths"])
     batch = min(eval_spec["batch_size"], eval_spec["samples"])
     chunk = min(longest, eval_spec["chunk_size"] or longest)
-    eval_bytes = 4 * params + batch * longest * 3 * 8 + batch * chunk * width * EVAL_ACTIVATIONS  # inputs, targets, predictions
+    eval_bytes = (
+        4 * params + batch * longest * 3 * 8 + batch * chunk * width * EVAL_ACTIVATIONS
+    )  # inputs, targets, predictions
     train_tokens = train.steps * train.batch_size * (train.min_length + train.max_length) / 2
     eval_tokens = eval_spec["samples"] * sum(eval_spec["lengths"]) * (1 + variants)
-    return {"train_bytes": train_bytes, "eval_bytes": eval_bytes, "operations": params * (6 * train_tokens + 2 * eval_tokens)}
+    return {
+        "train_bytes": train_bytes,
+        "eval_bytes": eval_bytes,
+        "operations": params * (6 * train_tokens + 2 * eval_tokens),
+    }
 
 
-def check_run_sizes(experiment: str, params: int, model: dict, train, eval_spec: dict, variants: int = 0,
-                    memory: int | None = None) -> None:
+def check_run_sizes(
+    experiment: str, params: int, model: dict, train, eval_spec: dict, variants: int = 0, memory: int | None = None
+) -> None:
     """A one-line error naming the settings when one run's estimated memory exceeds `memory` (default:
     what this machine has available) or its arithmetic exceeds MAX_OPERATIONS."""
     if lifted():
@@ -112,17 +125,20 @@ def check_run_sizes(experiment: str, params: int, model: dict, train, eval_spec:
     if sizes["train_bytes"] > memory:
         raise StatetrackError(
             f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} with {shape} "
-            f"needs an estimated {_gib(sizes['train_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}")
+            f"needs an estimated {_gib(sizes['train_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}"
+        )
     if sizes["eval_bytes"] > memory:
         raise StatetrackError(
             f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} "
-            f"with {shape} needs an estimated {_gib(sizes['eval_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}")
+            f"with {shape} needs an estimated {_gib(sizes['eval_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}"
+        )
     if sizes["operations"] > MAX_OPERATIONS:
         raise StatetrackError(
             f"experiment {experiment!r}: one run of train.steps {train.steps}, train.batch_size {train.batch_size}, eval.samples "
             f"{eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} with {shape} ({params} parameters) is an "
             f"estimated {sizes['operations']:.2g} floating-point operations, beyond the limit of {MAX_OPERATIONS:.0g} "
-            f"(a day or more of computing); {HOW_TO_LIFT}")
+            f"(a day or more of computing); {HOW_TO_LIFT}"
+        )
 
 
 def check_export_size(samples: int, lengths: list[int], out_dir: str | Path) -> None:
@@ -135,7 +151,13 @@ def check_export_size(samples: int, lengths: list[int], out_dir: str | Path) -> 
     path = Path(out_dir).absolute()
     existing = next(p for p in (path, *path.parents) if p.exists())
     free = shutil.disk_usage(existing).free
-    limit, what = (free, f"the {_gib(free)} free at {existing}") if free < MAX_EXPORT_BYTES else (MAX_EXPORT_BYTES, f"the limit of {_gib(MAX_EXPORT_BYTES)}")
+    limit, what = (
+        (free, f"the {_gib(free)} free at {existing}")
+        if free < MAX_EXPORT_BYTES
+        else (MAX_EXPORT_BYTES, f"the limit of {_gib(MAX_EXPORT_BYTES)}")
+    )
     if size > limit:
-        raise StatetrackError(f"--samples {samples} at --lengths up to {max(lengths)} is an estimated {_gib(size)} of files, "
-                              f"more than {what}; {HOW_TO_LIFT}")
+        raise StatetrackError(
+            f"--samples {samples} at --lengths up to {max(lengths)} is an estimated {_gib(size)} of files, "
+            f"more than {what}; {HOW_TO_LIFT}"
+        )

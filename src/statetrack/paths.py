@@ -72,7 +72,13 @@ def open_for_write(path: str | Path, binary: bool = False, newline: str | None =
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a file"
+            )
             raise StatetrackError(f"{path} is {kind}, not a regular file; nothing is written to it")
         os.ftruncate(fd, 0)
         os.set_blocking(fd, True)

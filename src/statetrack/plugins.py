@@ -79,7 +79,9 @@ def import_one(item: str, origin: str = "imports"):
             spec.loader.exec_module(module)
         except (Exception, SystemExit) as error:
             del sys.modules[name]
-            raise StatetrackError(f"{origin}: importing {item} failed{_where(error, str(path))}: {_failure(error)}") from None
+            raise StatetrackError(
+                f"{origin}: importing {item} failed{_where(error, str(path))}: {_failure(error)}"
+            ) from None
         _loaded_files[item] = module
         return module
     try:

@@ -136,8 +136,12 @@ def integer(low: int, null: str | None = None):
     """An integer >= low; with `null`, also null, which means `null` (said in the message)."""
     expected = f"an integer >= {low}" + (f" (or null: {null})" if null else "")
     schema = {"type": "integer", "minimum": low, "maximum": MAX_INT}
-    return _value(lambda v: v if _is_int(v, low) or (null and v is None) else REFUSED, expected,
-                  {"anyOf": [schema, {"type": "null"}]} if null else schema, int)
+    return _value(
+        lambda v: v if _is_int(v, low) or (null and v is None) else REFUSED,
+        expected,
+        {"anyOf": [schema, {"type": "null"}]} if null else schema,
+        int,
+    )
 
 
 def number(low: float, *, strict: bool = True, high: float | None = None, text: bool = False):
@@ -161,7 +165,11 @@ def number(low: float, *, strict: bool = True, high: float | None = None, text: 
         expected = f"a number in ({low:g}, {high:g}]"
     else:
         expected = f"a number {'>' if strict else '>='} {low:g}"
-    schema = {"type": "number", "exclusiveMinimum" if strict else "minimum": low, "maximum": MAX_FLOAT if high is None else high}
+    schema = {
+        "type": "number",
+        "exclusiveMinimum" if strict else "minimum": low,
+        "maximum": MAX_FLOAT if high is None else high,
+    }
     return _value(check, expected, {"anyOf": [schema, {"type": "string"}]} if text else schema, float)
 
 
@@ -178,26 +186,56 @@ def choice(values: tuple):
 
 def int_list(low: int):
     """A non-empty list of integers >= low."""
-    return _value(lambda v: v if isinstance(v, list) and v and all(_is_int(n, low) for n in v) else REFUSED,
-                  f"a non-empty list of integers >= {low}",
-                  {"type": "array", "items": {"type": "integer", "minimum": low, "maximum": MAX_INT}, "minItems": 1}, list)
+    return _value(
+        lambda v: v if isinstance(v, list) and v and all(_is_int(n, low) for n in v) else REFUSED,
+        f"a non-empty list of integers >= {low}",
+        {"type": "array", "items": {"type": "integer", "minimum": low, "maximum": MAX_INT}, "minItems": 1},
+        list,
+    )
 
 
 AnyNumber = _value(lambda v: v if _is_number(v) else REFUSED, "a number", {"type": "number"})
 Boolean = _value(lambda v: v if isinstance(v, bool) else REFUSED, "true or false", {"type": "boolean"}, bool)
-Text = _value(lambda v: " ".join(v.split()) if isinstance(v, str) and v.strip() else REFUSED, "a non-empty text",
-              {"type": "string", "minLength": 1}, str)
-Names = _value(lambda v: [v] if isinstance(v, str) and v else v if isinstance(v, list) and v and all(
-    isinstance(n, str) and n for n in v) else REFUSED, "a name or a non-empty list of names",
-    {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]}, list)
-LengthRange = _value(lambda v: v if _is_int(v, 1) or (isinstance(v, list) and len(v) == 2 and all(_is_int(n, 1) for n in v)
-                                                       and v[0] <= v[1]) else REFUSED,
-                     "a test length or [shortest, longest]",
-                     {"anyOf": [{"type": "integer", "minimum": 1},
-                                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2}]})
-Measure = _value(lambda v: v if v in MEASURES or (isinstance(v, str) and v.startswith("metric:") and len(v) > len("metric:")) else REFUSED,
-                 f"one of: {', '.join(MEASURES)}, or metric:NAME for a metric the runs report (e.g. metric:tv_distance)",
-                 {"anyOf": [{"enum": list(MEASURES)}, {"type": "string", "pattern": "^metric:.+"}]}, str)
+Text = _value(
+    lambda v: " ".join(v.split()) if isinstance(v, str) and v.strip() else REFUSED,
+    "a non-empty text",
+    {"type": "string", "minLength": 1},
+    str,
+)
+Names = _value(
+    lambda v: (
+        [v]
+        if isinstance(v, str) and v
+        else v
+        if isinstance(v, list) and v and all(isinstance(n, str) and n for n in v)
+        else REFUSED
+    ),
+    "a name or a non-empty list of names",
+    {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
+    list,
+)
+LengthRange = _value(
+    lambda v: (
+        v
+        if _is_int(v, 1) or (isinstance(v, list) and len(v) == 2 and all(_is_int(n, 1) for n in v) and v[0] <= v[1])
+        else REFUSED
+    ),
+    "a test length or [shortest, longest]",
+    {
+        "anyOf": [
+            {"type": "integer", "minimum": 1},
+            {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2},
+        ]
+    },
+)
+Measure = _value(
+    lambda v: (
+        v if v in MEASURES or (isinstance(v, str) and v.startswith("metric:") and len(v) > len("metric:")) else REFUSED
+    ),
+    f"one of: {', '.join(MEASURES)}, or metric:NAME for a metric the runs report (e.g. metric:tv_distance)",
+    {"anyOf": [{"enum": list(MEASURES)}, {"type": "string", "pattern": "^metric:.+"}]},
+    str,
+)
 
 
 def _figures(value):
@@ -205,7 +243,7 @@ def _figures(value):
     if not isinstance(value, dict):
         raise _expected("a mapping from model names to figures (or from task names to such mappings)")
     per_task = any(isinstance(v, dict) for v in value.values())
-    for key, by_model in (value.items() if per_task else [(None, value)]):
+    for key, by_model in value.items() if per_task else [(None, value)]:
         if not isinstance(by_model, dict):
             raise _rule(f"give every figure per model or every one per task; {key!r} maps to {by_model!r}")
         for model, figure in by_model.items():
@@ -215,12 +253,23 @@ def _figures(value):
 
 
 _FIGURE = {"anyOf": [{"type": "number"}, {"type": "string", "minLength": 1}]}
-Figures = Annotated[dict, PlainValidator(_figures), WithJsonSchema(
-    {"type": "object", "additionalProperties": {"anyOf": [_FIGURE, {"type": "object", "additionalProperties": _FIGURE}]}})]
+Figures = Annotated[
+    dict,
+    PlainValidator(_figures),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "additionalProperties": {"anyOf": [_FIGURE, {"type": "object", "additionalProperties": _FIGURE}]},
+        }
+    ),
+]
 Mapping = _value(lambda v: v if isinstance(v, dict) else REFUSED, "a mapping", {"type": "object"}, dict)
 
 
-DEVICE_TYPES = ("cpu", "cuda")  # what statetrack trains on; torch names more (meta, mps, xpu) that its ops do not support
+DEVICE_TYPES = (
+    "cpu",
+    "cuda",
+)  # what statetrack trains on; torch names more (meta, mps, xpu) that its ops do not support
 
 
 def parse_device(value) -> torch.device | None:
@@ -238,11 +287,22 @@ def _device(value):
     return value if value == "auto" or (isinstance(value, str) and parse_device(value) is not None) else REFUSED
 
 
-Device = _value(_device, "a device: auto, cpu, cuda or cuda:N", {"type": "string", "examples": ["auto", "cpu", "cuda", "cuda:0"]}, str)
-Betas = _value(lambda v: tuple(v) if isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
-               else REFUSED, "two numbers in [0, 1), e.g. [0.9, 0.999]",
-               {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "minItems": 2, "maxItems": 2},
-               tuple)
+Device = _value(
+    _device,
+    "a device: auto, cpu, cuda or cuda:N",
+    {"type": "string", "examples": ["auto", "cpu", "cuda", "cuda:0"]},
+    str,
+)
+Betas = _value(
+    lambda v: (
+        tuple(v)
+        if isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
+        else REFUSED
+    ),
+    "two numbers in [0, 1), e.g. [0.9, 0.999]",
+    {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "minItems": 2, "maxItems": 2},
+    tuple,
+)
 
 
 # ---- sections -----------------------------------------------------------------------------------
@@ -272,7 +332,9 @@ class Section(BaseModel):
             for key in data:
                 if key in cls._moved:
                     raise _rule(cls._moved[key])
-            known = [name for name, f in cls.model_fields.items() if not f.exclude]  # listed; excluded ones are internal
+            known = [
+                name for name, f in cls.model_fields.items() if not f.exclude
+            ]  # listed; excluded ones are internal
             for key in data:
                 if key not in cls.model_fields:
                     raise Violation("unknown_key", key=key, known=cls._expected_keys or ", ".join(known))
@@ -282,7 +344,9 @@ class Section(BaseModel):
 class Stage(Section):
     """One curriculum stage: its steps, its lengths and the task parameters it changes."""
 
-    _expected_keys = "steps, length or min_length/max_length, task (e.g. [{steps: 500, length: 8, task: {spacing: 1}}, ...])"
+    _expected_keys = (
+        "steps, length or min_length/max_length, task (e.g. [{steps: 500, length: 8, task: {spacing: 1}}, ...])"
+    )
     steps: integer(1) = Field(description="steps trained in this stage")
     length: integer(1) | None = Field(None, description="the one training length of the stage")
     min_length: integer(1) | None = Field(None, description="shortest training length (default: train.min_length)")
@@ -312,22 +376,29 @@ class Train(Section):
     min_length: integer(1) = Field(3, description="shortest training length")
     max_length: integer(1) = Field(40, description="longest training length")
     warmup: integer(0) = Field(0, description="linear warm-up steps")
-    schedule: choice(("constant", "cosine", "linear")) = Field("constant", description="learning-rate schedule after warm-up")
+    schedule: choice(("constant", "cosine", "linear")) = Field(
+        "constant", description="learning-rate schedule after warm-up"
+    )
     min_lr_ratio: number(0, strict=False, high=1) = Field(
-        0.0, description="where a cosine or linear decay ends, as a fraction of the peak learning rate")
+        0.0, description="where a cosine or linear decay ends, as a fraction of the peak learning rate"
+    )
     log_every: integer(1) = Field(50, description="steps between logged training losses")
     val_every: integer(1) = Field(100, description="steps between validations at max_length")
     val_samples: integer(1) = Field(256, description="validation examples")
     early_stop_loss: number(0, strict=False) | None = Field(
-        1e-3, description="stop once the validation loss at max_length is below this; null trains every step")
+        1e-3, description="stop once the validation loss at max_length is below this; null trains every step"
+    )
     early_stop_accuracy: number(0, high=1) | None = Field(
-        None, description="stop once the validation accuracy (over the supervised positions) at max_length reaches this: "
-                          "the run has fit its training lengths (null: no such rule)")
+        None,
+        description="stop once the validation accuracy (over the supervised positions) at max_length reaches this: "
+        "the run has fit its training lengths (null: no such rule)",
+    )
     checkpoint_every: integer(1) = Field(500, description="steps between checkpoints")
     seed: integer(0) = Field(0, description="the run's seed (a spec gives it in `seeds`)")
     device: Device = Field("auto", description="auto (CUDA when present), cpu, cuda, cuda:N")
     dataset_size: integer(1, null="fresh batches every step") = Field(
-        None, description="train on one fixed set of this many examples")
+        None, description="train on one fixed set of this many examples"
+    )
     dataset_balanced: Boolean = Field(False, description="the fixed set holds every answer class equally often")
     curriculum: list[Stage] | None = Field(None, description="stages trained in order; their steps add up to the run's")
 
@@ -347,14 +418,18 @@ class Train(Section):
     @classmethod
     def _non_empty(cls, value):
         if value is not None and (not isinstance(value, list) or not value):
-            raise _expected("a non-empty list of stages, e.g. [{steps: 500, length: 8, task: {spacing: 1}}, "
-                            "{steps: 500, length: 16, task: {spacing: 2}}]")
+            raise _expected(
+                "a non-empty list of stages, e.g. [{steps: 500, length: 8, task: {spacing: 1}}, "
+                "{steps: 500, length: 16, task: {spacing: 2}}]"
+            )
         return value
 
     @model_validator(mode="after")
     def _consistent(self):
         if self.max_length < self.min_length:
-            raise _rule(f"training lengths must satisfy 1 <= min_length <= max_length, got [{self.min_length}, {self.max_length}]")
+            raise _rule(
+                f"training lengths must satisfy 1 <= min_length <= max_length, got [{self.min_length}, {self.max_length}]"
+            )
         if self.dataset_balanced and self.dataset_size is None:
             raise _rule("dataset_balanced needs a fixed training set: set dataset_size too")
         if self.curriculum is not None:
@@ -362,11 +437,15 @@ class Train(Section):
                 raise _rule("curriculum draws fresh batches in each stage; it cannot go with dataset_size")
             for number, stage in enumerate(self.stages(), 1):
                 if stage["min_length"] > stage["max_length"]:
-                    raise _rule(f"curriculum[{number - 1}]: lengths must satisfy 1 <= min_length <= max_length, "
-                                f"got [{stage['min_length']}, {stage['max_length']}]")
+                    raise _rule(
+                        f"curriculum[{number - 1}]: lengths must satisfy 1 <= min_length <= max_length, "
+                        f"got [{stage['min_length']}, {stage['max_length']}]"
+                    )
             if self.stages()[-1]["end"] != self.steps:
-                raise _rule(f"steps is {self.steps}, but the curriculum's stages add up to {self.stages()[-1]['end']} steps "
-                            f"(leave steps out, or make them agree)")
+                raise _rule(
+                    f"steps is {self.steps}, but the curriculum's stages add up to {self.stages()[-1]['end']} steps "
+                    f"(leave steps out, or make them agree)"
+                )
         return self
 
     def stages(self) -> list[dict]:
@@ -401,16 +480,27 @@ class SpecTrain(Train):
     """A spec's `train:`: a run's lr and seed come from `lrs` and `seeds`; dataset_size may be a list
     (one run per value)."""
 
-    _moved = {key: f"{key} is not a setting; each run's {key} comes from the list '{source}' (e.g. {source}=[{example}])"
-              for key, source, example in (("lr", "lrs", "1e-3"), ("seed", "seeds", "0,1"))}
+    _moved = {
+        key: f"{key} is not a setting; each run's {key} comes from the list '{source}' (e.g. {source}=[{example}])"
+        for key, source, example in (("lr", "lrs", "1e-3"), ("seed", "seeds", "0,1"))
+    }
     lr: SkipJsonSchema[Any] = Field(1e-3, exclude=True)
     seed: SkipJsonSchema[Any] = Field(0, exclude=True)
-    dataset_size: _value(lambda v: v if v is None or _is_int(v, 1) or (isinstance(v, list) and v and all(_is_int(n, 1) for n in v))
-                         else REFUSED, "a positive integer or a non-empty list of them (one run each)",
-                         {"anyOf": [{"type": "integer", "minimum": 1},
-                                    {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}, {"type": "null"}]}) = Field(
-        None, description="train on one fixed set of this many examples; a list: one run per value")
-
+    dataset_size: _value(
+        lambda v: (
+            v
+            if v is None or _is_int(v, 1) or (isinstance(v, list) and v and all(_is_int(n, 1) for n in v))
+            else REFUSED
+        ),
+        "a positive integer or a non-empty list of them (one run each)",
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                {"type": "null"},
+            ]
+        },
+    ) = Field(None, description="train on one fixed set of this many examples; a list: one run per value")
 
 
 VariantName = re.compile(r"[A-Za-z0-9_-]+")
@@ -423,15 +513,28 @@ class Eval(Section):
     samples: integer(1) = Field(EVAL_DEFAULTS["samples"], description="test examples per length")
     batch_size: integer(1) = Field(EVAL_DEFAULTS["batch_size"], description="examples per forward pass")
     chunk_size: integer(1, null="the whole input at once") = Field(
-        EVAL_DEFAULTS["chunk_size"], description="positions per forward pass on long inputs, state carried across")
+        EVAL_DEFAULTS["chunk_size"], description="positions per forward pass on long inputs, state carried across"
+    )
     seed: integer(0) = Field(EVAL_DEFAULTS["seed"], description="the test set's seed")
-    variants: _value(lambda v: v if isinstance(v, dict) and all(isinstance(k, str) and VariantName.fullmatch(k) and isinstance(p, dict)
-                                                                 and p for k, p in v.items()) else REFUSED,
-                     "a mapping from names (letters, digits, _ or -) to non-empty mappings of task parameters, "
-                     "e.g. {two_isi: {pattern: two_isi}}",
-                     {"type": "object", "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
-                      "additionalProperties": {"type": "object", "minProperties": 1}}, dict) = Field(
-        None, description="the trained model scored again on the task with these parameters changed, at the same lengths")
+    variants: _value(
+        lambda v: (
+            v
+            if isinstance(v, dict)
+            and all(isinstance(k, str) and VariantName.fullmatch(k) and isinstance(p, dict) and p for k, p in v.items())
+            else REFUSED
+        ),
+        "a mapping from names (letters, digits, _ or -) to non-empty mappings of task parameters, "
+        "e.g. {two_isi: {pattern: two_isi}}",
+        {
+            "type": "object",
+            "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
+            "additionalProperties": {"type": "object", "minProperties": 1},
+        },
+        dict,
+    ) = Field(
+        None,
+        description="the trained model scored again on the task with these parameters changed, at the same lengths",
+    )
     traces: integer(0) = Field(None, description="examples whose per-position outputs are kept per length (plotted)")
 
     _root = ("eval",)
@@ -440,11 +543,19 @@ class Eval(Section):
 class Selection(Section):
     """How the report reads a grid of (lr, seed) runs (statetrack.results.scoring)."""
 
-    lr: choice(SELECTION_CHOICES["lr"]) = Field(SELECTION_DEFAULTS["lr"], description="the lr whose mean (best_mean) or best seed (best_max) scores highest")
-    seeds: choice(SELECTION_CHOICES["seeds"]) = Field(SELECTION_DEFAULTS["seeds"], description="the headline: mean over seeds, or the best seed")
+    lr: choice(SELECTION_CHOICES["lr"]) = Field(
+        SELECTION_DEFAULTS["lr"], description="the lr whose mean (best_mean) or best seed (best_max) scores highest"
+    )
+    seeds: choice(SELECTION_CHOICES["seeds"]) = Field(
+        SELECTION_DEFAULTS["seeds"], description="the headline: mean over seeds, or the best seed"
+    )
     criterion: choice(SELECTION_CHOICES["criterion"]) = Field(
-        SELECTION_DEFAULTS["criterion"], description="a run's score: mean scaled accuracy, or the longest length extrapolated to")
-    metric: choice(SELECTION_CHOICES["metric"]) = Field(SELECTION_DEFAULTS["metric"], description="what the extrapolation threshold applies to")
+        SELECTION_DEFAULTS["criterion"],
+        description="a run's score: mean scaled accuracy, or the longest length extrapolated to",
+    )
+    metric: choice(SELECTION_CHOICES["metric"]) = Field(
+        SELECTION_DEFAULTS["metric"], description="what the extrapolation threshold applies to"
+    )
     threshold: number(0, high=1) = Field(SELECTION_DEFAULTS["threshold"], description="the extrapolation threshold")
 
     _root = ("selection",)
@@ -458,12 +569,15 @@ class Claim(Section):
     task: Names | None = Field(None, description="the task or tasks (default: every task)")
     dataset_size: integer(1) | None = Field(None, description="runs on a fixed training set of this size")
     measure: Measure | None = Field(None, description="what is measured (default: paper.measure)")
-    lengths: LengthRange | None = Field(None, description="one test length or [shortest, longest] (default: paper.lengths)")
+    lengths: LengthRange | None = Field(
+        None, description="one test length or [shortest, longest] (default: paper.lengths)"
+    )
     seeds: choice(SEED_RULES) = Field(SEED_RULES[0], description="how the seeds' outcomes become the verdict")
     scale: Names | None = Field(None, description=f"the scales it is tested at ({', '.join(SCALES)}; default: all)")
     note: Text | None = Field(None, description="a sentence printed with the verdict")
     fit: number(0, strict=False, high=1) | None = Field(
-        None, description="the fit threshold of this claim (default: paper.fit)")
+        None, description="the fit threshold of this claim (default: paper.fit)"
+    )
     at_least: AnyNumber | None = Field(None, description="measured >= this")
     below: AnyNumber | None = Field(None, description="measured < this")
     beats: Names | None = Field(None, description="measured > that model's (or each model's) on the same task")
@@ -484,16 +598,27 @@ class Paper(Section):
 
     source: Text = Field(description="where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'")
     metric: str = Field("", description="what the paper's figures are, in words")
-    measure: Measure = Field("scaled", description="what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME")
-    lengths: LengthRange | None = Field(None, description="the test lengths the measured figure averages over (default: all)")
-    figures: Figures = Field(default_factory=dict, description="the paper's figure per model {model: figure}, or per task {task: {model: figure}}")
+    measure: Measure = Field(
+        "scaled", description="what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME"
+    )
+    lengths: LengthRange | None = Field(
+        None, description="the test lengths the measured figure averages over (default: all)"
+    )
+    figures: Figures = Field(
+        default_factory=dict,
+        description="the paper's figure per model {model: figure}, or per task {task: {model: figure}}",
+    )
     claims: list[Claim] = Field(default_factory=list, description="the claims tested")
     fit: number(0, strict=False, high=1) = Field(
-        FIT_THRESHOLD, description="a claim beyond the training lengths, or a comparison's winner, is decided only on seeds whose "
-                                   "figure at the longest training length is at least this (the fit gate)")
+        FIT_THRESHOLD,
+        description="a claim beyond the training lengths, or a comparison's winner, is decided only on seeds whose "
+        "figure at the longest training length is at least this (the fit gate)",
+    )
     fit_variant: Text | None = Field(
-        None, description="the evaluation variant (eval.variants) the fit is read on, where the training task's own targets are "
-                          "partly unpredictable (counting's random onsets); default: the training task")
+        None,
+        description="the evaluation variant (eval.variants) the fit is read on, where the training task's own targets are "
+        "partly unpredictable (counting's random onsets); default: the training task",
+    )
     notes: Text | None = Field(None, description="what the measured results do and do not show (printed in the book)")
 
     _root = ("paper",)
@@ -502,7 +627,9 @@ class Paper(Section):
     def _beats_compares_accuracies(self):
         for i, claim in enumerate(self.claims):
             if claim.beats is not None and (claim.measure or self.measure).startswith("metric:"):
-                raise _rule(f"claims[{i}]: beats compares accuracies (higher is better); with a metric give at_least or below")
+                raise _rule(
+                    f"claims[{i}]: beats compares accuracies (higher is better); with a metric give at_least or below"
+                )
         return self
 
 
@@ -549,8 +676,12 @@ class Spec(Section):
     """An experiment spec, at one scale (its `scales:` merged in)."""
 
     model_config = ConfigDict(extra="forbid", title="statetrack experiment spec")
-    name: _value(_safe_name, ALLOWED_NAMES, {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": NAME_MAX}, str) = Field(
-        None, description=TOP_LEVEL["name"])
+    name: _value(
+        _safe_name,
+        ALLOWED_NAMES,
+        {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": NAME_MAX},
+        str,
+    ) = Field(None, description=TOP_LEVEL["name"])
     description: str = Field("", description=TOP_LEVEL["description"])
     task: _entry("task") | None = Field(None, description=TOP_LEVEL["task"])
     tasks: list[_entry("task")] | None = Field(None, min_length=1, description=TOP_LEVEL["tasks"])
@@ -571,7 +702,10 @@ class Spec(Section):
     def _empty_sections(cls, data):
         """`train:` with nothing under it (YAML null) is an empty section."""
         if isinstance(data, dict):
-            data = {k: ({} if v is None and k in ("train", "eval", "selection", "model_defaults", "scales") else v) for k, v in data.items()}
+            data = {
+                k: ({} if v is None and k in ("train", "eval", "selection", "model_defaults", "scales") else v)
+                for k, v in data.items()
+            }
         return data
 
     @model_validator(mode="after")
@@ -589,7 +723,10 @@ class ModelSettings(Section):
     """A model entry's own run settings, taken out before the model is built."""
 
     lrs: list[number(0, high=MAX_LR, text=True)] | None = Field(
-        None, min_length=1, description="this model's learning rates, in place of the spec's `lrs` (e.g. a family's own grid)")
+        None,
+        min_length=1,
+        description="this model's learning rates, in place of the spec's `lrs` (e.g. a family's own grid)",
+    )
 
 
 def validate_spec(spec: dict) -> None:
@@ -639,18 +776,39 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
         """A name, or {name, parameters}: keyed by the name (if name is X then X's parameters), so an
         unknown parameter is reported as one of X's, not as a mismatch with every other entry."""
         names = sorted(params_by_name)
-        keyed = [{"if": {"required": ["name"], "properties": {"name": {"const": name}}},
-                  "then": {"additionalProperties": False, "properties": {"name": {"const": name}, **extra, **params}}}
-                 for name, params in sorted(params_by_name.items())]
-        entry = {"type": "object", "required": ["name"], "properties": {"name": {"enum": names, "description": f"the {kind}'s name"}},
-                 "allOf": keyed}
-        return {"type": ["string", "object"], "if": {"type": "string"}, "then": {"enum": names}, "else": entry,
-                "description": f"a {kind} name, or {{name: ..., parameters...}}"}
+        keyed = [
+            {
+                "if": {"required": ["name"], "properties": {"name": {"const": name}}},
+                "then": {"additionalProperties": False, "properties": {"name": {"const": name}, **extra, **params}},
+            }
+            for name, params in sorted(params_by_name.items())
+        ]
+        entry = {
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"enum": names, "description": f"the {kind}'s name"}},
+            "allOf": keyed,
+        }
+        return {
+            "type": ["string", "object"],
+            "if": {"type": "string"},
+            "then": {"enum": names},
+            "else": entry,
+            "description": f"a {kind} name, or {{name: ..., parameters...}}",
+        }
 
-    overrides = {key: {"type": "object", "description": f"this task's own {key} settings, merged over the spec's"}
-                 for key in TASK_SETTINGS}
-    own = {"lrs": {"type": "array", "minItems": 1, "items": {"type": "number", "exclusiveMinimum": 0},
-                   "description": ModelSettings.model_fields["lrs"].description}}
+    overrides = {
+        key: {"type": "object", "description": f"this task's own {key} settings, merged over the spec's"}
+        for key in TASK_SETTINGS
+    }
+    own = {
+        "lrs": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "number", "exclusiveMinimum": 0},
+            "description": ModelSettings.model_fields["lrs"].description,
+        }
+    }
     defs["ModelEntry"], defs["TaskEntry"] = entries("model", models, own), entries("task", tasks, overrides)
 
     def refer(node):  # an entry's placeholder -> a reference to its definition
@@ -661,6 +819,7 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
         return [refer(v) for v in node] if isinstance(node, list) else node
 
     schema = refer(schema)
+
     def changes(node):  # a section under scales: merged key by key over the spec's, so none is required
         if isinstance(node, dict) and "$ref" in node:
             name = node["$ref"].rsplit("/", 1)[1]
@@ -671,11 +830,18 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
             return {**node, "anyOf": [changes(v) for v in node["anyOf"]]}
         return node
 
-    partial = {"type": "object", "additionalProperties": False,
-               "properties": {k: changes(v) for k, v in schema["properties"].items() if k != "scales"}}
+    partial = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {k: changes(v) for k, v in schema["properties"].items() if k != "scales"},
+    }
     schema["properties"]["scales"] = {
-        "type": "object", "description": TOP_LEVEL["scales"], "additionalProperties": False,
-        "properties": {scale: {**partial, "description": f"what changes at the {scale} scale"} for scale in SCALES}}
+        "type": "object",
+        "description": TOP_LEVEL["scales"],
+        "additionalProperties": False,
+        "properties": {scale: {**partial, "description": f"what changes at the {scale} scale"} for scale in SCALES},
+    }
+
     def nullable(node):  # anyOf [X, null] -> if null then valid else X: a validator's best error is then X's own
         if isinstance(node, dict):
             node = {k: nullable(v) for k, v in node.items()}

@@ -106,8 +106,21 @@ APPLICATION_ID = 0x53545452  # "STTR" in SQLite's header: this file is a statetr
 SCHEMA_VERSION = 1  # PRAGMA user_version: the version of the layout above
 
 # The fixed keys of a `results` row; a model metric of the same name is renamed metric_<name>.
-RESULT_KEYS = ("model", "task", "task_params", "variant", "dataset_size", "seed", "lr", "length", "accuracy", "scaled_accuracy",
-               "sequence_accuracy", "diverged", "run_id")
+RESULT_KEYS = (
+    "model",
+    "task",
+    "task_params",
+    "variant",
+    "dataset_size",
+    "seed",
+    "lr",
+    "length",
+    "accuracy",
+    "scaled_accuracy",
+    "sequence_accuracy",
+    "diverged",
+    "run_id",
+)
 
 
 # A driver renews the lease on each run it trains every LEASE_SECONDS / 4; a run whose heartbeat is
@@ -181,15 +194,20 @@ class Store:
             if self.path.exists() and not self.path.is_file():
                 self._identify()  # says what it is instead
             if not self.path.is_file():
-                raise StatetrackError(f"no results store at {self.path} (it is written by `statetrack run`; "
-                                      f"pass --store FILE or --results-dir DIR of an earlier run)")
+                raise StatetrackError(
+                    f"no results store at {self.path} (it is written by `statetrack run`; "
+                    f"pass --store FILE or --results-dir DIR of an earlier run)"
+                )
             with self._opened("open"):
                 self._identify()
                 with self._connect() as db:
                     self._check_tables(db)
             return
         with self._opened("write"):
-            for file in (self.path, *(self.path.with_name(self.path.name + end) for end in ("-wal", "-shm", "-journal"))):
+            for file in (
+                self.path,
+                *(self.path.with_name(self.path.name + end) for end in ("-wal", "-shm", "-journal")),
+            ):
                 if file.is_symlink():  # SQLite would follow it: the store and its companions are written in place only
                     raise StatetrackError(f"{file} is a symbolic link; statetrack writes no file through a link")
             self._identify()
@@ -205,8 +223,10 @@ class Store:
                         if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                             # a new store: its tables and stamps in one transaction, so that another
                             # driver opening it meanwhile finds either none of them or all
-                            db.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}PRAGMA application_id = {APPLICATION_ID};\n"
-                                             f"PRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;")
+                            db.executescript(
+                                f"BEGIN IMMEDIATE;\n{SCHEMA}PRAGMA application_id = {APPLICATION_ID};\n"
+                                f"PRAGMA user_version = {SCHEMA_VERSION};\nCOMMIT;"
+                            )
                     break
                 except (StoreLocked, sqlite3.OperationalError) as error:
                     # two drivers creating one store at once: switching a new file to WAL mode can
@@ -222,7 +242,9 @@ class Store:
             yield
         except sqlite3.DatabaseError as error:  # not a database, a read-only file or folder, ...
             if "not a database" in str(error):
-                raise StatetrackError(f"{self.path} is not a statetrack results store (not an SQLite database)") from None
+                raise StatetrackError(
+                    f"{self.path} is not a statetrack results store (not an SQLite database)"
+                ) from None
             raise StatetrackError(f"cannot {doing} results store {self.path}: {error}") from None
         except OSError as error:
             raise StatetrackError(f"cannot {doing} results store {self.path}: {error.strerror or error}") from None
@@ -237,8 +259,18 @@ class Store:
         except FileNotFoundError:
             return
         if not stat.S_ISREG(mode):  # a FIFO would block the read below, a device (/dev/null) read as an empty file
-            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
-            raise StatetrackError(f"results store {self.path} is {kind}, not a file; pass --store FILE or --results-dir DIR")
+            kind = (
+                "a folder"
+                if stat.S_ISDIR(mode)
+                else "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "not a file"
+            )
+            raise StatetrackError(
+                f"results store {self.path} is {kind}, not a file; pass --store FILE or --results-dir DIR"
+            )
         with open(self.path, "rb") as file:
             header = file.read(100)
         if not header:
@@ -249,9 +281,14 @@ class Store:
         try:
             application_id = db.execute("PRAGMA application_id").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            others = db.execute("SELECT count(*) FROM sqlite_master WHERE type != 'table' AND name NOT LIKE 'sqlite_%'"
-                                " AND tbl_name NOT IN (SELECT name FROM sqlite_master WHERE type = 'table')").fetchone()[0]
-            names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+            others = db.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type != 'table' AND name NOT LIKE 'sqlite_%'"
+                " AND tbl_name NOT IN (SELECT name FROM sqlite_master WHERE type = 'table')"
+            ).fetchone()[0]
+            names = [
+                r[0]
+                for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+            ]
             tables = {t: {r[0] for r in db.execute("SELECT name FROM pragma_table_info(?)", (t,))} for t in names}
             problems = [r[0] for r in db.execute("PRAGMA quick_check(1)")]
         except sqlite3.DatabaseError as error:
@@ -265,19 +302,33 @@ class Store:
         if application_id == 0 and not tables and not others and version == 0:
             return  # an empty database: a new store
         if application_id == APPLICATION_ID and version > SCHEMA_VERSION:
-            raise StatetrackError(f"results store {self.path} has schema version {version}, written by a newer statetrack; "
-                                  f"this one reads versions up to {SCHEMA_VERSION} (pip install -U statetrack)")
+            raise StatetrackError(
+                f"results store {self.path} has schema version {version}, written by a newer statetrack; "
+                f"this one reads versions up to {SCHEMA_VERSION} (pip install -U statetrack)"
+            )
         # statetrack's tables without the stamp (written before it) or with an earlier version
-        ours = application_id == 0 and set(tables) <= set(TABLES) and {"id", "experiment", "config", "status"} <= tables.get("runs", set())
+        ours = (
+            application_id == 0
+            and set(tables) <= set(TABLES)
+            and {"id", "experiment", "config", "status"} <= tables.get("runs", set())
+        )
         if ours or application_id == APPLICATION_ID:
-            raise StatetrackError(f"results store {self.path} was written by an earlier statetrack, in a layout this one does not read; "
-                                  f"re-run its experiments into a new results folder (statetrack run EXPERIMENT --results-dir NEW_DIR)")
-        raise StatetrackError(f"{self.path} is not a statetrack results store but an SQLite database of another application "
-                              f"(application id {application_id}); it is left as it is")
+            raise StatetrackError(
+                f"results store {self.path} was written by an earlier statetrack, in a layout this one does not read; "
+                f"re-run its experiments into a new results folder (statetrack run EXPERIMENT --results-dir NEW_DIR)"
+            )
+        raise StatetrackError(
+            f"{self.path} is not a statetrack results store but an SQLite database of another application "
+            f"(application id {application_id}); it is left as it is"
+        )
 
     def _damaged(self, detail) -> StatetrackError:
-        detail = " ".join(str(detail).replace("*** in database main ***", "").split())  # quick_check's report: several lines
-        return StatetrackError(f"results store {self.path} is damaged ({detail}); restore it from a copy or pass --store FILE of another")
+        detail = " ".join(
+            str(detail).replace("*** in database main ***", "").split()
+        )  # quick_check's report: several lines
+        return StatetrackError(
+            f"results store {self.path} is damaged ({detail}); restore it from a copy or pass --store FILE of another"
+        )
 
     def _check_tables(self, db) -> None:
         """A store stamped with this schema version has every table of it: one that lacks a table lost
@@ -300,18 +351,29 @@ class Store:
             with db:  # commit on success, roll back on error
                 yield db
         except sqlite3.DatabaseError as error:
-            if type(error) is sqlite3.DatabaseError:  # damaged pages (locks, constraints: its subclasses, raised as they are)
+            if (
+                type(error) is sqlite3.DatabaseError
+            ):  # damaged pages (locks, constraints: its subclasses, raised as they are)
                 raise self._damaged(error) from None
             if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
-                raise StoreLocked(f"results store {self.path} is locked by another process (waited {BUSY_SECONDS} s); "
-                                  "try again when it has finished") from None
-            if isinstance(error, sqlite3.OperationalError) and str(error).startswith(("no such table", "no such column")):
+                raise StoreLocked(
+                    f"results store {self.path} is locked by another process (waited {BUSY_SECONDS} s); "
+                    "try again when it has finished"
+                ) from None
+            if isinstance(error, sqlite3.OperationalError) and str(error).startswith(
+                ("no such table", "no such column")
+            ):
                 raise self._damaged(error) from None
-            if isinstance(error, sqlite3.OperationalError) and str(error) in ("database or disk is full", "disk I/O error"):
+            if isinstance(error, sqlite3.OperationalError) and str(error) in (
+                "database or disk is full",
+                "disk I/O error",
+            ):
                 # SQLITE_FULL, SQLITE_IOERR (a full disk can fail the WAL's shared memory first): the write is rolled back
                 problem = "the disk is full" if "full" in str(error) else "a disk I/O error (a full or failing disk)"
-                raise StatetrackError(f"cannot write results store {self.path}: {problem}; what was stored before is "
-                                      "intact (free some space and re-run the same command to resume)") from None
+                raise StatetrackError(
+                    f"cannot write results store {self.path}: {problem}; what was stored before is "
+                    "intact (free some space and re-run the same command to resume)"
+                ) from None
             raise
         finally:
             db.close()
@@ -322,8 +384,19 @@ class Store:
         return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=BUSY_SECONDS)
 
     # ---- writes --------------------------------------------------------------------------------
-    def start_run(self, run_id: str, experiment: str, model: str, task: str, seed: int, lr: float, config: dict, git_rev: str,
-                  lease: float = LEASE_SECONDS, retry_failed: bool = True) -> bool:
+    def start_run(
+        self,
+        run_id: str,
+        experiment: str,
+        model: str,
+        task: str,
+        seed: int,
+        lr: float,
+        config: dict,
+        git_rev: str,
+        lease: float = LEASE_SECONDS,
+        retry_failed: bool = True,
+    ) -> bool:
         """Claim a run for this process and mark it running, dropping whatever an earlier, unfinished
         attempt left; False (nothing written) when the run is not free: done, failed (unless
         `retry_failed`), or running under a live lease of another driver (`lease_is_live`). The
@@ -332,30 +405,49 @@ class Store:
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")  # the write lock first: nobody claims between our read and our write
             row = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE id = ?", (run_id,)).fetchone()
-            if row is not None and (row["status"] == "done" or (row["status"] == "failed" and not retry_failed)
-                                    or (row["status"] == "running" and lease_is_live(row, lease))):
+            if row is not None and (
+                row["status"] == "done"
+                or (row["status"] == "failed" and not retry_failed)
+                or (row["status"] == "running" and lease_is_live(row, lease))
+            ):
                 return False
             now = time.time()
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
             db.execute(
                 "INSERT INTO runs (id, experiment, model, task, seed, lr, config, git_rev, host, pid, heartbeat, status, started_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                (run_id, experiment, model, task, seed, lr, json.dumps(config, sort_keys=True), git_rev, socket.gethostname(),
-                 os.getpid(), now, now),
+                (
+                    run_id,
+                    experiment,
+                    model,
+                    task,
+                    seed,
+                    lr,
+                    json.dumps(config, sort_keys=True),
+                    git_rev,
+                    socket.gethostname(),
+                    os.getpid(),
+                    now,
+                    now,
+                ),
             )
         return True
 
     def renew_leases(self, run_ids: list[str]) -> None:
         """The heartbeat of this process's running runs (the driver's lease on them)."""
         with self._connect() as db:
-            db.executemany("UPDATE runs SET heartbeat = ? WHERE id = ? AND status = 'running' AND host = ? AND pid = ?",
-                           [(time.time(), run_id, socket.gethostname(), os.getpid()) for run_id in run_ids])
+            db.executemany(
+                "UPDATE runs SET heartbeat = ? WHERE id = ? AND status = 'running' AND host = ? AND pid = ?",
+                [(time.time(), run_id, socket.gethostname(), os.getpid()) for run_id in run_ids],
+            )
 
     def release_leases(self, run_ids: list[str]) -> None:
         """Give up this process's claim on unfinished runs (an interrupted driver): any driver may take them at once."""
         with self._connect() as db:
-            db.executemany("UPDATE runs SET heartbeat = NULL WHERE id = ? AND status = 'running' AND host = ? AND pid = ?",
-                           [(run_id, socket.gethostname(), os.getpid()) for run_id in run_ids])
+            db.executemany(
+                "UPDATE runs SET heartbeat = NULL WHERE id = ? AND status = 'running' AND host = ? AND pid = ?",
+                [(run_id, socket.gethostname(), os.getpid()) for run_id in run_ids],
+            )
 
     def set_plan(self, experiment: str, spec: dict, runs: list[dict]) -> None:
         """Record what `statetrack run` expanded: the resolved spec and one {id, model, task, lr, seed} per run.
@@ -369,12 +461,28 @@ class Store:
                 "INSERT OR REPLACE INTO plans (experiment, scale, spec, runs, created_at) VALUES (?, ?, ?, ?, ?)",
                 (experiment, spec.get("scale"), json.dumps(spec, sort_keys=True), json.dumps(runs), time.time()),
             )
-            db.executemany("UPDATE runs SET model = ?, task = ? WHERE id = ? AND experiment = ? AND (model != ? OR task != ?)",
-                           [(r["model"], r["task"], r["id"], experiment, r["model"], r["task"]) for r in runs
-                            if "model" in r and "task" in r and "id" in r])
+            db.executemany(
+                "UPDATE runs SET model = ?, task = ? WHERE id = ? AND experiment = ? AND (model != ? OR task != ?)",
+                [
+                    (r["model"], r["task"], r["id"], experiment, r["model"], r["task"])
+                    for r in runs
+                    if "model" in r and "task" in r and "id" in r
+                ],
+            )
 
-    def finish_run(self, run_id: str, evals: list[dict], curve: list[dict], steps: int, num_parameters: int, train_seconds: float,
-                   eval_seconds: float, host: str | None = None, diverged_at: int | None = None, threads: int | None = None) -> None:
+    def finish_run(
+        self,
+        run_id: str,
+        evals: list[dict],
+        curve: list[dict],
+        steps: int,
+        num_parameters: int,
+        train_seconds: float,
+        eval_seconds: float,
+        host: str | None = None,
+        diverged_at: int | None = None,
+        threads: int | None = None,
+    ) -> None:
         """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here;
         `diverged_at`: the step at which its training loss became non-finite (its evaluations are then
         at chance, experiments/worker.py `chance_evals`), None for a run that trained to the end;
@@ -391,18 +499,35 @@ class Store:
             db.executemany(
                 "INSERT OR REPLACE INTO evals (run_id, variant, length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics,"
                 " position_accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, e.get("variant") or "", e["length"], e["accuracy"], e["scaled_accuracy"], e["samples"],
-                  None if e.get("sequence_accuracy") is None else float(e["sequence_accuracy"]), _encode_metrics(e.get("metrics")),
-                  None if e.get("position_accuracy") is None else json.dumps(e["position_accuracy"]))
-                 for e in evals],
+                [
+                    (
+                        run_id,
+                        e.get("variant") or "",
+                        e["length"],
+                        e["accuracy"],
+                        e["scaled_accuracy"],
+                        e["samples"],
+                        None if e.get("sequence_accuracy") is None else float(e["sequence_accuracy"]),
+                        _encode_metrics(e.get("metrics")),
+                        None if e.get("position_accuracy") is None else json.dumps(e["position_accuracy"]),
+                    )
+                    for e in evals
+                ],
             )
             db.executemany(
                 "INSERT OR REPLACE INTO traces (run_id, variant, length, data) VALUES (?, ?, ?, ?)",
-                [(run_id, e.get("variant") or "", e["length"], json.dumps(e["traces"])) for e in evals if e.get("traces")],
+                [
+                    (run_id, e.get("variant") or "", e["length"], json.dumps(e["traces"]))
+                    for e in evals
+                    if e.get("traces")
+                ],
             )
             db.executemany(
                 "INSERT OR REPLACE INTO curves (run_id, step, loss, accuracy, metrics, stage) VALUES (?, ?, ?, ?, ?, ?)",
-                [(run_id, c["step"], c["loss"], c["accuracy"], _encode_metrics(c.get("metrics")), c.get("stage")) for c in curve],
+                [
+                    (run_id, c["step"], c["loss"], c["accuracy"], _encode_metrics(c.get("metrics")), c.get("stage"))
+                    for c in curve
+                ],
             )
             db.execute(
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
@@ -426,21 +551,27 @@ class Store:
     def drivers_here(self, lease: float = LEASE_SECONDS) -> set[int]:
         """The pids of the other live drivers on this host that train runs of this store now."""
         with self._connect() as db:
-            rows = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE status = 'running' AND host = ? AND pid != ?",
-                              (socket.gethostname(), os.getpid())).fetchall()
+            rows = db.execute(
+                "SELECT status, host, pid, heartbeat FROM runs WHERE status = 'running' AND host = ? AND pid != ?",
+                (socket.gethostname(), os.getpid()),
+            ).fetchall()
         return {r["pid"] for r in rows if lease_is_live(r, lease)}
 
     def holder(self, run_id: str, lease: float = LEASE_SECONDS) -> str | None:
         """'host:pid' of the driver whose live lease holds the run, None when no live driver does."""
         with self._connect() as db:
             row = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE id = ?", (run_id,)).fetchone()
-        return f"{row['host']}:{row['pid']}" if row and row["status"] == "running" and lease_is_live(row, lease) else None
+        return (
+            f"{row['host']}:{row['pid']}" if row and row["status"] == "running" and lease_is_live(row, lease) else None
+        )
 
     def runs(self, experiment: str) -> list[dict]:
         """Every run of the experiment: its row of `runs` (status, error, steps, diverged_at, timings, ...)
         with `config` decoded."""
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM runs WHERE experiment = ? ORDER BY model, task, lr, seed", (experiment,)).fetchall()
+            rows = db.execute(
+                "SELECT * FROM runs WHERE experiment = ? ORDER BY model, task, lr, seed", (experiment,)
+            ).fetchall()
         out, damaged = [], []
         for r in rows:
             try:
@@ -466,8 +597,12 @@ class Store:
         """Warn (StoreDamaged, one line) of the runs skipped because their `what` does not decode."""
         if run_ids:
             ids = ", ".join(map(str, sorted(set(run_ids))[:5])) + (" and more" if len(set(run_ids)) > 5 else "")
-            warnings.warn(StoreDamaged(f"results store {self.path}: skipped {len(set(run_ids))} run(s) whose {what} is "
-                                       f"damaged ({ids})"), stacklevel=3)
+            warnings.warn(
+                StoreDamaged(
+                    f"results store {self.path}: skipped {len(set(run_ids))} run(s) whose {what} is damaged ({ids})"
+                ),
+                stacklevel=3,
+            )
 
     def plan(self, experiment: str) -> dict | None:
         """The latest plan of the experiment: {experiment, scale, spec, runs, created_at}; None for an
@@ -480,7 +615,9 @@ class Store:
         """Every experiment with runs or a plan (a grid killed before its first run has only a plan);
         a name that is not safe as a folder name (a store from elsewhere) is a one-line error."""
         with self._connect() as db:
-            names = [r[0] for r in db.execute("SELECT experiment FROM runs UNION SELECT experiment FROM plans ORDER BY 1")]
+            names = [
+                r[0] for r in db.execute("SELECT experiment FROM runs UNION SELECT experiment FROM plans ORDER BY 1")
+            ]
         for name in names:
             check_name(name, f"results store {self.path} holds an experiment whose name")
         return names
@@ -519,14 +656,21 @@ class Store:
                 metrics = _decode_metrics(r["metrics"])
             except ValueError:
                 metrics = None
-            if (not r["config_ok"] or metrics is None
-                    or not all(isinstance(r[k], (int, float)) for k in ("length", "accuracy", "scaled_accuracy"))):
+            if (
+                not r["config_ok"]
+                or metrics is None
+                or not all(isinstance(r[k], (int, float)) for k in ("length", "accuracy", "scaled_accuracy"))
+            ):
                 damaged.append(r["id"])
                 continue
             row = {"model": r["model"], "task": r["task"], "task_params": _task_params(r["task_config"])}
             if r["variant"]:
                 overrides = (json.loads(r["variants"]) if r["variants"] else {}).get(r["variant"]) or {}
-                row.update(task=f"{r['task']} [{r['variant']}]", variant=r["variant"], task_params={**row["task_params"], **overrides})
+                row.update(
+                    task=f"{r['task']} [{r['variant']}]",
+                    variant=r["variant"],
+                    task_params={**row["task_params"], **overrides},
+                )
             if r["dataset_size"] is not None:
                 row["dataset_size"] = r["dataset_size"]
             row.update({k: r[k] for k in ("seed", "lr", "length", "accuracy", "scaled_accuracy")})
@@ -544,10 +688,17 @@ class Store:
         """The training curve: {step, loss, accuracy, metrics, [stage]} per point (metrics {} when none;
         stage, the curriculum stage the point's steps trained in, only for runs with a curriculum)."""
         with self._connect() as db:
-            rows = db.execute("SELECT step, loss, accuracy, metrics, stage FROM curves WHERE run_id = ? ORDER BY step",
-                              (run_id,)).fetchall()
-        return [{**{k: r[k] for k in ("step", "loss", "accuracy")}, "metrics": self._metrics(r["metrics"], run_id),
-                 **({} if r["stage"] is None else {"stage": r["stage"]})} for r in rows]
+            rows = db.execute(
+                "SELECT step, loss, accuracy, metrics, stage FROM curves WHERE run_id = ? ORDER BY step", (run_id,)
+            ).fetchall()
+        return [
+            {
+                **{k: r[k] for k in ("step", "loss", "accuracy")},
+                "metrics": self._metrics(r["metrics"], run_id),
+                **({} if r["stage"] is None else {"stage": r["stage"]}),
+            }
+            for r in rows
+        ]
 
     def evals(self, run_id: str, variant: str | None = "") -> list[dict]:
         """{length, accuracy, scaled_accuracy, samples, [variant], sequence_accuracy, metrics, position_accuracy}
@@ -555,15 +706,25 @@ class Store:
         left out for the training task, sequence_accuracy and position_accuracy where they were not
         measured, and metrics is {} when there are none."""
         with self._connect() as db:
-            rows = db.execute("SELECT * FROM evals WHERE run_id = ? AND (? IS NULL OR variant = ?) ORDER BY variant, length",
-                              (run_id, variant, variant)).fetchall()
-        return [{**{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")}, **({"variant": r["variant"]} if r["variant"] else {}),
-                 **({} if r["sequence_accuracy"] is None else {"sequence_accuracy": r["sequence_accuracy"]}),
-                 **({} if r["position_accuracy"] is None else {"position_accuracy": json.loads(r["position_accuracy"])}),
-                 "metrics": self._metrics(r["metrics"], run_id)} for r in rows]
+            rows = db.execute(
+                "SELECT * FROM evals WHERE run_id = ? AND (? IS NULL OR variant = ?) ORDER BY variant, length",
+                (run_id, variant, variant),
+            ).fetchall()
+        return [
+            {
+                **{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")},
+                **({"variant": r["variant"]} if r["variant"] else {}),
+                **({} if r["sequence_accuracy"] is None else {"sequence_accuracy": r["sequence_accuracy"]}),
+                **({} if r["position_accuracy"] is None else {"position_accuracy": json.loads(r["position_accuracy"])}),
+                "metrics": self._metrics(r["metrics"], run_id),
+            }
+            for r in rows
+        ]
 
     def traces(self, run_id: str) -> list[dict]:
         """{variant, length, examples} per traced evaluation (examples: `evaluate.trace`'s dicts)."""
         with self._connect() as db:
-            rows = db.execute("SELECT variant, length, data FROM traces WHERE run_id = ? ORDER BY variant, length", (run_id,)).fetchall()
+            rows = db.execute(
+                "SELECT variant, length, data FROM traces WHERE run_id = ? ORDER BY variant, length", (run_id,)
+            ).fetchall()
         return [{"variant": r["variant"], "length": r["length"], "examples": json.loads(r["data"])} for r in rows]

@@ -37,12 +37,15 @@ class _Loader(yaml.SafeLoader):
                 try:
                     hash(key)
                 except TypeError:
-                    raise StatetrackError(f"line {key_node.start_mark.line + 1}: a mapping key must be a "
-                                          "plain value, not a list or mapping") from None
+                    raise StatetrackError(
+                        f"line {key_node.start_mark.line + 1}: a mapping key must be a "
+                        "plain value, not a list or mapping"
+                    ) from None
                 line = key_node.start_mark.line + 1
                 if key in first:
-                    raise StatetrackError(f"key {key!r} is given twice in one mapping (lines {first[key]} and {line}); "
-                                          "keep one")
+                    raise StatetrackError(
+                        f"key {key!r} is given twice in one mapping (lines {first[key]} and {line}); keep one"
+                    )
                 first[key] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -50,7 +53,8 @@ class _Loader(yaml.SafeLoader):
 # the YAML 1.1 timestamp resolver turns `2025-01-01` into a date, which no spec value can be
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _check_graph(root: yaml.Node) -> None:
@@ -70,8 +74,10 @@ def _check_graph(root: yaml.Node) -> None:
         else:
             total = 1
         if total > MAX_NODES:
-            raise StatetrackError(f"line {node.start_mark.line + 1}: expands to more than {MAX_NODES:,} values "
-                                  "(aliases of aliases); write the values out")
+            raise StatetrackError(
+                f"line {node.start_mark.line + 1}: expands to more than {MAX_NODES:,} values "
+                "(aliases of aliases); write the values out"
+            )
         sizes[id(node)] = total
         return total
 
@@ -88,8 +94,10 @@ def _check_values(value: object, where: str) -> None:
         for index, item in enumerate(value):
             _check_values(item, f"{where}[{index}]")
     elif not isinstance(value, _PLAIN):
-        raise StatetrackError(f"{where or 'the value'}: a YAML {type(value).__name__} value is not allowed here; "
-                              "expected text, a number, true/false, a list or a mapping")
+        raise StatetrackError(
+            f"{where or 'the value'}: a YAML {type(value).__name__} value is not allowed here; "
+            "expected text, a number, true/false, a list or a mapping"
+        )
 
 
 def load(text: str) -> object:

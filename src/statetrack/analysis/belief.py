@@ -64,7 +64,9 @@ def require_tracker(task) -> None:
     """A clear error unless `task` has a belief recurrence `track(inputs, renormalise, dtype)`."""
     if not callable(getattr(task, "track", None)):
         known = sorted(name for name, cls in TASKS.items() if callable(getattr(cls, "track", None)))
-        raise StatetrackError(f"task {task.name!r} has no belief recurrence to analyse; tasks with one: {', '.join(known)}")
+        raise StatetrackError(
+            f"task {task.name!r} has no belief recurrence to analyse; tasks with one: {', '.join(known)}"
+        )
 
 
 @dataclass
@@ -74,7 +76,9 @@ class BeliefDecay:
     length: int
     log_survival: torch.Tensor  # [B, T] float64 log s_t
     norms: dict[str, torch.Tensor] = field(default_factory=dict)  # dtype -> [B, T] observed ||h_t||_1 (as float64)
-    errors: dict[str, torch.Tensor] = field(default_factory=dict)  # tracker -> [B, T] max_q |b_t(q) - b_exact(q)|, NaN where h = 0
+    errors: dict[str, torch.Tensor] = field(
+        default_factory=dict
+    )  # tracker -> [B, T] max_q |b_t(q) - b_exact(q)|, NaN where h = 0
     flush_to_zero: bool = False  # subnormals were flushed to 0 (see `flushes_denormals`)
 
     @property
@@ -155,39 +159,79 @@ def format_decay(decay: BeliefDecay) -> str:
     samples, length, rate = decay.log_survival.shape[0], decay.length, decay.mean_log_survival
     halving = f"||h||_1 halves every {math.log(2) / -rate:.2f} tokens" if rate < 0 else "no decay"
     lines = [f"mean log survival per token: {rate:.4f} ({halving})", ""]
-    header = ["dtype", "smallest normal", "typical (log tiny / mean log s)", "predicted underflow",
-              "observed underflow", "underflowed", "predicted = observed", "|diff| <= 1", "state exactly 0"]
+    header = [
+        "dtype",
+        "smallest normal",
+        "typical (log tiny / mean log s)",
+        "predicted underflow",
+        "observed underflow",
+        "underflowed",
+        "predicted = observed",
+        "|diff| <= 1",
+        "state exactly 0",
+    ]
     body = []
     for dtype in DTYPES:
         predicted, observed = decay.predicted(dtype), decay.observed(dtype)
-        body.append([
-            dtype_name(dtype), f"{torch.finfo(dtype).tiny:.2e}", f"{decay.typical(dtype):.0f}", _spread(predicted),
-            _spread(observed), f"{int((observed != NEVER).sum())}/{samples}", f"{int((predicted == observed).sum())}/{samples}",
-            f"{int(((predicted - observed).abs() <= 1).sum())}/{samples}", _spread(decay.zero(dtype)),
-        ])
+        body.append(
+            [
+                dtype_name(dtype),
+                f"{torch.finfo(dtype).tiny:.2e}",
+                f"{decay.typical(dtype):.0f}",
+                _spread(predicted),
+                _spread(observed),
+                f"{int((observed != NEVER).sum())}/{samples}",
+                f"{int((predicted == observed).sum())}/{samples}",
+                f"{int(((predicted - observed).abs() <= 1).sum())}/{samples}",
+                _spread(decay.zero(dtype)),
+            ]
+        )
     lines.append("underflow length (tokens until ||h_t||_1 < smallest normal; median [range] over sequences):")
     lines.append(text_table(header, body))
     if decay.flush_to_zero:
-        lines.append("note: this process flushes subnormals to zero (torch.set_flush_denormal(True)): a state drops to 0 as soon "
-                     "as its largest component falls below the smallest normal, which can be before its norm does")
+        lines.append(
+            "note: this process flushes subnormals to zero (torch.set_flush_denormal(True)): a state drops to 0 as soon "
+            "as its largest component falls below the smallest normal, which can be before its norm does"
+        )
     for dtype in DTYPES:
         if (decay.observed(dtype) == NEVER).all() and decay.typical(dtype) > length:
-            lines.append(f"{dtype_name(dtype)}: no sequence underflows within {length} tokens; "
-                         f"pass --length above {decay.typical(dtype):.0f} to see it")
+            lines.append(
+                f"{dtype_name(dtype)}: no sequence underflows within {length} tokens; "
+                f"pass --length above {decay.typical(dtype):.0f} to see it"
+            )
     window = max(1, length // 10)
-    header = ["tracker", "while ||h||_1 >= smallest normal", f"last {window} tokens", "while subnormal", "tokens with h = 0"]
+    header = [
+        "tracker",
+        "while ||h||_1 >= smallest normal",
+        f"last {window} tokens",
+        "while subnormal",
+        "tokens with h = 0",
+    ]
     body = []
     for key, error in decay.errors.items():
         if key.startswith("linear"):
             dtype = torch.float32 if key.endswith("float32") else torch.float64
             norms = decay.norms[dtype_name(dtype)]
-            normal, subnormal = error[norms >= torch.finfo(dtype).tiny], error[(norms > 0) & (norms < torch.finfo(dtype).tiny)]
+            normal, subnormal = (
+                error[norms >= torch.finfo(dtype).tiny],
+                error[(norms > 0) & (norms < torch.finfo(dtype).tiny)],
+            )
         else:  # ||b_t||_1 = 1 at every token
             normal, subnormal = error, error[:0]
-        body.append([key, _max(normal), _max(error[:, -window:]), _max(subnormal) if subnormal.numel() else "never",
-                     f"{100 * error.isnan().double().mean().item():.1f}%"])
-    lines += ["", "decoded belief h_t / ||h_t||_1 vs the exact float64 renormalised tracker (max over states and sequences of |b - b_exact|):",
-              text_table(header, body)]
+        body.append(
+            [
+                key,
+                _max(normal),
+                _max(error[:, -window:]),
+                _max(subnormal) if subnormal.numel() else "never",
+                f"{100 * error.isnan().double().mean().item():.1f}%",
+            ]
+        )
+    lines += [
+        "",
+        "decoded belief h_t / ||h_t||_1 vs the exact float64 renormalised tracker (max over states and sequences of |b - b_exact|):",
+        text_table(header, body),
+    ]
     return "\n".join(lines)
 
 
@@ -207,17 +251,41 @@ def plot_decay(decay: BeliefDecay, title: str, path: str | Path, example: int = 
         name, info = dtype_name(dtype), torch.finfo(dtype)
         norm = decay.norms[name][example]
         observed = torch.where(norm > 0, norm.log10(), torch.nan)  # a zero state has no log
-        left.plot(steps, observed.tolist(), color=colours[name], lw=widths[name], alpha=0.7, label=f"||h_t||_1 observed, {name}")
+        left.plot(
+            steps,
+            observed.tolist(),
+            color=colours[name],
+            lw=widths[name],
+            alpha=0.7,
+            label=f"||h_t||_1 observed, {name}",
+        )
         left.axhline(math.log10(info.tiny), color=colours[name], lw=0.8, ls="--", label=f"smallest normal, {name}")
-        left.axhline(math.log10(info.tiny) + math.log10(info.eps), color=colours[name], lw=0.8, ls=":",
-                     label=f"smallest subnormal, {name}")
-        for lengths, marker, what in ((decay.predicted(dtype), "o", "predicted"), (decay.observed(dtype), "x", "observed")):
+        left.axhline(
+            math.log10(info.tiny) + math.log10(info.eps),
+            color=colours[name],
+            lw=0.8,
+            ls=":",
+            label=f"smallest subnormal, {name}",
+        )
+        for lengths, marker, what in (
+            (decay.predicted(dtype), "o", "predicted"),
+            (decay.observed(dtype), "x", "observed"),
+        ):
             if lengths[example] != NEVER:
                 style = {"facecolors": "none", "edgecolors": "black"} if marker == "o" else {"color": "black"}
-                left.scatter([int(lengths[example])], [math.log10(info.tiny)], marker=marker, s=50, zorder=3, **style,
-                             label=f"{what} underflow" if dtype == torch.float32 else None)
+                left.scatter(
+                    [int(lengths[example])],
+                    [math.log10(info.tiny)],
+                    marker=marker,
+                    s=50,
+                    zorder=3,
+                    **style,
+                    label=f"{what} underflow" if dtype == torch.float32 else None,
+                )
     predicted = decay.log_product[example] / math.log(10)
-    left.plot(steps, predicted.tolist(), color="black", lw=0.8, ls="--", label="prod of survival probabilities (predicted)")
+    left.plot(
+        steps, predicted.tolist(), color="black", lw=0.8, ls="--", label="prod of survival probabilities (predicted)"
+    )
     left.set_xlabel("token t")
     left.set_ylabel("log10 norm")
     left.set_title(f"linear recurrence, sequence {example}")
@@ -233,8 +301,15 @@ def plot_decay(decay: BeliefDecay, title: str, path: str | Path, example: int = 
     return save_figure(fig, title, path)
 
 
-def analyze_belief(task_name: str, params: dict | None = None, length: int = 4000, samples: int = 64, seed: int = 0,
-                   out: str | Path | None = None, results_dir: str | Path = "results") -> tuple[str, Path]:
+def analyze_belief(
+    task_name: str,
+    params: dict | None = None,
+    length: int = 4000,
+    samples: int = 64,
+    seed: int = 0,
+    out: str | Path | None = None,
+    results_dir: str | Path = "results",
+) -> tuple[str, Path]:
     """Text report and plot path for `samples` sequences of `length` tokens of a PFSA-SR task drawn with `seed`
     (plot default: RESULTS_DIR/belief/belief_TASK_PARAMS.png)."""
     task = make_task(task_name, **(params or {}))

@@ -63,14 +63,22 @@ class Automaton:
     def __post_init__(self):
         t, labels = self.transitions, self.labels
         if t.dim() != 2 or t.dtype != torch.long or t.numel() == 0:
-            raise StatetrackError(f"{self.name}: transitions must be a non-empty long tensor [vocab, states], got {t.dtype} {tuple(t.shape)}")
+            raise StatetrackError(
+                f"{self.name}: transitions must be a non-empty long tensor [vocab, states], got {t.dtype} {tuple(t.shape)}"
+            )
         n = t.shape[1]
         if int(t.min()) < 0 or int(t.max()) >= n:
-            raise StatetrackError(f"{self.name}: transitions must be states in [0, {n}), got values in [{int(t.min())}, {int(t.max())}]")
+            raise StatetrackError(
+                f"{self.name}: transitions must be states in [0, {n}), got values in [{int(t.min())}, {int(t.max())}]"
+            )
         if labels.shape != (n,) or labels.dtype != torch.long:
-            raise StatetrackError(f"{self.name}: labels must be a long tensor [{n}] (one class per state), got {labels.dtype} {tuple(labels.shape)}")
+            raise StatetrackError(
+                f"{self.name}: labels must be a long tensor [{n}] (one class per state), got {labels.dtype} {tuple(labels.shape)}"
+            )
         if int(labels.min()) < 0 or int(labels.max()) >= self.num_classes:
-            raise StatetrackError(f"{self.name}: labels must be classes in [0, {self.num_classes}), got values in [{int(labels.min())}, {int(labels.max())}]")
+            raise StatetrackError(
+                f"{self.name}: labels must be classes in [0, {self.num_classes}), got values in [{int(labels.min())}, {int(labels.max())}]"
+            )
         if not 0 <= self.initial < n:
             raise StatetrackError(f"{self.name}: initial state must be in [0, {n}), got {self.initial}")
         if self.token_names is None:
@@ -124,7 +132,9 @@ class Construction:
 
 
 # ---- automata of the tasks ---------------------------------------------------------------------
-def _final_answer(task, symbol_transitions: torch.Tensor, initial: int, labels: torch.Tensor, states: list[str]) -> Automaton:
+def _final_answer(
+    task, symbol_transitions: torch.Tensor, initial: int, labels: torch.Tensor, states: list[str]
+) -> Automaton:
     """Automaton of a `[BOS] s_1 .. s_n [EOI]` task: the special tokens keep the state."""
     n = symbol_transitions.shape[1]
     table = torch.arange(n).repeat(task.vocab_size, 1)
@@ -145,7 +155,9 @@ def automaton_for_task(task) -> Automaton:
     if task.name == "word_problem":
         group = task.group_object
         table = group.table.t().contiguous()  # token g sends the prefix product q to q * g
-        return Automaton(table, 0, torch.arange(group.order), group.order, repr(task), list(task.vocab), list(task.answers))
+        return Automaton(
+            table, 0, torch.arange(group.order), group.order, repr(task), list(task.vocab), list(task.answers)
+        )
     if task.name in ("parity", "modadd"):
         m = 2 if task.name == "parity" else task.m
         symbols = (torch.arange(m)[:, None] + torch.arange(m)[None, :]) % m  # token a: q -> q + a mod m
@@ -171,15 +183,36 @@ def _solve(x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return w
 
 
-def _assemble(automaton: Automaton, structure: str, hidden: int, mixer_spec: dict, set_transitions, states: torch.Tensor,
-              h0: torch.Tensor, reachable: list[int], normalize_every: int, scale: float) -> Construction:
+def _assemble(
+    automaton: Automaton,
+    structure: str,
+    hidden: int,
+    mixer_spec: dict,
+    set_transitions,
+    states: torch.Tensor,
+    h0: torch.Tensor,
+    reachable: list[int],
+    normalize_every: int,
+    scale: float,
+) -> Construction:
     """Build the model, set embedding / readout / out_proj around the transition weights that
     `set_transitions(mixer, x)` writes (x [V, d_model] the layer inputs), then check it.
     states [len(reachable), hidden]: the unit state vector of each reachable state."""
     V, C = automaton.vocab_size, automaton.num_classes
     d = max(V, hidden) + 2
-    spec = zoo.resolve({"name": "bilinear", "structure": structure, "hidden": hidden, "d_model": d, "num_layers": 1,
-                        "mlp": False, "learn_h0": False, "normalize_every": normalize_every, **mixer_spec})
+    spec = zoo.resolve(
+        {
+            "name": "bilinear",
+            "structure": structure,
+            "hidden": hidden,
+            "d_model": d,
+            "num_layers": 1,
+            "mlp": False,
+            "learn_h0": False,
+            "normalize_every": normalize_every,
+            **mixer_spec,
+        }
+    )
     with torch.random.fork_rng():  # the init is overwritten; leave the caller's random stream alone
         model = zoo.build_model(spec, V, C)
     basis = _mean_zero_basis(d)
@@ -215,7 +248,9 @@ def _check(model: SequenceModel, automaton: Automaton, reachable: list[int], sta
         h = h / h.norm(dim=-1, keepdim=True)
         error = (h - states[following].float()).abs().max().item()
         if error > 1e-4:
-            raise RuntimeError(f"exact construction: token {automaton.token_names[s]!r} leaves the states off by {error:.2e}")
+            raise RuntimeError(
+                f"exact construction: token {automaton.token_names[s]!r} leaves the states off by {error:.2e}"
+            )
         logits = logits[:, 0].double()
         target = automaton.labels[reachable][following]
         right = logits.gather(1, target[:, None])[:, 0]
@@ -258,7 +293,9 @@ def _dense(automaton: Automaton, structure: str, normalize_every: int, scale: fl
             mixer.W.copy_(_solve(x, M.reshape(len(M), -1)).reshape(mixer.W.shape))
 
     states = torch.eye(n, dtype=torch.float64)
-    return _assemble(automaton, structure, n, mixer_spec, set_transitions, states, states[0], reachable, normalize_every, scale)
+    return _assemble(
+        automaton, structure, n, mixer_spec, set_transitions, states, states[0], reachable, normalize_every, scale
+    )
 
 
 # ---- rotation and diagonal (Props. 2.3, 2.4) ----------------------------------------------------
@@ -294,7 +331,9 @@ def _commuting_permutations(automaton: Automaton, structure: str) -> tuple[list[
     return reachable, parent, perms
 
 
-def _characters(perms: torch.Tensor, reachable: list[int], parent: dict, exponent: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _characters(
+    perms: torch.Tensor, reachable: list[int], parent: dict, exponent: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Every character of the abelian group the tokens generate, as integers mod `exponent`:
     (k [V] per token, k [n] per state), with the state after token s from q at k(q) + k(s).
 
@@ -304,7 +343,9 @@ def _characters(perms: torch.Tensor, reachable: list[int], parent: dict, exponen
     when it is exact."""
     V, n = perms.shape
     g = torch.Generator().manual_seed(0)
-    alpha = torch.complex(torch.randn(V, generator=g, dtype=torch.float64), torch.randn(V, generator=g, dtype=torch.float64))
+    alpha = torch.complex(
+        torch.randn(V, generator=g, dtype=torch.float64), torch.randn(V, generator=g, dtype=torch.float64)
+    )
     H = torch.zeros(n, n, dtype=torch.complex128)
     cols = torch.arange(n)
     for s in range(V):  # H = sum_s alpha_s T_s + conj(alpha_s) T_s^T, T_s[perms[s, q], q] = 1
@@ -316,7 +357,9 @@ def _characters(perms: torch.Tensor, reachable: list[int], parent: dict, exponen
     before = torch.argsort(perms, dim=1)[:, top]  # [V, n]: the state token s sends to q*
     eig = vectors[before, torch.arange(n)] / vectors[top, torch.arange(n)]  # [V, n]
     k_tokens = torch.round(torch.angle(eig) * exponent / (2 * math.pi)).long() % exponent
-    exact = (eig - torch.polar(torch.ones_like(eig.real), 2 * math.pi * k_tokens.double() / exponent)).abs().amax(0) < 1e-6
+    exact = (eig - torch.polar(torch.ones_like(eig.real), 2 * math.pi * k_tokens.double() / exponent)).abs().amax(
+        0
+    ) < 1e-6
     pos = {q: i for i, q in enumerate(reachable)}
     k_states = torch.zeros(n, n, dtype=torch.long)  # [state, character], along the breadth-first words
     for q in reachable[1:]:
@@ -344,6 +387,7 @@ def _separating(characters: list, n: int, exponent: int, all_needed: bool) -> li
     """The characters to put on planes: all when labels share states (the state vectors must then be
     orthonormal), else a few that tell every state apart: highest order first, then the smallest angles
     for the first tokens."""
+
     def key(c):
         k = _wrap(c[0], exponent)
         order = exponent // math.gcd(exponent, *c[0].tolist())
@@ -400,7 +444,9 @@ def _commuting(automaton: Automaton, structure: str, normalize_every: int, scale
             mixer.D.copy_(_solve(x, signs))
 
         h0 = torch.full((planes,), 1 / math.sqrt(planes))
-        return _assemble(automaton, structure, planes, {}, set_transitions, states, h0, reachable, normalize_every, scale)
+        return _assemble(
+            automaton, structure, planes, {}, set_transitions, states, h0, reachable, normalize_every, scale
+        )
     angles = 2 * math.pi * k_tokens / exponent  # in (-pi, pi]
     phase = 2 * math.pi * k_states / exponent
     states = torch.stack([phase.cos(), phase.sin()], -1).flatten(1) / math.sqrt(planes)  # planes as (re, im) pairs
@@ -408,11 +454,15 @@ def _commuting(automaton: Automaton, structure: str, normalize_every: int, scale
     def set_transitions(mixer, x):
         mixer.Theta.copy_(_solve(x, angles))
 
-    return _assemble(automaton, structure, 2 * planes, {}, set_transitions, states, states[0], reachable, normalize_every, scale)
+    return _assemble(
+        automaton, structure, 2 * planes, {}, set_transitions, states, states[0], reachable, normalize_every, scale
+    )
 
 
 # ---- public ---------------------------------------------------------------------------------
-def build_exact(automaton: Automaton, structure: str = "full", normalize_every: int = 1, scale: float = 1e3) -> Construction:
+def build_exact(
+    automaton: Automaton, structure: str = "full", normalize_every: int = 1, scale: float = 1e3
+) -> Construction:
     """A bilinear model of `structure` that simulates `automaton` exactly (module docstring).
     `normalize_every` is the mixer's evaluation-time renormalisation; `scale` is c of out_proj = c P."""
     if structure not in STRUCTURES:
@@ -427,10 +477,13 @@ def construct(task, structure: str = "full", normalize_every: int = 1) -> Constr
     return build_exact(automaton_for_task(task), structure, normalize_every)
 
 
-def evaluate_construction(model, task, lengths: list[int], samples: int = 8, batch_size: int = 8, seed: int = 0,
-                          chunk_size: int = 1024) -> list[dict]:
+def evaluate_construction(
+    model, task, lengths: list[int], samples: int = 8, batch_size: int = 8, seed: int = 0, chunk_size: int = 1024
+) -> list[dict]:
     """Accuracy per length through the normal evaluation path (`evaluate_lengths`, inputs fed in
     chunks of `chunk_size` carrying the state): rows {length, accuracy, scaled_accuracy, samples}."""
     for length in lengths:
         task.check_length(length)
-    return evaluate_lengths(model, task, lengths, samples=samples, batch_size=batch_size, seed=seed, chunk_size=chunk_size)
+    return evaluate_lengths(
+        model, task, lengths, samples=samples, batch_size=batch_size, seed=seed, chunk_size=chunk_size
+    )

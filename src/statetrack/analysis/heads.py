@@ -87,7 +87,9 @@ def _run_wrapped(model, inputs: torch.Tensor, contexts: list) -> torch.Tensor:
         calls = [stack.enter_context(context) for context in contexts]
         predicted = predict(model, inputs, CHUNK)
     if any(c[0] == 0 for c in calls):
-        raise StatetrackError("a delta-rule layer's forward did not call its gates(x); the heads analysis cannot read or change beta")
+        raise StatetrackError(
+            "a delta-rule layer's forward did not call its gates(x); the heads analysis cannot read or change beta"
+        )
     return predicted
 
 
@@ -160,12 +162,24 @@ def head_analysis(model, batch, layers, sweep: int = 4) -> dict:
         for h in range(mixer.num_heads):
             curve = [accuracy(_run_wrapped(model, batch.inputs, [scale_beta(mixer, [h], f)]), batch) for f in factors]
             low, median, high = quantiles(beta[:, h])
-            rows.append({
-                "layer": i, "head": h, "scale": mixer.scale, "beta": beta[:, h], "beta_low": low, "beta_median": median,
-                "beta_high": high, "above_one": (beta[:, h] > 1).float().mean().item(), "explained": cumulative[h],
-                "components": int(components[h]), "dim": mixer.head_dim, "curve": curve, "accuracy": curve[-1],
-                "drop": base - curve[-1],
-            })
+            rows.append(
+                {
+                    "layer": i,
+                    "head": h,
+                    "scale": mixer.scale,
+                    "beta": beta[:, h],
+                    "beta_low": low,
+                    "beta_median": median,
+                    "beta_high": high,
+                    "above_one": (beta[:, h] > 1).float().mean().item(),
+                    "explained": cumulative[h],
+                    "components": int(components[h]),
+                    "dim": mixer.head_dim,
+                    "curve": curve,
+                    "accuracy": curve[-1],
+                    "drop": base - curve[-1],
+                }
+            )
     everything = [scale_beta(mixer, list(range(mixer.num_heads)), FACTOR) for _, mixer in layers]
     all_heads = accuracy(_run_wrapped(model, batch.inputs, everything), batch)
     rows.sort(key=lambda r: (-r["drop"], r["layer"], r["head"]))
@@ -176,10 +190,33 @@ def format_heads(result: dict, chance: float) -> str:
     from statetrack.results.report import text_table
 
     base = result["accuracy"]
-    header = ["rank", "layer", "head", "beta median", "beta 5-95%", "beta > 1", "keys PC1", f"keys {SHARE:.0%}", "accuracy", "drop"]
-    body = [[str(n), str(r["layer"]), str(r["head"]), f"{r['beta_median']:.3f}", f"{r['beta_low']:.2f}-{r['beta_high']:.2f}",
-             f"{r['above_one']:.1%}", f"{r['explained'][0]:.1%}", f"{r['components']}/{r['dim']}", f"{r['accuracy']:.3f}", f"{r['drop']:+.3f}"]
-            for n, r in enumerate(result["rows"], 1)]
+    header = [
+        "rank",
+        "layer",
+        "head",
+        "beta median",
+        "beta 5-95%",
+        "beta > 1",
+        "keys PC1",
+        f"keys {SHARE:.0%}",
+        "accuracy",
+        "drop",
+    ]
+    body = [
+        [
+            str(n),
+            str(r["layer"]),
+            str(r["head"]),
+            f"{r['beta_median']:.3f}",
+            f"{r['beta_low']:.2f}-{r['beta_high']:.2f}",
+            f"{r['above_one']:.1%}",
+            f"{r['explained'][0]:.1%}",
+            f"{r['components']}/{r['dim']}",
+            f"{r['accuracy']:.3f}",
+            f"{r['drop']:+.3f}",
+        ]
+        for n, r in enumerate(result["rows"], 1)
+    ]
     top = result["rows"][0]
     lines = [
         f"accuracy {base:.3f} (chance {chance:.3f}); with all heads' beta x {FACTOR:g}: {result['all_heads']:.3f}",
@@ -189,12 +226,18 @@ def format_heads(result: dict, chance: float) -> str:
         text_table(header, body),
     ]
     if base < 0.9:
-        lines.append(f"note: the model is at {base:.3f} accuracy on these inputs; a ranking of heads by what they break says little")
+        lines.append(
+            f"note: the model is at {base:.3f} accuracy on these inputs; a ranking of heads by what they break says little"
+        )
     if top["drop"] > 0.01:
-        lines.append(f"state-tracking head: layer {top['layer']} head {top['head']} "
-                     f"(accuracy {base:.3f} -> {top['accuracy']:.3f} with its beta x {FACTOR:g})")
+        lines.append(
+            f"state-tracking head: layer {top['layer']} head {top['head']} "
+            f"(accuracy {base:.3f} -> {top['accuracy']:.3f} with its beta x {FACTOR:g})"
+        )
     else:
-        lines.append(f"no single head's beta x {FACTOR:g} lowers accuracy by more than 0.01 (largest drop {top['drop']:+.3f})")
+        lines.append(
+            f"no single head's beta x {FACTOR:g} lowers accuracy by more than 0.01 (largest drop {top['drop']:+.3f})"
+        )
     return "\n".join(lines)
 
 
@@ -218,7 +261,9 @@ def plot_betas(result: dict, title: str, path: str | Path) -> Path:
     plt = _pyplot()
     layers, heads = _grid(result)
     top = result["rows"][0]
-    fig, axes = plt.subplots(len(layers), heads, figsize=(max(6.0, 2.4 * heads), 1.9 * len(layers) + 0.6), squeeze=False)
+    fig, axes = plt.subplots(
+        len(layers), heads, figsize=(max(6.0, 2.4 * heads), 1.9 * len(layers) + 0.6), squeeze=False
+    )
     for ax in axes.flat:
         ax.set_visible(False)
     for r in result["rows"]:
@@ -245,7 +290,13 @@ def plot_keys(result: dict, title: str, path: str | Path) -> Path:
     for r in sorted(result["rows"], key=lambda r: (r["layer"], r["head"])):
         ax = axes[0][layers.index(r["layer"])]
         chosen = (r["layer"], r["head"]) == (top["layer"], top["head"])
-        ax.plot(range(1, r["dim"] + 1), r["explained"].tolist(), marker=".", lw=2.5 if chosen else 1.0, label=f"head {r['head']}")
+        ax.plot(
+            range(1, r["dim"] + 1),
+            r["explained"].tolist(),
+            marker=".",
+            lw=2.5 if chosen else 1.0,
+            label=f"head {r['head']}",
+        )
     for ax, layer in zip(axes[0], layers):
         ax.axhline(SHARE, color="grey", lw=0.8, ls="--")
         ax.set_title(f"layer {layer}", fontsize=9)
@@ -265,7 +316,9 @@ def plot_intervention(result: dict, chance: float, title: str, path: str | Path)
     factors = [1.0] + result["factors"]
     for r in sorted(result["rows"], key=lambda r: (r["layer"], r["head"])):
         ax = axes[0][layers.index(r["layer"])]
-        ax.plot([r["scale"] * f for f in factors], [result["accuracy"]] + r["curve"], marker=".", label=f"head {r['head']}")
+        ax.plot(
+            [r["scale"] * f for f in factors], [result["accuracy"]] + r["curve"], marker=".", label=f"head {r['head']}"
+        )
     for ax, layer in zip(axes[0], layers):
         ax.axhline(chance, color="grey", lw=0.8, ls="--")
         ax.invert_xaxis()
@@ -277,9 +330,18 @@ def plot_intervention(result: dict, chance: float, title: str, path: str | Path)
     return save_figure(fig, title, path)
 
 
-def analyze_heads(store, run: str, results_dir: str | Path = "results", samples: int = 64, length: int | None = None,
-                  seed: int = 0, out: str | Path | None = None, model: str | None = None, run_seed: int | None = None,
-                  sweep: int = 4) -> tuple[str, list[Path]]:
+def analyze_heads(
+    store,
+    run: str,
+    results_dir: str | Path = "results",
+    samples: int = 64,
+    length: int | None = None,
+    seed: int = 0,
+    out: str | Path | None = None,
+    model: str | None = None,
+    run_seed: int | None = None,
+    sweep: int = 4,
+) -> tuple[str, list[Path]]:
     """Text report and the three plot paths (OUT_beta.png, OUT_keys.png, OUT_intervention.png; OUT
     defaults to RESULTS_DIR/EXPERIMENT/heads_RUNID) of a run (`trained.find_run`), on `samples` inputs
     of `length` (default: the run's longest training length), the evaluation set of `seed` at that length."""
@@ -292,12 +354,16 @@ def analyze_heads(store, run: str, results_dir: str | Path = "results", samples:
     task.check_length(length)
     batch = task.sample(samples, length, eval_generator(seed, length))
     if not batch.mask.any():
-        raise StatetrackError(f"the {samples} inputs of length {length} have no supervised position; use more --samples or another --length")
+        raise StatetrackError(
+            f"the {samples} inputs of length {length} have no supervised position; use more --samples or another --length"
+        )
     result = head_analysis(net, batch, layers, sweep)
     title = f"{row['model']} on {row['task']} (run {row['id']}, {samples} inputs of length {length})"
     prefix = str((Path(out) if out else under(results_dir, row["experiment"])) / f"heads_{row['id']}")
     prefix = prefix[:-4] if prefix.endswith(".png") else prefix
-    paths = [plot_betas(result, f"beta per head: {title}", f"{prefix}_beta.png"),
-             plot_keys(result, f"keys' explained variance: {title}", f"{prefix}_keys.png"),
-             plot_intervention(result, task.chance, f"beta range intervention: {title}", f"{prefix}_intervention.png")]
+    paths = [
+        plot_betas(result, f"beta per head: {title}", f"{prefix}_beta.png"),
+        plot_keys(result, f"keys' explained variance: {title}", f"{prefix}_keys.png"),
+        plot_intervention(result, task.chance, f"beta range intervention: {title}", f"{prefix}_intervention.png"),
+    ]
     return f"{title}\n{format_heads(result, task.chance)}", paths

@@ -35,7 +35,9 @@ def modulus(task) -> int:
     group = getattr(task, "group", None)
     if isinstance(group, str) and re.fullmatch(r"Z\d+", group):
         return task.group_object.order
-    raise StatetrackError(f"the rotation analysis needs a task on Z_m (modadd, or word_problem with a group Z<m>), got {task!r}")
+    raise StatetrackError(
+        f"the rotation analysis needs a task on Z_m (modadd, or word_problem with a group Z<m>), got {task!r}"
+    )
 
 
 @torch.no_grad()
@@ -43,7 +45,7 @@ def rotation_angles(model, token_ids: list[int]) -> torch.Tensor:
     """theta [len(token_ids), planes] in (-pi, pi]: the angle each token rotates each plane of layer 0 by."""
     mixer = _rotation_mixer(model)
     x = model.blocks[0].norm1(model.embedding.weight[token_ids])  # [tokens, d_model]: the layer input
-    theta = (x.double() @ mixer.Theta.double())
+    theta = x.double() @ mixer.Theta.double()
     return torch.remainder(theta + math.pi, 2 * math.pi) - math.pi
 
 
@@ -72,8 +74,17 @@ def harmonic_table(model, task, one: str = "1") -> list[dict]:
         k = round(value)
         off = angles[:, j] * m / (2 * math.pi) - a[:, 0] * k  # should be a multiple of m
         worst = (off - m * torch.round(off / m)).abs().max().item()
-        rows.append({"plane": j, "weight": weights[j].item(), "angle": theta_one[j].item(), "value": value,
-                     "k": k % m, "distance": abs(value - k), "worst": worst})
+        rows.append(
+            {
+                "plane": j,
+                "weight": weights[j].item(),
+                "angle": theta_one[j].item(),
+                "value": value,
+                "k": k % m,
+                "distance": abs(value - k),
+                "worst": worst,
+            }
+        )
     return rows
 
 
@@ -81,8 +92,19 @@ def format_table(rows: list[dict], top: int | None = None) -> str:
     from statetrack.results.report import text_table
 
     header = ["rank", "plane", "readout weight", "theta(1)", "theta(1) m/2pi", "k", "distance", "worst over a"]
-    body = [[str(i + 1), str(r["plane"]), f"{r['weight']:.4f}", f"{r['angle']:+.4f}", f"{r['value']:+.4f}", str(r["k"]),
-             f"{r['distance']:.4f}", f"{r['worst']:.4f}"] for i, r in enumerate(rows[:top])]
+    body = [
+        [
+            str(i + 1),
+            str(r["plane"]),
+            f"{r['weight']:.4f}",
+            f"{r['angle']:+.4f}",
+            f"{r['value']:+.4f}",
+            str(r["k"]),
+            f"{r['distance']:.4f}",
+            f"{r['worst']:.4f}",
+        ]
+        for i, r in enumerate(rows[:top])
+    ]
     return text_table(header, body)
 
 
@@ -103,7 +125,9 @@ def plot_rotations(rows: list[dict], m: int, title: str, path: str | Path, top: 
     biggest = max((r["weight"] for r in rows), default=1.0) or 1.0
     for r in shown:
         circle.scatter([math.cos(r["angle"])], [math.sin(r["angle"])], s=20 + 200 * r["weight"] / biggest, alpha=0.7)
-        circle.annotate(str(r["plane"]), (1.08 * math.cos(r["angle"]), 1.08 * math.sin(r["angle"])), fontsize=7, ha="center")
+        circle.annotate(
+            str(r["plane"]), (1.08 * math.cos(r["angle"]), 1.08 * math.sin(r["angle"])), fontsize=7, ha="center"
+        )
     circle.set_aspect("equal")
     circle.set_title(f"theta_j(1), top {len(shown)} planes by readout weight", fontsize=9)
     circle.legend(fontsize=7, loc="center")
@@ -114,8 +138,15 @@ def plot_rotations(rows: list[dict], m: int, title: str, path: str | Path, top: 
     return save_figure(fig, title, path)
 
 
-def analyze_rotations(store, run: str, results_dir: str | Path = "results", out: str | Path | None = None, model: str | None = None,
-                      run_seed: int | None = None, top: int = 20) -> tuple[str, Path]:
+def analyze_rotations(
+    store,
+    run: str,
+    results_dir: str | Path = "results",
+    out: str | Path | None = None,
+    model: str | None = None,
+    run_seed: int | None = None,
+    top: int = 20,
+) -> tuple[str, Path]:
     """Text report (the `top` planes) and plot path for a run (`trained.find_run`)."""
     row = find_run(store, run, model, run_seed)
     net, task = load_run_model(row, results_dir)
@@ -124,7 +155,9 @@ def analyze_rotations(store, run: str, results_dir: str | Path = "results", out:
     m = modulus(task)
     exact = sum(r["distance"] < 0.05 for r in rows)
     title = f"{row['model']} on {row['task']} (run {row['id']}): rotation angles for Z_{m}"
-    text = (f"{title}\n{len(rows)} planes, {exact} within 0.05 of a multiple of 2 pi / {m}; "
-            f"top {min(top, len(rows))} by readout weight:\n{format_table(rows, top)}")
+    text = (
+        f"{title}\n{len(rows)} planes, {exact} within 0.05 of a multiple of 2 pi / {m}; "
+        f"top {min(top, len(rows))} by readout weight:\n{format_table(rows, top)}"
+    )
     path = (Path(out) if out else under(results_dir, row["experiment"])) / f"rotations_{row['id']}.png"
     return text, plot_rotations(rows, m, title, path)

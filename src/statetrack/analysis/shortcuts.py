@@ -59,7 +59,9 @@ def shortcut_floor(states: int = 6, machine_seed: int = 0, window: int = 4) -> d
 
 
 def format_floor(states: int, machine_seed: int, floor: dict) -> str:
-    lines = [f"fsm(states={states}, machine_seed={machine_seed}): the best guess of the final state from the last k symbols",
-             "k  accuracy  scaled"]
+    lines = [
+        f"fsm(states={states}, machine_seed={machine_seed}): the best guess of the final state from the last k symbols",
+        "k  accuracy  scaled",
+    ]
     lines += [f"{k:<2} {acc:8.3f}  {scaled:6.3f}" for k, (acc, scaled) in floor.items()]
     return "\n".join(lines)

@@ -56,8 +56,16 @@ def bit_transitions(model, task) -> tuple[torch.Tensor, torch.Tensor]:
 def sign_table(a0: torch.Tensor, a1: torch.Tensor) -> list[dict]:
     """Every coordinate {coordinate, a0, a1, growth, kind}, by growth rate on balanced bits, largest first."""
     growth = (a0.abs().log() + a1.abs().log()) / 2
-    rows = [{"coordinate": i, "a0": float(a0[i]), "a1": float(a1[i]), "growth": float(growth[i]), "kind": kind(float(a0[i]), float(a1[i]))}
-            for i in range(a0.numel())]
+    rows = [
+        {
+            "coordinate": i,
+            "a0": float(a0[i]),
+            "a1": float(a1[i]),
+            "growth": float(growth[i]),
+            "kind": kind(float(a0[i]), float(a1[i])),
+        }
+        for i in range(a0.numel())
+    ]
     return sorted(rows, key=lambda r: -r["growth"])
 
 
@@ -72,11 +80,18 @@ def prediction(model, task) -> dict:
 
 def _diagonal_parity_runs(store, experiment: str) -> list[dict]:
     rows = [r for r in store.runs(experiment) if r["status"] == "done"]
-    return [r for r in rows if r["config"]["model"].get("name") == "bilinear" and r["config"]["model"].get("structure") == "diagonal"
-            and r["config"]["task"].get("name") == "parity"]
+    return [
+        r
+        for r in rows
+        if r["config"]["model"].get("name") == "bilinear"
+        and r["config"]["model"].get("structure") == "diagonal"
+        and r["config"]["task"].get("name") == "parity"
+    ]
 
 
-def analyze_signs(store, run: str, results_dir: str | Path = "results", model: str | None = None, run_seed: int | None = None) -> str:
+def analyze_signs(
+    store, run: str, results_dir: str | Path = "results", model: str | None = None, run_seed: int | None = None
+) -> str:
     """Text report: one line per run (`run` a run id, or an experiment: with --model one run as
     `trained.find_run` picks it, without it every finished real-diagonal parity run)."""
     if run in store.experiments() and model is None:
@@ -93,9 +108,13 @@ def analyze_signs(store, run: str, results_dir: str | Path = "results", model: s
         evals = store.evals(row["id"])
         observed = f"{evals[-1]['length']}: {evals[-1]['scaled_accuracy']:+.2f}" if evals else "not evaluated"
         size = row["config"]["train"].get("dataset_size") or "-"
-        lines.append(f"{row['id'][:16]:16}  {row['model'][:32]:32}  {size!s:>4}  {row['seed']:>4}  {top['coordinate']:>5}  "
-                     f"{top['a0']:>+7.3f}  {top['a1']:>+7.3f}  {top['lead']:>6.3f}  {top['kind']:10}  {observed:>19}")
+        lines.append(
+            f"{row['id'][:16]:16}  {row['model'][:32]:32}  {size!s:>4}  {row['seed']:>4}  {top['coordinate']:>5}  "
+            f"{top['a0']:>+7.3f}  {top['a1']:>+7.3f}  {top['lead']:>6.3f}  {top['kind']:10}  {observed:>19}"
+        )
         counts[top["kind"]] = counts.get(top["kind"], 0) + 1
     summary = "; ".join(f"{counts.get(k, 0)} of {len(rows)} {k} ({v})" for k, v in KINDS.items())
-    return ("Dominant coordinate on balanced bits (largest (log|a(0)| + log|a(1)|) / 2) of each run; lead = its growth rate "
-            "minus the next coordinate's, per bit\n" + header + "\n" + "\n".join(lines) + f"\n{summary}")
+    return (
+        "Dominant coordinate on balanced bits (largest (log|a(0)| + log|a(1)|) / 2) of each run; lead = its growth rate "
+        "minus the next coordinate's, per bit\n" + header + "\n" + "\n".join(lines) + f"\n{summary}"
+    )

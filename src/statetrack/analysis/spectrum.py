@@ -154,9 +154,17 @@ def save_figure(fig, title: str, path: str | Path) -> Path:
     return path
 
 
-def analyze_run(store, run: str, results_dir: str | Path = "results", samples: int = 64, length: int | None = None,
-                seed: int = 0, out: str | Path | None = None, model: str | None = None,
-                run_seed: int | None = None) -> tuple[str, Path]:
+def analyze_run(
+    store,
+    run: str,
+    results_dir: str | Path = "results",
+    samples: int = 64,
+    length: int | None = None,
+    seed: int = 0,
+    out: str | Path | None = None,
+    model: str | None = None,
+    run_seed: int | None = None,
+) -> tuple[str, Path]:
     """Text report and plot path for a run (`find_run`); inputs at `length` (default: the run's
     longest training length), drawn with `seed`. A model with no linear transition in any layer is
     a StatetrackError."""
@@ -169,7 +177,9 @@ def analyze_run(store, run: str, results_dir: str | Path = "results", samples: i
     title = f"{row['model']} on {row['task']} (run {row['id']}, length {length})"
     text = title + "\n" + format_stats(spectra, batch.inputs, getattr(task, "vocab", None))
     if all(s["eigenvalues"] is None for s in spectra):
-        raise StatetrackError(f"{row['model']} (run {row['id']}) has no linear state transition to materialise in any layer; "
-                              "the spectrum applies to linear RNNs (DeltaNet, DeltaProduct, Mamba, GLA, the bilinear models, ...)")
+        raise StatetrackError(
+            f"{row['model']} (run {row['id']}) has no linear state transition to materialise in any layer; "
+            "the spectrum applies to linear RNNs (DeltaNet, DeltaProduct, Mamba, GLA, the bilinear models, ...)"
+        )
     path = (Path(out) if out else under(results_dir, row["experiment"])) / f"spectrum_{row['id']}.png"
     return text, plot_spectra(spectra, title, path)

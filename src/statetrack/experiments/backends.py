@@ -38,6 +38,7 @@ BACKENDS = ("local", "ray")
 MAX_LEASE = 7 * 24 * 3600.0  # seconds a driver may go without renewing its claims (finite: the heartbeat sleeps on it)
 MAX_GPUS_PER_RUN = 1024  # GPUs of one Ray task: a fraction shares one GPU among tasks
 
+
 def available_cores() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
@@ -121,7 +122,9 @@ class InProcessBackend:
 
     def wait(self, handles: list, timeout: float | None = None) -> list:
         handle = handles[0]  # trains it now, whatever the timeout
-        self.outcomes[handle] = train_and_evaluate(self.runs.pop(handle), self.results_dir, self.device, self.progress, self.log_to)
+        self.outcomes[handle] = train_and_evaluate(
+            self.runs.pop(handle), self.results_dir, self.device, self.progress, self.log_to
+        )
         return [handle]
 
     def outcome(self, handle) -> dict:
@@ -151,14 +154,20 @@ class LocalBackend:
     name = "local"
     in_process = False
 
-    def __init__(self, workers: int, results_dir: Path, device: str, imports: list[str] = (), log_to: dict | None = None):
+    def __init__(
+        self, workers: int, results_dir: Path, device: str, imports: list[str] = (), log_to: dict | None = None
+    ):
         self.slots = workers
         self.threads = max(1, available_cores() // workers)
         self.results_dir, self.device, self.log_to = str(results_dir), device, log_to
         context = multiprocessing.get_context("spawn")
         self.queue = context.Queue()  # (run id, step, total) from the workers' runs, at each curve point
-        self.pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_prepare_pool_worker,
-                                        initargs=(self.threads, list(imports), driver_identity(), self.queue))
+        self.pool = ProcessPoolExecutor(
+            workers,
+            mp_context=context,
+            initializer=_prepare_pool_worker,
+            initargs=(self.threads, list(imports), driver_identity(), self.queue),
+        )
 
     def describe(self) -> str:
         return f"local pool, {self.slots} workers x {self.threads} threads"
@@ -213,7 +222,15 @@ def _checkpoint_root(results_dir: str) -> str:
         return str(Path(tempfile.gettempdir()) / "statetrack-results")
 
 
-def _ray_task(run: RunSpec, results_dir: str, device: str, threads: int, imports: list[str], driver: tuple, log_to: dict | None = None) -> dict:
+def _ray_task(
+    run: RunSpec,
+    results_dir: str,
+    device: str,
+    threads: int,
+    imports: list[str],
+    driver: tuple,
+    log_to: dict | None = None,
+) -> dict:
     prepare_worker(threads, imports, driver)  # a Ray worker process may serve many runs: imports are loaded once
     outcome = _run_in_worker(run, _checkpoint_root(results_dir), device, log_to)
     return {**outcome, "host": f"{outcome.get('host') or socket.gethostname()} ({node_address()})"}
@@ -237,8 +254,17 @@ class RayBackend:
     name = "ray"
     in_process = False
 
-    def __init__(self, address: str | None, num_cpus: int | None, results_dir: Path, device: str,
-                 cpus_per_run: float = 1, gpus_per_run: float | None = None, imports: list[str] = (), log_to: dict | None = None):
+    def __init__(
+        self,
+        address: str | None,
+        num_cpus: int | None,
+        results_dir: Path,
+        device: str,
+        cpus_per_run: float = 1,
+        gpus_per_run: float | None = None,
+        imports: list[str] = (),
+        log_to: dict | None = None,
+    ):
         try:
             import ray
         except ImportError:
@@ -261,9 +287,13 @@ class RayBackend:
         cluster_gpus = resources.get("GPU", 0)
         if gpus_per_run is None:
             gpus_per_run = 1 if cluster_gpus and device != "cpu" else 0
-        problem = (f"--gpus-per-run {gpus_per_run:g}, but the Ray cluster has no GPUs" if gpus_per_run and not cluster_gpus
-                   else "--device cuda, but the Ray cluster has no GPUs (or --gpus-per-run is 0)" if device == "cuda" and not gpus_per_run
-                   else None)
+        problem = (
+            f"--gpus-per-run {gpus_per_run:g}, but the Ray cluster has no GPUs"
+            if gpus_per_run and not cluster_gpus
+            else "--device cuda, but the Ray cluster has no GPUs (or --gpus-per-run is 0)"
+            if device == "cuda" and not gpus_per_run
+            else None
+        )
         if problem:
             self.close()
             raise StatetrackError(problem)
@@ -278,11 +308,15 @@ class RayBackend:
         self.slots = float("inf")  # every run goes to Ray's scheduler at once (an autoscaler sees the demand)
 
     def describe(self) -> str:
-        return (f"ray, cluster of {self.cluster_cpus:g} CPUs and {self.cluster_gpus:g} GPUs, "
-                f"{self.cpus_per_run:g} CPU and {self.gpus_per_run:g} GPU per run")
+        return (
+            f"ray, cluster of {self.cluster_cpus:g} CPUs and {self.cluster_gpus:g} GPUs, "
+            f"{self.cpus_per_run:g} CPU and {self.gpus_per_run:g} GPU per run"
+        )
 
     def submit(self, run: RunSpec):
-        return self.task.remote(run, self.results_dir, self.device, self.threads, self.imports, driver_identity(), self.log_to)
+        return self.task.remote(
+            run, self.results_dir, self.device, self.threads, self.imports, driver_identity(), self.log_to
+        )
 
     def wait(self, handles: list, timeout: float | None = None) -> list:
         return self.ray.wait(handles, num_returns=1, timeout=timeout)[0]
@@ -305,8 +339,10 @@ def _check_cuda(device: str, what: str, instead: str) -> None:
     if resolved.type == "cuda":
         count = torch.cuda.device_count()
         if count == 0 or (resolved.index or 0) >= count:
-            raise StatetrackError(f"{what} {device}: this machine has {count} CUDA device(s) "
-                                  f"(use {instead} cpu, or auto to take CUDA when present)")
+            raise StatetrackError(
+                f"{what} {device}: this machine has {count} CUDA device(s) "
+                f"(use {instead} cpu, or auto to take CUDA when present)"
+            )
 
 
 def experiment_device(experiment: str, runs: list[RunSpec], device: str, backend: str = "local") -> str:
@@ -318,12 +354,16 @@ def experiment_device(experiment: str, runs: list[RunSpec], device: str, backend
     if not wanted:
         return device
     if len(wanted) > 1:
-        raise StatetrackError(f"experiment {experiment!r}: its runs set different train.device values "
-                              f"({', '.join(sorted(map(str, wanted)))}); an experiment trains on one device")
+        raise StatetrackError(
+            f"experiment {experiment!r}: its runs set different train.device values "
+            f"({', '.join(sorted(map(str, wanted)))}); an experiment trains on one device"
+        )
     (spec_device,) = wanted
     if device not in ("auto", spec_device):
-        raise StatetrackError(f"experiment {experiment!r} sets train.device {spec_device}, but --device is {device}; "
-                              f"drop one of them (train.device is part of every run's id)")
+        raise StatetrackError(
+            f"experiment {experiment!r} sets train.device {spec_device}, but --device is {device}; "
+            f"drop one of them (train.device is part of every run's id)"
+        )
     if backend == "local":
         _check_cuda(spec_device, f"experiment {experiment!r}: train.device", "train.device")
     return spec_device
@@ -343,7 +383,7 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     (without TLS, RAY_USE_TLS unset) a gRPC server's HTTP/2 greeting, so a port held by something else
     (a proxy that accepts every connection) is refused too."""
     scheme = "ray://" if address.startswith("ray://") else ""
-    rest = address[len(scheme):]
+    rest = address[len(scheme) :]
     host, colon, port = rest.rpartition(":")
     if not colon:
         host, port = rest, str(RAY_PORTS[scheme])
@@ -359,15 +399,26 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
                 if len(answer) < 9 or answer[3] != 0x4:
                     problem = "something answers there, but not a Ray (gRPC) server"
     except OSError as error:
-        problem = (f"no answer within {timeout:g} s" if isinstance(error, TimeoutError)
-                   else (error.strerror or type(error).__name__).lower())
+        problem = (
+            f"no answer within {timeout:g} s"
+            if isinstance(error, TimeoutError)
+            else (error.strerror or type(error).__name__).lower()
+        )
     if problem:
-        raise StatetrackError(f"cannot reach the Ray cluster at --address {address}: {problem} "
-                              "(is its head node running, and is the port open to this machine?)")
+        raise StatetrackError(
+            f"cannot reach the Ray cluster at --address {address}: {problem} "
+            "(is its head node running, and is the port open to this machine?)"
+        )
 
 
-def check_backend(name: str, workers: int | None = None, address: str | None = None, device: str | None = None,
-                  gpus_per_run: float | None = None, lease: float | None = None) -> None:
+def check_backend(
+    name: str,
+    workers: int | None = None,
+    address: str | None = None,
+    device: str | None = None,
+    gpus_per_run: float | None = None,
+    lease: float | None = None,
+) -> None:
     """One-line errors for impossible backend options, before anything runs. A CUDA device must be
     present here for the local backend (a Ray cluster's GPUs are checked when it is joined)."""
     if name not in BACKENDS:
@@ -379,7 +430,9 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
     if address and address != "auto":  # 'auto' is found by Ray itself, from this machine's running instance
         check_reachable(address)
     if lease is not None and not 0 < lease <= MAX_LEASE:
-        raise StatetrackError(f"--lease must be a number of seconds > 0 and at most {MAX_LEASE:g} (a week), got {lease:g}")
+        raise StatetrackError(
+            f"--lease must be a number of seconds > 0 and at most {MAX_LEASE:g} (a week), got {lease:g}"
+        )
     if gpus_per_run is not None:
         if name != "ray":
             raise StatetrackError("--gpus-per-run sets the GPUs of each Ray task; use it with --backend ray")
@@ -391,16 +444,27 @@ def check_backend(name: str, workers: int | None = None, address: str | None = N
             _check_cuda(device, "--device", "--device")
 
 
-def make_backend(name: str, workers: int | None, results_dir: Path, device: str, address: str | None = None,
-                 gpus_per_run: float | None = None, imports: list[str] = (), runs: int | None = None, progress: bool = True,
-                 log_to: dict | None = None):
+def make_backend(
+    name: str,
+    workers: int | None,
+    results_dir: Path,
+    device: str,
+    address: str | None = None,
+    gpus_per_run: float | None = None,
+    imports: list[str] = (),
+    runs: int | None = None,
+    progress: bool = True,
+    log_to: dict | None = None,
+):
     """The backend for `runs` runs. local: `workers` at a time (default one per core; one on CUDA) on a
     process pool, or in this process when that is one; ray: one Ray task per run on the cluster at
     `address`, or on a local Ray instance with `workers` CPUs. `log_to`: the loggers each run writes
     to while it trains (statetrack.training.loggers.run_loggers)."""
     check_backend(name, workers, address)
     if name == "ray":
-        return RayBackend(address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports, log_to=log_to)
+        return RayBackend(
+            address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports, log_to=log_to
+        )
     workers = workers or default_workers(device)
     if runs:  # no more workers than runs
         workers = min(workers, runs)

@@ -94,8 +94,13 @@ def start_reaper() -> None:
     me = os.getpid()
     if not sys.platform.startswith("linux") or me in _STARTED:
         return
-    subprocess.Popen([sys.executable, os.path.abspath(__file__), str(me), str(start_time(me))],
-                     start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), str(me), str(start_time(me))],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     _STARTED.add(me)
 
 

@@ -44,10 +44,17 @@ def git_revision() -> str:
     """The source tree's git revision (with '+dirty' for uncommitted changes), or 'unknown'."""
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         if rev.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -146,9 +153,18 @@ def record(store: Store, run: RunSpec, outcome: dict) -> str:
     """Write a worker's outcome to the store (the run must have been started); returns its status:
     'done', 'diverged' (stored done, with `diverged_at` and its evaluations at chance) or 'failed'."""
     if outcome["status"] in ("done", "diverged"):
-        store.finish_run(run.id, outcome["evals"], outcome["curve"], outcome["steps"], outcome["num_parameters"],
-                         outcome["train_seconds"], outcome["eval_seconds"], host=outcome.get("host"),
-                         diverged_at=outcome.get("diverged_at"), threads=outcome.get("threads"))
+        store.finish_run(
+            run.id,
+            outcome["evals"],
+            outcome["curve"],
+            outcome["steps"],
+            outcome["num_parameters"],
+            outcome["train_seconds"],
+            outcome["eval_seconds"],
+            host=outcome.get("host"),
+            diverged_at=outcome.get("diverged_at"),
+            threads=outcome.get("threads"),
+        )
     else:
         store.fail_run(run.id, outcome["error"], host=outcome.get("host"))
     return outcome["status"]
@@ -183,16 +199,28 @@ class RunOptions:
         for option, value in (("--tensorboard", self.tensorboard), ("--wandb", self.wandb), ("--mlflow", self.mlflow)):
             if value is not None and not str(value).strip():
                 raise StatetrackError(f"{option} needs a value; got an empty one")
-        log_to = {k: v for k, v in {"tensorboard": str(Path(self.tensorboard).resolve()) if self.tensorboard else None,
-                                    "wandb": self.wandb, "mlflow": self.mlflow}.items() if v is not None}
+        log_to = {
+            k: v
+            for k, v in {
+                "tensorboard": str(Path(self.tensorboard).resolve()) if self.tensorboard else None,
+                "wandb": self.wandb,
+                "mlflow": self.mlflow,
+            }.items()
+            if v is not None
+        }
         check_log_to(log_to)  # fail now, not after the first run
         if self.tensorboard:
             check_writable(self.tensorboard, "--tensorboard folder")
         return log_to
 
 
-def run_experiment(experiment: Experiment, results_dir: str | Path = "results", options: RunOptions = RunOptions(),
-                   store_path: str | Path | None = None, log=print) -> None:
+def run_experiment(
+    experiment: Experiment,
+    results_dir: str | Path = "results",
+    options: RunOptions = RunOptions(),
+    store_path: str | Path | None = None,
+    log=print,
+) -> None:
     """Train every unfinished run of `experiment` (`spec.resolve`) into the store (`store_path`, by
     default `results_dir`/statetrack.db) and record its plan.
 
@@ -223,12 +251,28 @@ def run_experiment(experiment: Experiment, results_dir: str | Path = "results", 
     todo = sorted((r for r in runs if status[r.id] not in finished), key=training_cost, reverse=True)
     failed_before = sum(1 for r in runs if status[r.id] == "failed")
     held = sum(1 for r in todo if store.holder(r.id, lease) is not None)
-    summary = (f"experiment {spec['name']} ({scale}): {len(runs)} runs, {sum(s == 'done' for s in status.values())} already done"
-               + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
-               + (f", {held} in training by other drivers" if held else ""))
+    summary = (
+        f"experiment {spec['name']} ({scale}): {len(runs)} runs, {sum(s == 'done' for s in status.values())} already done"
+        + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
+        + (f", {held} in training by other drivers" if held else "")
+    )
     # the backend first (a Ray cluster that refuses to be joined fails here), then the plan
-    pool = make_backend(backend, workers, results_dir, device, options.address, options.gpus_per_run, imports, runs=len(todo), progress=progress,
-                        log_to=log_to) if todo else None
+    pool = (
+        make_backend(
+            backend,
+            workers,
+            results_dir,
+            device,
+            options.address,
+            options.gpus_per_run,
+            imports,
+            runs=len(todo),
+            progress=progress,
+            log_to=log_to,
+        )
+        if todo
+        else None
+    )
     store.set_plan(spec["name"], spec, experiment.plan())
     if not todo:
         log(summary)
@@ -239,16 +283,31 @@ def run_experiment(experiment: Experiment, results_dir: str | Path = "results", 
     heartbeat = Heartbeat(store, lease)
     cancel = True
     try:
-        with terminate_as_interrupt(), heartbeat, \
-                tqdm(total=len(todo), desc="runs", disable=not progress or pool.in_process) as bar:
+        with (
+            terminate_as_interrupt(),
+            heartbeat,
+            tqdm(total=len(todo), desc="runs", disable=not progress or pool.in_process) as bar,
+        ):
             # in this process each run shows its own progress bars; elsewhere one bar counts the runs
             say = log if pool.in_process else bar.write
             while pending or in_flight or elsewhere:
                 while pending and len(in_flight) < pool.slots:
                     run = pending.pop(0)
-                    if not store.start_run(run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config,
-                                           git_rev, lease=lease, retry_failed=retry_failed and status[run.id] == "failed"):
-                        if store.status(run.id) == "running":  # another driver trains it: wait for it, or its lease to lapse
+                    if not store.start_run(
+                        run.id,
+                        run.experiment,
+                        run.model_name,
+                        run.task_name,
+                        run.seed,
+                        run.lr,
+                        run.config,
+                        git_rev,
+                        lease=lease,
+                        retry_failed=retry_failed and status[run.id] == "failed",
+                    ):
+                        if (
+                            store.status(run.id) == "running"
+                        ):  # another driver trains it: wait for it, or its lease to lapse
                             elsewhere.append(run)
                         else:  # another driver finished it since
                             bar.update(1)
@@ -262,7 +321,11 @@ def run_experiment(experiment: Experiment, results_dir: str | Path = "results", 
                 if not in_flight and not pending:
                     time.sleep(POLL_SECONDS)  # only other drivers' runs are left
                 reports = hasattr(pool, "reports")  # pool workers report their steps: wake up to show them
-                for handle in pool.wait(list(in_flight), timeout=POLL_SECONDS if elsewhere or reports else None) if in_flight else []:
+                for handle in (
+                    pool.wait(list(in_flight), timeout=POLL_SECONDS if elsewhere or reports else None)
+                    if in_flight
+                    else []
+                ):
                     run = in_flight.pop(handle)
                     outcome = pool.outcome(handle)
                     outcome_status = record(store, run, outcome)
@@ -278,7 +341,10 @@ def run_experiment(experiment: Experiment, results_dir: str | Path = "results", 
                 if reports:
                     steps.update(pool.reports())
                     if steps and progress:
-                        bar.set_postfix_str("; ".join(f"{short(by_id[i])} {s}/{n}" for i, (s, n) in steps.items() if i in by_id), refresh=True)
+                        bar.set_postfix_str(
+                            "; ".join(f"{short(by_id[i])} {s}/{n}" for i, (s, n) in steps.items() if i in by_id),
+                            refresh=True,
+                        )
                 still = []
                 for run in elsewhere:  # finished by their driver, or free again (that driver was killed)
                     if store.status(run.id) != "running":

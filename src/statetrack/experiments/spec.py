@@ -27,7 +27,18 @@ from statetrack.errors import StatetrackError, unknown
 from statetrack.models import sizing, zoo
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
-from statetrack.schema import CLAIM_TESTS, EVAL_DEFAULTS, MODEL_SETTINGS, SCALES, TASK_SETTINGS, TOP_LEVEL, Paper, check_scales, selection_of, validate_spec
+from statetrack.schema import (
+    CLAIM_TESTS,
+    EVAL_DEFAULTS,
+    MODEL_SETTINGS,
+    SCALES,
+    TASK_SETTINGS,
+    TOP_LEVEL,
+    Paper,
+    check_scales,
+    selection_of,
+    validate_spec,
+)
 from statetrack.tasks import make_task
 from statetrack.training.train import TrainConfig, curriculum_tasks
 
@@ -51,8 +62,10 @@ def read_spec(name_or_path: str) -> dict:
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
-            raise StatetrackError(f"experiment file {name_or_path!r} is not UTF-8 text: byte {error.object[error.start]:#04x} "
-                                  f"at offset {error.start}; save it as UTF-8") from None
+            raise StatetrackError(
+                f"experiment file {name_or_path!r} is not UTF-8 text: byte {error.object[error.start]:#04x} "
+                f"at offset {error.start}; save it as UTF-8"
+            ) from None
         except OSError as error:
             raise StatetrackError(f"cannot read experiment file {name_or_path!r}: {error.strerror or error}") from None
         default_name, folder = path.stem, path.parent
@@ -82,7 +95,11 @@ def spec_tasks(spec: dict) -> list:
 def deep_merge(base: dict, update: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in update.items():
-        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else copy.deepcopy(value)
+        out[key] = (
+            deep_merge(out[key], value)
+            if isinstance(value, dict) and isinstance(out.get(key), dict)
+            else copy.deepcopy(value)
+        )
     return out
 
 
@@ -100,7 +117,11 @@ def parse_override(text: str) -> tuple[list[str], object]:
 
 def _shown(text: str, limit: int = 60) -> str:
     """`text` quoted, its middle left out past `limit` characters (an override may be thousands long)."""
-    return repr(text) if len(text) <= limit else repr(f"{text[: limit // 2]}...{text[-10:]}") + f" ({len(text)} characters)"
+    return (
+        repr(text)
+        if len(text) <= limit
+        else repr(f"{text[: limit // 2]}...{text[-10:]}") + f" ({len(text)} characters)"
+    )
 
 
 def overrides_name(base: str, overrides: list[str]) -> str:
@@ -108,8 +129,10 @@ def overrides_name(base: str, overrides: list[str]) -> str:
     value, every run of characters a name cannot hold written as one '-' (`demo` with `seeds=[0]
     train.steps=50` -> `demo_seeds-0_train.steps-50`). A name longer than NAME_MAX keeps its start
     and ends with a hash of the whole, so that two long names differ where their overrides do."""
-    parts = [base] + ["-".join(filter(None, (re.sub(r"[^A-Za-z0-9._-]+", "-", side).strip("-")
-                                              for side in text.split("=", 1)))) for text in overrides]
+    parts = [base] + [
+        "-".join(filter(None, (re.sub(r"[^A-Za-z0-9._-]+", "-", side).strip("-") for side in text.split("=", 1))))
+        for text in overrides
+    ]
     name = "_".join(parts)
     if len(name) > NAME_MAX:
         digest = hashlib.sha1(name.encode()).hexdigest()[:8]
@@ -167,7 +190,10 @@ def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:
             for entry in entries:
                 entry = {"name": entry} if isinstance(entry, str) else entry
                 name = task_label({k: v for k, v in entry.items() if k not in TASK_SETTINGS})
-                variants = {**((spec.get("eval") or {}).get("variants") or {}), **((entry.get("eval") or {}).get("variants") or {})}
+                variants = {
+                    **((spec.get("eval") or {}).get("variants") or {}),
+                    **((entry.get("eval") or {}).get("variants") or {}),
+                }
                 tasks.update([name] + [f"{name} [{v}]" for v in variants])
             models.update(model_labels([model_entry(m, spec)[0] for m in spec.get("models") or []]))
         except (StatetrackError, AttributeError, KeyError, TypeError):
@@ -190,7 +216,13 @@ class RunSpec:
 
     @property
     def config(self) -> dict:
-        return {"experiment": self.experiment, "model": self.model, "task": self.task, "train": self.train, "eval": self.eval}
+        return {
+            "experiment": self.experiment,
+            "model": self.model,
+            "task": self.task,
+            "train": self.train,
+            "eval": self.eval,
+        }
 
     @property
     def id(self) -> str:
@@ -222,9 +254,17 @@ class RunSpec:
         """The run as the plan records it: what the report and the claims need before the run finishes
         (its evaluation lengths, its longest training length, and its budget of steps, so that a run
         that used all of it can be told from one that stopped early)."""
-        return {"id": self.id, "model": self.model_name, "task": self.task_name, "lr": self.lr, "seed": self.seed,
-                "dataset_size": self.dataset_size, "lengths": list(self.eval["lengths"]),
-                "train_length": self.train_length, "steps": self.stages[-1]["end"]}
+        return {
+            "id": self.id,
+            "model": self.model_name,
+            "task": self.task_name,
+            "lr": self.lr,
+            "seed": self.seed,
+            "dataset_size": self.dataset_size,
+            "lengths": list(self.eval["lengths"]),
+            "train_length": self.train_length,
+            "steps": self.stages[-1]["end"],
+        }
 
 
 @dataclass(frozen=True)
@@ -264,8 +304,9 @@ class Experiment:
         return [run.plan_entry() for run in self.runs]
 
 
-def resolve(name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None,
-            imports: list[str] = ()) -> Experiment:
+def resolve(
+    name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None, imports: list[str] = ()
+) -> Experiment:
     """The experiment `statetrack run` would train, checked and resolved, with nothing written: the
     user's modules of `imports` first (the spec may name what they register), then the spec
     (`load_spec`) and its runs (`expand`)."""
@@ -317,8 +358,9 @@ def check_buildable(model: dict, task) -> int:
         except Exception as error:
             if device == "cpu":
                 settings = ", ".join(f"{k}={v!r}" for k, v in model.items() if k != "name")
-                raise StatetrackError(f"model {model['name']!r} cannot be built with {settings}: "
-                                      f"{type(error).__name__}: {error}") from None
+                raise StatetrackError(
+                    f"model {model['name']!r} cannot be built with {settings}: {type(error).__name__}: {error}"
+                ) from None
 
 
 def _dataset_sizes(spec: dict) -> list[dict]:
@@ -377,7 +419,9 @@ def expand(spec: dict) -> list[RunSpec]:
                 for length in eval_spec["lengths"]:
                     variant.check_length(length)
                 if (variant.vocab, variant.answers) != (task.vocab, task.answers):
-                    raise StatetrackError(f"{overrides} changes the task's tokens or answers, so the trained model cannot read it")
+                    raise StatetrackError(
+                        f"{overrides} changes the task's tokens or answers, so the trained model cannot read it"
+                    )
             except StatetrackError as error:
                 raise StatetrackError(f"experiment {spec['name']!r}: eval variant {name!r}: {error}") from None
     params = {}  # parameter count by (model, task's vocabulary and classes)
@@ -388,8 +432,14 @@ def expand(spec: dict) -> list[RunSpec]:
                 params[key] = check_buildable(model, task)
             for train in trains:
                 config = TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])})
-                limits.check_run_sizes(spec["name"], params[key], {**zoo.MODEL_DEFAULTS, **model}, config, eval_spec,
-                                       len(eval_spec.get("variants") or {}))
+                limits.check_run_sizes(
+                    spec["name"],
+                    params[key],
+                    {**zoo.MODEL_DEFAULTS, **model},
+                    config,
+                    eval_spec,
+                    len(eval_spec.get("variants") or {}),
+                )
     runs = {}  # by id: a value listed twice is one run
     labels = model_labels(list(models))
     for task, _, trains, eval_spec in tasks:
@@ -415,15 +465,33 @@ def paper_of(spec: dict) -> dict | None:
     claims = []
     for claim in paper.claims:
         test = next(t for t in CLAIM_TESTS if getattr(claim, t) is not None)
-        claims.append({
-            "text": claim.text, "models": claim.model, "tasks": claim.task, "dataset_size": claim.dataset_size,
-            "measure": claim.measure or paper.measure, "lengths": paper.lengths if claim.lengths is None else claim.lengths,
-            "test": test, "bound": getattr(claim, test), "seeds": claim.seeds, "scales": claim.scale, "note": claim.note or "",
-            "fit": paper.fit if claim.fit is None else claim.fit, "fit_variant": paper.fit_variant,
-        })
-    return {"source": paper.source, "metric": " ".join(paper.metric.split()), "measure": paper.measure, "lengths": paper.lengths,
-            "figures": paper.figures if per_task else {None: paper.figures}, "claims": claims, "notes": paper.notes or "",
-            "fit": paper.fit}
+        claims.append(
+            {
+                "text": claim.text,
+                "models": claim.model,
+                "tasks": claim.task,
+                "dataset_size": claim.dataset_size,
+                "measure": claim.measure or paper.measure,
+                "lengths": paper.lengths if claim.lengths is None else claim.lengths,
+                "test": test,
+                "bound": getattr(claim, test),
+                "seeds": claim.seeds,
+                "scales": claim.scale,
+                "note": claim.note or "",
+                "fit": paper.fit if claim.fit is None else claim.fit,
+                "fit_variant": paper.fit_variant,
+            }
+        )
+    return {
+        "source": paper.source,
+        "metric": " ".join(paper.metric.split()),
+        "measure": paper.measure,
+        "lengths": paper.lengths,
+        "figures": paper.figures if per_task else {None: paper.figures},
+        "claims": claims,
+        "notes": paper.notes or "",
+        "fit": paper.fit,
+    }
 
 
 def check_paper_names(spec: dict, models, tasks) -> None:
@@ -436,7 +504,9 @@ def check_paper_names(spec: dict, models, tasks) -> None:
 
     def check(kind, name, known, at):
         if not any(covers(name, k) if kind == "model" else name == k for k in known):
-            raise StatetrackError(f"{at}: unknown {kind} {name!r}; expected one of: {', '.join(sorted(map(str, known)))}")
+            raise StatetrackError(
+                f"{at}: unknown {kind} {name!r}; expected one of: {', '.join(sorted(map(str, known)))}"
+            )
 
     for task, by_model in paper["figures"].items():
         if task is not None:

@@ -50,8 +50,17 @@ def chance_evals(run: RunSpec, task) -> list[dict]:
     rows = []
     for variant, overrides in variants.items():
         chance = (task if not overrides else make_task(**{**run.task, **overrides})).chance
-        rows += [{"length": length, "accuracy": chance, "scaled_accuracy": 0.0, "sequence_accuracy": 0.0, "samples": 0,
-                  "variant": variant} for length in run.eval["lengths"]]
+        rows += [
+            {
+                "length": length,
+                "accuracy": chance,
+                "scaled_accuracy": 0.0,
+                "sequence_accuracy": 0.0,
+                "samples": 0,
+                "variant": variant,
+            }
+            for length in run.eval["lengths"]
+        ]
     return rows
 
 
@@ -120,7 +129,9 @@ def die_with(driver: tuple[str, int, int | None] | None) -> None:
     threading.Thread(target=watch, name="statetrack-driver-watch", daemon=True).start()
 
 
-def prepare_worker(threads: int | None, imports: list[str] = (), driver: tuple[str, int, int | None] | None = None) -> None:
+def prepare_worker(
+    threads: int | None, imports: list[str] = (), driver: tuple[str, int, int | None] | None = None
+) -> None:
     """Set up a worker process: it ends with its `driver` (`die_with`; None in the driver itself),
     torch threads (1 for pool workers: small models run best single-threaded side by side, and
     repeatably) and the user's modules, imported before any run."""
@@ -131,8 +142,14 @@ def prepare_worker(threads: int | None, imports: list[str] = (), driver: tuple[s
     load_imports(list(imports))
 
 
-def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "auto", progress: bool = True,
-                       log_to: dict | None = None, progress_queue=None) -> dict:
+def train_and_evaluate(
+    run: RunSpec,
+    results_dir: str | Path,
+    device: str = "auto",
+    progress: bool = True,
+    log_to: dict | None = None,
+    progress_queue=None,
+) -> dict:
     """Train and evaluate one run; returns its outcome.
 
     Outcome: {status: 'done', evals, curve, steps, num_parameters, train_seconds, eval_seconds, host,
@@ -161,9 +178,19 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
             for logger in loggers:
                 logger.log_eval(evals, selection_score(evals, log_to or {}))
             ended = "diverged"
-            return {"status": "diverged", "diverged_at": diverged.step, "message": str(diverged), "evals": evals,
-                    "curve": trainer.curve, "steps": trainer.step, "num_parameters": model.num_parameters(),
-                    "train_seconds": trainer.seconds, "eval_seconds": 0.0, "host": socket.gethostname(), "threads": threads}
+            return {
+                "status": "diverged",
+                "diverged_at": diverged.step,
+                "message": str(diverged),
+                "evals": evals,
+                "curve": trainer.curve,
+                "steps": trainer.step,
+                "num_parameters": model.num_parameters(),
+                "train_seconds": trainer.seconds,
+                "eval_seconds": 0.0,
+                "host": socket.gethostname(),
+                "threads": threads,
+            }
         start = time.perf_counter()
         e = run.eval
         variants = {"": {}, **(e.get("variants") or {})}  # '' = the training task itself
@@ -171,17 +198,33 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
         for variant, overrides in variants.items():
             scored = task if not overrides else make_task(**{**run.task, **overrides})
             rows = evaluate_lengths(
-                model, scored, e["lengths"], samples=e["samples"], batch_size=e["batch_size"], seed=e["seed"],
+                model,
+                scored,
+                e["lengths"],
+                samples=e["samples"],
+                batch_size=e["batch_size"],
+                seed=e["seed"],
                 chunk_size=e["chunk_size"] if zoo.get_entry(run.model["name"]).recurrent else None,
-                device=trainer.device, progress=progress, traces=e.get("traces", 0), positions=True,
+                device=trainer.device,
+                progress=progress,
+                traces=e.get("traces", 0),
+                positions=True,
             )
             evals += [{**row, "variant": variant} for row in rows]
         for logger in loggers:
             logger.log_eval(evals, selection_score(evals, log_to or {}))
         ended = "done"
-        return {"status": "done", "evals": evals, "curve": trainer.curve, "steps": trainer.step,
-                "num_parameters": model.num_parameters(), "train_seconds": trainer.seconds,
-                "eval_seconds": time.perf_counter() - start, "host": socket.gethostname(), "threads": threads}
+        return {
+            "status": "done",
+            "evals": evals,
+            "curve": trainer.curve,
+            "steps": trainer.step,
+            "num_parameters": model.num_parameters(),
+            "train_seconds": trainer.seconds,
+            "eval_seconds": time.perf_counter() - start,
+            "host": socket.gethostname(),
+            "threads": threads,
+        }
     except KeyboardInterrupt:
         ended = "killed"
         raise
@@ -192,4 +235,7 @@ def train_and_evaluate(run: RunSpec, results_dir: str | Path, device: str = "aut
             try:
                 logger.close(ended)
             except Exception as error:  # a tracker that cannot close its run costs the tracker, never the stored result
-                print(f"warning: {type(logger).__name__} could not end run {run.id}: {' '.join(str(error).split())[:200]}", file=sys.stderr)
+                print(
+                    f"warning: {type(logger).__name__} could not end run {run.id}: {' '.join(str(error).split())[:200]}",
+                    file=sys.stderr,
+                )

@@ -25,5 +25,13 @@ def _import_layer_modules() -> dict[str, type]:
 _MIXERS = _import_layer_modules()
 globals().update(_MIXERS)  # `from statetrack.layers import DeltaNet`
 
-__all__ = ["MODELS", "Departures", "FrozenInput", "ModelEntry", "TransitionEigenvalues", "TransitionMatrices", "register_model",
-           *sorted(_MIXERS)]
+__all__ = [
+    "MODELS",
+    "Departures",
+    "FrozenInput",
+    "ModelEntry",
+    "TransitionEigenvalues",
+    "TransitionMatrices",
+    "register_model",
+    *sorted(_MIXERS),
+]

@@ -61,8 +61,12 @@ def _display(spec: dict) -> str:
         "rotation": "Bilinear rotation",
         "diagonal": "Bilinear diagonal",
     }.get(spec["structure"], f"Bilinear {spec['structure']}")
-    return (name + _ADDITIVE_SUFFIX.get(spec["additive"], f" +{spec['additive']}") + (" frozen" if spec["frozen_recurrence"] else "")
-            + (" norm" if spec.get("normalize_training") else ""))
+    return (
+        name
+        + _ADDITIVE_SUFFIX.get(spec["additive"], f" +{spec['additive']}")
+        + (" frozen" if spec["frozen_recurrence"] else "")
+        + (" norm" if spec.get("normalize_training") else "")
+    )
 
 
 def _uniform(shape, bound: float) -> nn.Parameter:
@@ -88,10 +92,12 @@ class Bilinear(Spectral, nn.Module):
     (h [B, d_h], steps since the last renormalisation): the schedule goes on across chunks.
     """
 
-    departures = ("the readout is W_o h_t / ||h_t|| (the direction of the state), not W_o h_t: the paper's linear readout is "
-                  "scale invariant only through its argmax, and the residual and LayerNorm around every mixer here are not, "
-                  "so evaluation-time renormalisation would otherwise change predictions; the input is the block's "
-                  "LayerNorm of a learned embedding")
+    departures = (
+        "the readout is W_o h_t / ||h_t|| (the direction of the state), not W_o h_t: the paper's linear readout is "
+        "scale invariant only through its argmax, and the residual and LayerNorm around every mixer here are not, "
+        "so evaluation-time renormalisation would otherwise change predictions; the input is the block's "
+        "LayerNorm of a learned embedding"
+    )
 
     def __init__(
         self,
@@ -121,12 +127,20 @@ class Bilinear(Spectral, nn.Module):
         if not isinstance(additive_init, (int, float)) or additive_init < 0:
             raise StatetrackError(f"additive_init must be a number >= 0, got {additive_init!r}")
         if structure == "block" and d_h % block_size:
-            raise StatetrackError(f"hidden {d_h} is not divisible by block_size {block_size}; choose a block size dividing it")
+            raise StatetrackError(
+                f"hidden {d_h} is not divisible by block_size {block_size}; choose a block size dividing it"
+            )
         if structure == "rotation" and d_h % 2:
             raise StatetrackError(f"the rotation structure needs an even hidden size (2-D planes), got {d_h}")
         self.d_model, self.hidden, self.structure, self.additive = d_model, d_h, structure, additive
-        self.normalize_every, self.normalize_training, self.frozen_recurrence = normalize_every, bool(normalize_training), frozen_recurrence
-        self.frozen_input = frozen_recurrence  # the FrozenInput feature: SequenceModel freezes the embedding feeding this layer
+        self.normalize_every, self.normalize_training, self.frozen_recurrence = (
+            normalize_every,
+            bool(normalize_training),
+            frozen_recurrence,
+        )
+        self.frozen_input = (
+            frozen_recurrence  # the FrozenInput feature: SequenceModel freezes the embedding feeding this layer
+        )
         d_x = d_model
 
         if structure in ("full", "block"):
@@ -177,7 +191,9 @@ class Bilinear(Spectral, nn.Module):
             return torch.matmul(self.U * c[..., None, :], self.V.t()).unsqueeze(2)  # [B, T, 1, d_h, d_h]
         if self.structure == "diagonal":
             return x @ self.D
-        theta = x @ self.Theta  # e^{i theta} as cos + i sin (to rounding what torch.polar gives; its backward costs 3x more)
+        theta = (
+            x @ self.Theta
+        )  # e^{i theta} as cos + i sin (to rounding what torch.polar gives; its backward costs 3x more)
         return torch.complex(torch.cos(theta), torch.sin(theta))
 
     def additive_term(self, x: torch.Tensor) -> torch.Tensor | None:
@@ -287,7 +303,9 @@ class Bilinear(Spectral, nn.Module):
                 angle = torch.angle(s0).to(wide).unsqueeze(1) + torch.cumsum(torch.angle(a).to(wide), 1)
                 s = torch.polar(mag, angle).to(a.dtype)
             else:
-                s = (mag * (torch.sign(s0).to(wide).unsqueeze(1) * torch.cumprod(torch.sign(a).to(wide), 1))).to(a.dtype)
+                s = (mag * (torch.sign(s0).to(wide).unsqueeze(1) * torch.cumprod(torch.sign(a).to(wide), 1))).to(
+                    a.dtype
+                )
             h = self._to_vector(s)
         else:
             h = self._renormalised_dense_states(x, h0, tiny)

@@ -35,7 +35,9 @@ def decay_to_range(decay: torch.Tensor, eig_range: str) -> torch.Tensor:
     return decay if scale == 1 else scale * decay - (scale - 1)
 
 
-def head_split(d_model: int, num_heads: int, head_dim: int | None = None, *, takes_head_dim: bool = False) -> tuple[int, int]:
+def head_split(
+    d_model: int, num_heads: int, head_dim: int | None = None, *, takes_head_dim: bool = False
+) -> tuple[int, int]:
     """(num_heads, head_dim): head_dim = d_model // num_heads unless given. `takes_head_dim`: the
     layer has a head_dim parameter, so the error can suggest setting it."""
     if not isinstance(num_heads, int) or num_heads < 1:

@@ -47,10 +47,19 @@ class DeltaProduct(Spectral, nn.Module):
     the state's overall scale. n_h = 1 is DeltaNet. State: S [B, H, Dk, Dv].
     """
 
-    departures = ("eig_range [-1,1] doubles beta (Grazzi et al. 2025); no short convolution before q, k, v; "
-                  "q unscaled (L2-normalised); per-head RMSNorm on the outputs before the output projection")
+    departures = (
+        "eig_range [-1,1] doubles beta (Grazzi et al. 2025); no short convolution before q, k, v; "
+        "q unscaled (L2-normalised); per-head RMSNorm on the outputs before the output projection"
+    )
 
-    def __init__(self, d_model: int, num_heads: int = 1, n_h: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int = 1,
+        n_h: int = 2,
+        head_dim: int | None = None,
+        eig_range: str = DEFAULT_EIG_RANGE,
+    ):
         super().__init__()
         if not isinstance(n_h, int) or n_h < 1:
             raise StatetrackError(f"n_h (Householders per token) must be an integer >= 1, got {n_h!r}")
@@ -110,7 +119,9 @@ class DeltaNet(DeltaProduct):
     the transition's eigenvalue 1 - beta along k reaches -1 (Grazzi et al. 2025).
     """
 
-    def __init__(self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
+    def __init__(
+        self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE
+    ):
         super().__init__(d_model, num_heads, n_h=1, head_dim=head_dim, eig_range=eig_range)
 
 
@@ -127,7 +138,9 @@ class GatedDeltaNet(DeltaNet):
 
     departures = DeltaProduct.departures + "; no output gate"
 
-    def __init__(self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
+    def __init__(
+        self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE
+    ):
         super().__init__(d_model, num_heads, head_dim, eig_range)
         self.a_proj = nn.Linear(d_model, self.num_heads, bias=True)
         with torch.no_grad():

@@ -81,7 +81,9 @@ def _check_settings(reflections, width: int, width_name: str, max_iter, eval_max
     if isinstance(reflections, bool) or not isinstance(reflections, int) or not 1 <= reflections <= width:
         raise StatetrackError(f"reflections must be an integer in [1, {width_name} = {width}], got {reflections!r}")
     if not (max_iter == "gamma" or (isinstance(max_iter, int) and not isinstance(max_iter, bool) and max_iter >= 1)):
-        raise StatetrackError(f"max_iter must be an integer >= 1 or \"gamma\" (drawn from Gamma(4, 1) per batch), got {max_iter!r}")
+        raise StatetrackError(
+            f'max_iter must be an integer >= 1 or "gamma" (drawn from Gamma(4, 1) per batch), got {max_iter!r}'
+        )
     if isinstance(eval_max_iter, bool) or not isinstance(eval_max_iter, int) or eval_max_iter < 1:
         raise StatetrackError(f"eval_max_iter must be an integer >= 1, got {eval_max_iter!r}")
     if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not tol > 0:
@@ -119,6 +121,7 @@ class _FixedPoint(Recorder, nn.Module):
         done = torch.zeros(y0.shape[0], dtype=torch.long, device=y0.device)
         with torch.no_grad():
             if restrict is None:
+
                 def fast(y_prev):
                     new, new_carry = step(y_prev)
                     return new, new_carry, relative_change(new, y_prev)
@@ -137,7 +140,10 @@ class _FixedPoint(Recorder, nn.Module):
                 if carry_rows is None or bool(active.all()):
                     y_rows, carry_rows = new, new_carry
                 else:  # the sequences that have converged keep their iterate
-                    y_rows, carry_rows = _keep_converged(active, new, y_rows), _keep_converged(active, new_carry, carry_rows)
+                    y_rows, carry_rows = (
+                        _keep_converged(active, new, y_rows),
+                        _keep_converged(active, new_carry, carry_rows),
+                    )
                 active &= ~(change < self.tol)
                 still = int(active.sum())
                 if still == 0:
@@ -215,12 +221,23 @@ def _mamba_delta_bias(bias: torch.Tensor) -> None:
 class FixedPointRNN(_FixedPoint):
     """Fixed-point RNN: a dense linear RNN as the fixed point of a diagonal one (Movahedi et al. 2025, eqs. 6-7)."""
 
-    departures = ("the paper states the vector-state layer by its recurrence only: the input, gate and lambda "
-                  "parameterisation here are ours (Griffin's lambda as its Bedouin); the input term is scaled by "
-                  "1 - lambda_t (Thm 3.2; input_scale), which makes the iteration contract")
+    departures = (
+        "the paper states the vector-state layer by its recurrence only: the input, gate and lambda "
+        "parameterisation here are ours (Griffin's lambda as its Bedouin); the input term is scaled by "
+        "1 - lambda_t (Thm 3.2; input_scale), which makes the iteration contract"
+    )
 
-    def __init__(self, d_model: int, hidden: int | None = None, reflections: int = 1, max_iter: int | str = 16,
-                 eval_max_iter: int = 100, tol: float = 0.1, alpha_max: float = 1.0, input_scale: str = "lambda"):
+    def __init__(
+        self,
+        d_model: int,
+        hidden: int | None = None,
+        reflections: int = 1,
+        max_iter: int | str = 16,
+        eval_max_iter: int = 100,
+        tol: float = 0.1,
+        alpha_max: float = 1.0,
+        input_scale: str = "lambda",
+    ):
         super().__init__()
         hidden = hidden or d_model
         if not isinstance(alpha_max, (int, float)) or not 0 < alpha_max <= 1:
@@ -248,7 +265,9 @@ class FixedPointRNN(_FixedPoint):
         delta = torch.sigmoid(delta)
         lam = torch.exp(-LAMBDA_C * F.softplus(self.omega) * delta)
         u = F.normalize(u.unflatten(-1, (self.reflections, self.hidden)), dim=-1)
-        scale = {"lambda": lambda: 1 - lam, "delta": lambda: delta, "none": lambda: torch.ones_like(lam)}[self.input_scale]()
+        scale = {"lambda": lambda: 1 - lam, "delta": lambda: delta, "none": lambda: torch.ones_like(lam)}[
+            self.input_scale
+        ]()
         return b, lam, u, self.alpha_max * torch.sigmoid(alpha), gate, scale
 
     def forward(self, x: torch.Tensor, state=None):
@@ -303,11 +322,21 @@ class FixedPointRNN(_FixedPoint):
 class Bedouin(_FixedPoint):
     """Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan (Movahedi et al. 2025, Sec. 5)."""
 
-    departures = ("no short convolution (as the paper); the input branch keeps Mamba's SiLU; "
-                  "the skip D x_t is added to y* inside the gate's SiLU, as Mamba adds it before gating")
+    departures = (
+        "no short convolution (as the paper); the input branch keeps Mamba's SiLU; "
+        "the skip D x_t is added to y* inside the gate's SiLU, as Mamba adds it before gating"
+    )
 
-    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, reflections: int = 1, max_iter: int | str = 16,
-                 eval_max_iter: int = 100, tol: float = 0.1):
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 16,
+        expand: int = 2,
+        reflections: int = 1,
+        max_iter: int | str = 16,
+        eval_max_iter: int = 100,
+        tol: float = 0.1,
+    ):
         super().__init__()
         inner = expand * d_model
         for name, value in (("d_state", d_state), ("expand", expand)):
@@ -392,6 +421,7 @@ class Bedouin(_FixedPoint):
             def fast_step(y_prev):
                 Bbar, Cbar, u, alpha = self._mixing_joint(self._shift(y_prev, before_r), parts_r)
                 return bedouin_iteration_nograd(lam_r, delta_r, u_r, y_prev, u, alpha, Bbar, Cbar, h0_r)
+
             return fast_step
 
         y, h_last = self.solve(step, torch.zeros_like(u_in), restrict)

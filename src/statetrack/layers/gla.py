@@ -26,8 +26,10 @@ class GLA(Spectral, nn.Module):
     State: S [B, H, Dk, Dv].
     """
 
-    departures = ("Key and value head dimensions are equal (Yang et al. 2024a use a key width of half the model "
-                  "width); the per-head output RMSNorm uses the dtype's machine epsilon.")
+    departures = (
+        "Key and value head dimensions are equal (Yang et al. 2024a use a key width of half the model "
+        "width); the per-head output RMSNorm uses the dtype's machine epsilon."
+    )
 
     def __init__(self, d_model: int, num_heads: int = 2, gate_rank: int = 16, gate_temperature: float = 16.0):
         super().__init__()

@@ -65,10 +65,20 @@ class Mamba(Spectral, nn.Module):
     State: (conv state [B, d_conv - 1, E], h [B, E, N]), E = expand * d_model.
     """
 
-    departures = ('eig_range "[-1,1]" makes the transition 2 exp(dt A) - 1 in (-1, 1) instead of exp(dt A) '
-                  '(Grazzi et al. 2025); with the default "[0,1]", none.')
+    departures = (
+        'eig_range "[-1,1]" makes the transition 2 exp(dt A) - 1 in (-1, 1) instead of exp(dt A) '
+        '(Grazzi et al. 2025); with the default "[0,1]", none.'
+    )
 
-    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank: int | None = None, eig_range: str = DEFAULT_EIG_RANGE):
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 16,
+        expand: int = 2,
+        d_conv: int = 4,
+        dt_rank: int | None = None,
+        eig_range: str = DEFAULT_EIG_RANGE,
+    ):
         super().__init__()
         check_eig_range(eig_range)
         self.d_model, self.d_state, self.eig_range = d_model, d_state, eig_range
@@ -80,7 +90,9 @@ class Mamba(Spectral, nn.Module):
         self.dt_proj = nn.Linear(self.dt_rank, inner, bias=True)
         with torch.no_grad():
             self.dt_proj.bias.copy_(inverse_softplus(log_uniform_dt(inner)))
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(inner, 1))  # [E, N]
+        self.A_log = nn.Parameter(
+            torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(inner, 1)
+        )  # [E, N]
         self.D = nn.Parameter(torch.ones(inner))
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
@@ -127,17 +139,28 @@ class Mamba2(Spectral, nn.Module):
     are shared by all heads. State: (conv state, H [B, heads, P, N]).
     """
 
-    departures = ('eig_range "[-1,1]" makes the per-head decay 2 exp(dt A) - 1 in (-1, 1) instead of exp(dt A) '
-                  '(Grazzi et al. 2025); with the default "[0,1]", none.')
+    departures = (
+        'eig_range "[-1,1]" makes the per-head decay 2 exp(dt A) - 1 in (-1, 1) instead of exp(dt A) '
+        '(Grazzi et al. 2025); with the default "[0,1]", none.'
+    )
 
-    def __init__(self, d_model: int, d_state: int = 16, expand: int = 2, head_dim: int = 16, d_conv: int = 4, eig_range: str = DEFAULT_EIG_RANGE):
+    def __init__(
+        self,
+        d_model: int,
+        d_state: int = 16,
+        expand: int = 2,
+        head_dim: int = 16,
+        d_conv: int = 4,
+        eig_range: str = DEFAULT_EIG_RANGE,
+    ):
         super().__init__()
         check_eig_range(eig_range)
         self.d_model, self.d_state, self.eig_range = d_model, d_state, eig_range
         inner = expand * d_model
         if not isinstance(head_dim, int) or head_dim < 1 or inner % head_dim:
-            raise StatetrackError(f"expand * d_model = {inner} is not divisible by head_dim {head_dim!r}; "
-                                  "choose head_dim dividing it")
+            raise StatetrackError(
+                f"expand * d_model = {inner} is not divisible by head_dim {head_dim!r}; choose head_dim dividing it"
+            )
         self.inner, self.head_dim, self.num_heads = inner, head_dim, inner // head_dim
         self.in_proj = nn.Linear(d_model, 2 * inner + 2 * d_state + self.num_heads, bias=False)
         self.conv = CausalConv1d(inner + 2 * d_state, d_conv)

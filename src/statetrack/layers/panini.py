@@ -30,7 +30,9 @@ from statetrack.ops.panini import panini_recurrence
 
 def _check_settings(layer: str, n: int, renormalize: bool, sinkhorn_iters: int, sinkhorn_tol: float) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-        raise StatetrackError(f"{layer} n (positions and elements of the state, n x n) must be an integer >= 2, got {n!r}")
+        raise StatetrackError(
+            f"{layer} n (positions and elements of the state, n x n) must be an integer >= 2, got {n!r}"
+        )
     if not isinstance(renormalize, bool):
         raise StatetrackError(f"{layer} renormalize must be true or false, got {renormalize!r}")
     if isinstance(sinkhorn_iters, bool) or not isinstance(sinkhorn_iters, int) or sinkhorn_iters < 1:
@@ -81,15 +83,24 @@ class Panini(nn.Module):
     about 0.12, so the state is kept at the start. State: H [B, heads, n, n].
     """
 
-    departures = ("the paper gives the factorisation A_l = P_s D_l, A_r = D_r but not how they depend on x_t: here "
-                  "P_s is a softmax mixture of the identity and the n(n-1)/2 transpositions (not all n! permutations), "
-                  "D_l, D_r sigmoid gates and B = g u v^T rank one (sigmoid g, softmax u and v), all from one linear map of x_t; "
-                  "by default (renormalize) the state is projected by Sinkhorn after every step, where the paper keeps the "
-                  "recurrence linear and projects only the output (renormalize: false); the decoder is a linear map of the "
-                  "flattened Sinkhorn-decoded states, with x_t reaching the output through the residual stream")
+    departures = (
+        "the paper gives the factorisation A_l = P_s D_l, A_r = D_r but not how they depend on x_t: here "
+        "P_s is a softmax mixture of the identity and the n(n-1)/2 transpositions (not all n! permutations), "
+        "D_l, D_r sigmoid gates and B = g u v^T rank one (sigmoid g, softmax u and v), all from one linear map of x_t; "
+        "by default (renormalize) the state is projected by Sinkhorn after every step, where the paper keeps the "
+        "recurrence linear and projects only the output (renormalize: false); the decoder is a linear map of the "
+        "flattened Sinkhorn-decoded states, with x_t reaching the output through the residual stream"
+    )
 
-    def __init__(self, d_model: int, n: int = 4, num_heads: int = 2, renormalize: bool = True,
-                 sinkhorn_iters: int = 16, sinkhorn_tol: float = 1e-4):
+    def __init__(
+        self,
+        d_model: int,
+        n: int = 4,
+        num_heads: int = 2,
+        renormalize: bool = True,
+        sinkhorn_iters: int = 16,
+        sinkhorn_tol: float = 1e-4,
+    ):
         super().__init__()
         _check_settings("Panini", n, renormalize, sinkhorn_iters, sinkhorn_tol)
         if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
@@ -116,7 +127,11 @@ class Panini(nn.Module):
         P_s = torch.einsum("bthk,kij->bthij", torch.softmax(c, dim=-1), self.permutations.to(x.dtype))
         A_l = P_s * torch.sigmoid(d_l)[..., None, :]  # P_s D_l: column j scaled by D_l[j]
         A_r = torch.diag_embed(torch.sigmoid(d_r))
-        B = torch.sigmoid(g)[..., None] * torch.softmax(u, dim=-1)[..., :, None] * torch.softmax(v, dim=-1)[..., None, :]
+        B = (
+            torch.sigmoid(g)[..., None]
+            * torch.softmax(u, dim=-1)[..., :, None]
+            * torch.softmax(v, dim=-1)[..., None, :]
+        )
         return A_l, A_r, B
 
     def initial_state(self, x: torch.Tensor) -> torch.Tensor:
@@ -128,9 +143,13 @@ class Panini(nn.Module):
         B_, T, _ = x.shape
         H0 = self.initial_state(x) if state is None else state
         if H0.shape != (B_, self.num_heads, self.n, self.n):
-            raise StatetrackError(f"Panini expects a state of shape [B, heads, n, n] = [{B_}, {self.num_heads}, {self.n}, {self.n}], "
-                                  f"got {tuple(H0.shape)}")
-        decoded, state = panini_recurrence(*self.transitions(x), H0, self.renormalize, self.sinkhorn_iters, self.sinkhorn_tol)
+            raise StatetrackError(
+                f"Panini expects a state of shape [B, heads, n, n] = [{B_}, {self.num_heads}, {self.n}, {self.n}], "
+                f"got {tuple(H0.shape)}"
+            )
+        decoded, state = panini_recurrence(
+            *self.transitions(x), H0, self.renormalize, self.sinkhorn_iters, self.sinkhorn_tol
+        )
         return self.out_proj(decoded.reshape(B_, T, -1)), state
 
 
@@ -139,34 +158,64 @@ class PaniniTable(nn.Module):
     """The Panini recurrence with fixed A_l, A_r, B per token id ([V, n, n] each): token ids [B, T]
     -> (decoded beliefs [B, T, n, n], state [B, n, n]); H_0 = I."""
 
-    def __init__(self, A_l: torch.Tensor, A_r: torch.Tensor, B: torch.Tensor, renormalize: bool = True,
-                 sinkhorn_iters: int = 100, sinkhorn_tol: float = 1e-6):
+    def __init__(
+        self,
+        A_l: torch.Tensor,
+        A_r: torch.Tensor,
+        B: torch.Tensor,
+        renormalize: bool = True,
+        sinkhorn_iters: int = 100,
+        sinkhorn_tol: float = 1e-6,
+    ):
         super().__init__()
         n = A_l.shape[-1]
         _check_settings("PaniniTable", n, renormalize, sinkhorn_iters, sinkhorn_tol)
         for name, table in (("A_l", A_l), ("A_r", A_r), ("B", B)):
             if table.dim() != 3 or table.shape != A_l.shape or table.shape[1:] != (n, n):
-                raise StatetrackError(f"PaniniTable expects A_l, A_r and B of shape [V, n, n] = {list(A_l.shape)}, "
-                                      f"got {name} {list(table.shape)}")
+                raise StatetrackError(
+                    f"PaniniTable expects A_l, A_r and B of shape [V, n, n] = {list(A_l.shape)}, "
+                    f"got {name} {list(table.shape)}"
+                )
         self.register_buffer("A_l", A_l)
         self.register_buffer("A_r", A_r)
         self.register_buffer("B", B)
-        self.n, self.renormalize, self.sinkhorn_iters, self.sinkhorn_tol = n, renormalize, sinkhorn_iters, float(sinkhorn_tol)
+        self.n, self.renormalize, self.sinkhorn_iters, self.sinkhorn_tol = (
+            n,
+            renormalize,
+            sinkhorn_iters,
+            float(sinkhorn_tol),
+        )
 
     def forward(self, tokens: torch.Tensor, state: torch.Tensor | None = None):
         vocab = self.A_l.shape[0]
         if tokens.dim() != 2 or tokens.dtype != torch.long:
-            raise StatetrackError(f"PaniniTable expects token ids of shape [B, T] (long), got {tuple(tokens.shape)} {tokens.dtype}")
+            raise StatetrackError(
+                f"PaniniTable expects token ids of shape [B, T] (long), got {tuple(tokens.shape)} {tokens.dtype}"
+            )
         if tokens.numel() and not (0 <= int(tokens.min()) and int(tokens.max()) < vocab):
-            raise StatetrackError(f"PaniniTable: token ids must lie in [0, {vocab}), got {int(tokens.min())}..{int(tokens.max())}")
+            raise StatetrackError(
+                f"PaniniTable: token ids must lie in [0, {vocab}), got {int(tokens.min())}..{int(tokens.max())}"
+            )
         if state is None:
             state = torch.eye(self.n, dtype=self.A_l.dtype, device=self.A_l.device).repeat(tokens.shape[0], 1, 1)
-        return panini_recurrence(self.A_l[tokens], self.A_r[tokens], self.B[tokens], state,
-                                 self.renormalize, self.sinkhorn_iters, self.sinkhorn_tol)
+        return panini_recurrence(
+            self.A_l[tokens],
+            self.A_r[tokens],
+            self.B[tokens],
+            state,
+            self.renormalize,
+            self.sinkhorn_iters,
+            self.sinkhorn_tol,
+        )
 
 
-def exact_panini(task, renormalize: bool = True, sinkhorn_iters: int = 100, sinkhorn_tol: float = 1e-6,
-                 dtype: torch.dtype = torch.float64) -> PaniniTable:
+def exact_panini(
+    task,
+    renormalize: bool = True,
+    sinkhorn_iters: int = 100,
+    sinkhorn_tol: float = 1e-6,
+    dtype: torch.dtype = torch.float64,
+) -> PaniniTable:
     """The Panini recurrence with the exact matrices of a `pfsa` task's tokens (Siems et al. 2026, App. C.2):
     `swap(i,j)?` is A_l = (1 - noise) P_(i j) + noise I, A_r = I, B = 0; `p[i]=j` is
     A_l = I - e_i e_i^T, A_r = I - e_j e_j^T, B = e_i e_j^T; the padding token is the identity.
@@ -175,7 +224,9 @@ def exact_panini(task, renormalize: bool = True, sinkhorn_iters: int = 100, sink
     marginals); a reveal only sees the marginals, not the joint, so afterwards it is an approximation.
     """
     if not all(hasattr(task, key) for key in ("n", "noise", "vocab", "decode_token")):
-        raise StatetrackError(f"exact_panini expects a 'pfsa' task (n, noise, vocab, decode_token), got {type(task).__name__}")
+        raise StatetrackError(
+            f"exact_panini expects a 'pfsa' task (n, noise, vocab, decode_token), got {type(task).__name__}"
+        )
     n, V = task.n, len(task.vocab)
     eye = torch.eye(n, dtype=dtype)
     A_l, A_r, B = eye.repeat(V, 1, 1), eye.repeat(V, 1, 1), torch.zeros(V, n, n, dtype=dtype)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import inspect
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -50,6 +51,7 @@ class TransitionMatrices(Protocol):
 
     def transition_matrices(self, x: torch.Tensor) -> torch.Tensor: ...
 
+
 STACK_KEYS = ("name", "d_model", "num_layers", "mlp")  # spec keys every model has besides its mixer's
 
 
@@ -66,8 +68,14 @@ class ModelEntry:
 MODELS: dict[str, ModelEntry] = {}
 
 
-def register_model(name: str, *, display: str | Callable[[dict], str], summary: str | None = None, recurrent: bool = True,
-                   stack_defaults: dict | None = None):
+def register_model(
+    name: str,
+    *,
+    display: str | Callable[[dict], str],
+    summary: str | None = None,
+    recurrent: bool = True,
+    stack_defaults: dict | None = None,
+):
     """Class decorator: register the mixer as model `name`.
 
     `display` is a template filled from the resolved spec (`"DeltaProduct_{n_h} {eig_range}"`) or a
@@ -80,20 +88,32 @@ def register_model(name: str, *, display: str | Callable[[dict], str], summary: 
     if not isinstance(name, str) or not name:
         raise StatetrackError(f"register_model: the name must be a non-empty string, got {name!r}")
     if stack_defaults is not None and not isinstance(stack_defaults, dict):
-        raise StatetrackError(f"register_model({name!r}): stack_defaults must be a mapping, e.g. {{'mlp': False}}, got {stack_defaults!r}")
+        raise StatetrackError(
+            f"register_model({name!r}): stack_defaults must be a mapping, e.g. {{'mlp': False}}, got {stack_defaults!r}"
+        )
     stack_defaults = dict(stack_defaults or {})
     bad = [k for k in stack_defaults if k not in STACK_KEYS or k == "name"]
     if bad:
-        raise StatetrackError(f"register_model({name!r}): stack_defaults has {bad[0]!r}, which is no stack setting; "
-                              f"expected some of: {', '.join(STACK_KEYS[1:])}")
+        raise StatetrackError(
+            f"register_model({name!r}): stack_defaults has {bad[0]!r}, which is no stack setting; "
+            f"expected some of: {', '.join(STACK_KEYS[1:])}"
+        )
 
     def decorate(mixer):
         parameters = _check_mixer(name, mixer)
-        entry = ModelEntry(name, mixer, _summary(name, mixer, summary), _display(name, display, parameters), bool(recurrent),
-                           stack_defaults)
+        entry = ModelEntry(
+            name,
+            mixer,
+            _summary(name, mixer, summary),
+            _display(name, display, parameters),
+            bool(recurrent),
+            stack_defaults,
+        )
         old = MODELS.get(name)
         if old is not None and _qualified(old.mixer) != _qualified(mixer):
-            raise StatetrackError(f"model name {name!r} is taken by {_qualified(old.mixer)}; cannot register {_qualified(mixer)} under it")
+            raise StatetrackError(
+                f"model name {name!r} is taken by {_qualified(old.mixer)}; cannot register {_qualified(mixer)} under it"
+            )
         MODELS[name] = entry  # the same class again (a module imported twice) replaces its entry
         return mixer
 
@@ -112,7 +132,9 @@ def _check_mixer(name: str, mixer) -> list[str]:
     parameters = [p for p in inspect.signature(mixer.__init__).parameters.values() if p.name != "self"]
     if not parameters or parameters[0].name != "d_model":
         first = parameters[0].name if parameters else "nothing"
-        raise StatetrackError(f"register_model({name!r}) expects {expected}; {mixer.__qualname__}.__init__ takes {first} first")
+        raise StatetrackError(
+            f"register_model({name!r}) expects {expected}; {mixer.__qualname__}.__init__ takes {first} first"
+        )
     return [p.name for p in parameters]
 
 
@@ -127,10 +149,14 @@ def _display(name: str, display, parameters: list[str]) -> Callable[[dict], str]
     if callable(display):
         return display
     if not isinstance(display, str):
-        raise StatetrackError(f"register_model({name!r}): display must be a template string or a callable spec -> str, got {display!r}")
+        raise StatetrackError(
+            f"register_model({name!r}): display must be a template string or a callable spec -> str, got {display!r}"
+        )
     fields = {field for _, field, _, _ in string.Formatter().parse(display) if field is not None}
     bad = sorted(fields - set(parameters) - set(STACK_KEYS))
     if bad:
-        raise StatetrackError(f"register_model({name!r}): display {display!r} names {bad[0]!r}, which is not a parameter; "
-                              f"its parameters: {', '.join(list(STACK_KEYS) + parameters[1:])}")
+        raise StatetrackError(
+            f"register_model({name!r}): display {display!r} names {bad[0]!r}, which is not a parameter; "
+            f"its parameters: {', '.join(list(STACK_KEYS) + parameters[1:])}"
+        )
     return lambda spec: display.format(**spec)

@@ -96,23 +96,35 @@ class NRU(nn.Module):
     moves those weights from the first step).
     """
 
-    departures = ("the one-head form of Anonymous 2025 (App. A.1.4, eq. 5) with `heads` summed heads, not the "
-                  "implementation of Chandar et al. 2019: gates and write/erase vectors computed from "
-                  "[x_t, h_{t-1}, m_{t-1}], not [h_t, m_{t-1}]; full-rank write/erase maps through a ReLU (normalised to "
-                  "unit 5-norm as in the release unless normalize is false), not outer products of two "
-                  "sqrt(heads * memory)-vectors; a ReLU on gates and "
-                  "vectors always (an option, off by default, in the release); "
-                  "heads summed, not averaged; no layer norm option; the weights reading m_{t-1} start at zero; "
-                  "a linear map back to d_model when hidden differs")
+    departures = (
+        "the one-head form of Anonymous 2025 (App. A.1.4, eq. 5) with `heads` summed heads, not the "
+        "implementation of Chandar et al. 2019: gates and write/erase vectors computed from "
+        "[x_t, h_{t-1}, m_{t-1}], not [h_t, m_{t-1}]; full-rank write/erase maps through a ReLU (normalised to "
+        "unit 5-norm as in the release unless normalize is false), not outer products of two "
+        "sqrt(heads * memory)-vectors; a ReLU on gates and "
+        "vectors always (an option, off by default, in the release); "
+        "heads summed, not averaged; no layer norm option; the weights reading m_{t-1} start at zero; "
+        "a linear map back to d_model when hidden differs"
+    )
 
-    def __init__(self, d_model: int, hidden: int | None = None, memory: int = 256, heads: int = 1, normalize: bool = True):
+    def __init__(
+        self, d_model: int, hidden: int | None = None, memory: int = 256, heads: int = 1, normalize: bool = True
+    ):
         super().__init__()
         for name, value in (("hidden", d_model if hidden is None else hidden), ("memory", memory), ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise StatetrackError(f"NRU {name} must be an integer >= 1{' or None' if name == 'hidden' else ''}, got {value!r}")
+                raise StatetrackError(
+                    f"NRU {name} must be an integer >= 1{' or None' if name == 'hidden' else ''}, got {value!r}"
+                )
         if not isinstance(normalize, bool):
             raise StatetrackError(f"NRU normalize must be true or false, got {normalize!r}")
-        self.d_model, self.hidden, self.memory, self.heads, self.normalize = d_model, hidden or d_model, memory, heads, normalize
+        self.d_model, self.hidden, self.memory, self.heads, self.normalize = (
+            d_model,
+            hidden or d_model,
+            memory,
+            heads,
+            normalize,
+        )
         # rows: h [hidden], alpha [heads], beta [heads], v^w [heads * memory], v^e [heads * memory]
         # columns: x_t [d_model], h_{t-1} [hidden], m_{t-1} [memory]
         self.gates = nn.Linear(d_model + self.hidden + memory, self.hidden + 2 * heads * (1 + memory))

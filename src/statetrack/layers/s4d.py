@@ -38,18 +38,24 @@ class S4D(Spectral, nn.Module):
     State: h [B, d_model, d_state // 2] complex.
     """
 
-    departures = ("C is initialised with std 0.5 / sqrt(d_state / 2) per real and imaginary part, smaller than the "
-                  "unit complex normal of Gu et al. 2022's reference S4D; the equations are as published.")
+    departures = (
+        "C is initialised with std 0.5 / sqrt(d_state / 2) per real and imaginary part, smaller than the "
+        "unit complex normal of Gu et al. 2022's reference S4D; the equations are as published."
+    )
 
     def __init__(self, d_model: int, d_state: int = 32, input_dependent: bool = False):
         super().__init__()
         if d_state < 2 or d_state % 2:
-            raise StatetrackError(f"d_state must be an even number >= 2 (complex modes come in conjugate pairs), got {d_state}")
+            raise StatetrackError(
+                f"d_state must be an even number >= 2 (complex modes come in conjugate pairs), got {d_state}"
+            )
         self.d_model, self.modes, self.input_dependent = d_model, d_state // 2, input_dependent
         n = self.modes
         self.A_re_log = nn.Parameter(torch.full((d_model, n), math.log(0.5)))
         self.A_im = nn.Parameter(math.pi * torch.arange(n, dtype=torch.float32).repeat(d_model, 1))
-        self.B = nn.Parameter(torch.stack([torch.ones(d_model, n), torch.zeros(d_model, n)], -1))  # real view of complex
+        self.B = nn.Parameter(
+            torch.stack([torch.ones(d_model, n), torch.zeros(d_model, n)], -1)
+        )  # real view of complex
         self.C = nn.Parameter(torch.randn(d_model, n, 2) * (0.5 / math.sqrt(n)))
         self.D = nn.Parameter(torch.ones(d_model))
         if input_dependent:
@@ -139,8 +145,12 @@ class S4D(Spectral, nn.Module):
         def ends(steps):  # the state that `steps` inputs of a chunk leave at its end, [d, B K, 2n] (re, im)
             e = (steps - 1 - i).clamp(min=0)  # a^(steps-1-j), zero for j >= steps
             keep = (i < steps).to(x.dtype)[None, :, None]
-            w_re = (Bb_re[:, None] * p_re[..., e].transpose(1, 2) - Bb_im[:, None] * p_im[..., e].transpose(1, 2)) * keep
-            w_im = (Bb_re[:, None] * p_im[..., e].transpose(1, 2) + Bb_im[:, None] * p_re[..., e].transpose(1, 2)) * keep
+            w_re = (
+                Bb_re[:, None] * p_re[..., e].transpose(1, 2) - Bb_im[:, None] * p_im[..., e].transpose(1, 2)
+            ) * keep
+            w_im = (
+                Bb_re[:, None] * p_im[..., e].transpose(1, 2) + Bb_im[:, None] * p_re[..., e].transpose(1, 2)
+            ) * keep
             return w_re, w_im  # [d, Q, n]
 
         def as_complex(re_im):  # [d, B, K', 2n] -> complex [B, K', d, n]
@@ -179,9 +189,11 @@ class S4D(Spectral, nn.Module):
 class IDS4(S4D):
     """S4D with an input-dependent complex transition: dt and rotation from the input (Merrill et al. 2024)."""
 
-    departures = ("How the transition depends on the input (Merrill et al. 2024) is this project's choice: dt_t = "
-                  "softplus(W x_t + b) per channel (as Mamba, Gu & Dao 2023) and a rotation W_phi x_t added to "
-                  "Im(lambda) per mode, discretised by zero-order hold at every step; C initialised as in S4D.")
+    departures = (
+        "How the transition depends on the input (Merrill et al. 2024) is this project's choice: dt_t = "
+        "softplus(W x_t + b) per channel (as Mamba, Gu & Dao 2023) and a rotation W_phi x_t added to "
+        "Im(lambda) per mode, discretised by zero-order hold at every step; C initialised as in S4D."
+    )
 
     def __init__(self, d_model: int, d_state: int = 32):
         super().__init__(d_model, d_state, input_dependent=True)

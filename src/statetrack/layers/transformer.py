@@ -49,7 +49,9 @@ def rotary(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 @register_model(
     "transformer",
-    display=lambda spec: "Transformer" + {"none": "", "sinusoidal": " (sinusoidal)", "rope": " (RoPE)"}[spec["positional"]],
+    display=lambda spec: (
+        "Transformer" + {"none": "", "sinusoidal": " (sinusoidal)", "rope": " (RoPE)"}[spec["positional"]]
+    ),
     recurrent=False,
 )
 class CausalSelfAttention(nn.Module):
@@ -58,14 +60,18 @@ class CausalSelfAttention(nn.Module):
     Multi-head causal self-attention; the module docstring has the block and the encodings.
     """
 
-    departures = ("no dropout (Radford et al. 2019); sinusoidal encodings (Vaswani et al. 2017) added at each "
-                  "attention layer's input, not once to the embedding; RoPE rotates dimension pairs (j, j + D/2), "
-                  "not (2j, 2j + 1) (Su et al. 2021): the same up to a fixed permutation of head dimensions")
+    departures = (
+        "no dropout (Radford et al. 2019); sinusoidal encodings (Vaswani et al. 2017) added at each "
+        "attention layer's input, not once to the embedding; RoPE rotates dimension pairs (j, j + D/2), "
+        "not (2j, 2j + 1) (Su et al. 2021): the same up to a fixed permutation of head dimensions"
+    )
 
     def __init__(self, d_model: int, num_heads: int = 2, positional: str = "none"):
         super().__init__()
         if positional not in POSITIONAL:
-            raise StatetrackError(f"unknown positional encoding {positional!r}; expected one of: {', '.join(POSITIONAL)}")
+            raise StatetrackError(
+                f"unknown positional encoding {positional!r}; expected one of: {', '.join(POSITIONAL)}"
+            )
         self.d_model, self.positional = d_model, positional
         self.num_heads, self.head_dim = head_split(d_model, num_heads)
         if positional == "rope" and self.head_dim % 2:

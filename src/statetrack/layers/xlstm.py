@@ -23,7 +23,9 @@ def _forget_bias(n: int) -> torch.Tensor:
     return torch.linspace(3.0, 6.0, n)
 
 
-@register_model("mlstm", display="mLSTM", summary="xLSTM matrix memory with an exponential input gate (Beck et al. 2024)")
+@register_model(
+    "mlstm", display="mLSTM", summary="xLSTM matrix memory with an exponential input gate (Beck et al. 2024)"
+)
 class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
     """mLSTM per head: C_t = f_t C_{t-1} + i_t k_t v_t^T, n_t = f_t n_{t-1} + i_t k_t,
     h~_t = C_t^T q_t / max(|n_t^T q_t|, 1), with i_t = exp(i~_t), f_t = sigmoid(f~_t), k scaled by
@@ -36,9 +38,11 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
     State: (C~ [B, H, D, D], n~ [B, H, D], m [B, H]).
     """
 
-    departures = ("the cell alone, without the mLSTM block (Beck et al. 2024): no up-projection, causal convolution "
-                  "or learnable skip; no biases on q, k, v; sigmoid forget gate (one of the paper's two choices); "
-                  "a per-head RMSNorm on h~ before the output gate, where the block has a head-wise GroupNorm")
+    departures = (
+        "the cell alone, without the mLSTM block (Beck et al. 2024): no up-projection, causal convolution "
+        "or learnable skip; no biases on q, k, v; sigmoid forget gate (one of the paper's two choices); "
+        "a per-head RMSNorm on h~ before the output gate, where the block has a head-wise GroupNorm"
+    )
 
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()
@@ -69,7 +73,9 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
         pieces = []
         for start in range(0, T, self.piece) if T else [0]:
             part = slice(start, start + self.piece)
-            h, state = self._parallel(q[:, :, part], k[:, :, part], v[:, :, part], i_pre[..., part], log_f[..., part], state)
+            h, state = self._parallel(
+                q[:, :, part], k[:, :, part], v[:, :, part], i_pre[..., part], log_f[..., part], state
+            )
             pieces.append(h)
         h = torch.cat(pieces, 2) if len(pieces) > 1 else pieces[0]  # [B, H, T, D]
         h = self.o_norm(h).transpose(1, 2).reshape(B, T, -1) * torch.sigmoid(self.o_gate(x))
@@ -88,7 +94,9 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
         T = q.shape[2]
         F_cum = log_f.cumsum(-1)  # [B, H, T]
         causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-        w = (F_cum[..., :, None] - F_cum[..., None, :] + i_pre[..., None, :]).masked_fill(~causal, -math.inf)  # [B, H, T, T]
+        w = (F_cum[..., :, None] - F_cum[..., None, :] + i_pre[..., None, :]).masked_fill(
+            ~causal, -math.inf
+        )  # [B, H, T, T]
         w0 = F_cum + m0[..., None]  # [B, H, T]
         m = torch.maximum(w.amax(-1), w0)  # [B, H, T]
         weights = torch.exp(w - m[..., None]) * (q @ k.transpose(-1, -2))  # [B, H, T, T]
@@ -108,7 +116,9 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
 
 
 @register_model(
-    "slstm", display="sLSTM", summary="xLSTM scalar memory with recurrent connections; nonlinear, a loop over time (Beck et al. 2024)"
+    "slstm",
+    display="sLSTM",
+    summary="xLSTM scalar memory with recurrent connections; nonlinear, a loop over time (Beck et al. 2024)",
 )
 class sLSTM(nn.Module):  # noqa: N801
     """sLSTM per head (block-diagonal recurrent matrices R), Beck et al. 2024, eqs. 8-17:
@@ -123,9 +133,11 @@ class sLSTM(nn.Module):  # noqa: N801
     out-projection. State: (h, c, n, m), each [B, d_model].
     """
 
-    departures = ("the cell alone, without the sLSTM block (Beck et al. 2024): no causal convolution before the "
-                  "i, f gates and no gated MLP after; sigmoid forget gate (one of the paper's two choices); "
-                  "a per-head RMSNorm on h before the output projection, where the block has a head-wise GroupNorm")
+    departures = (
+        "the cell alone, without the sLSTM block (Beck et al. 2024): no causal convolution before the "
+        "i, f gates and no gated MLP after; sigmoid forget gate (one of the paper's two choices); "
+        "a per-head RMSNorm on h before the output projection, where the block has a head-wise GroupNorm"
+    )
 
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()

@@ -20,8 +20,17 @@ import math
 from statetrack.errors import StatetrackError
 from statetrack.models import zoo
 
-__all__ = ["MAX_WIDTH", "TOLERANCE", "apply_sizing", "fit_width", "layer_parameters", "nearest_width",
-           "parse_budget", "pass_flops", "stack_parameters"]
+__all__ = [
+    "MAX_WIDTH",
+    "TOLERANCE",
+    "apply_sizing",
+    "fit_width",
+    "layer_parameters",
+    "nearest_width",
+    "parse_budget",
+    "pass_flops",
+    "stack_parameters",
+]
 
 TOLERANCE = 0.05  # fit_width's largest relative distance between a layer's count and the budget
 MAX_WIDTH = 1 << 16  # widths searched: 1 .. MAX_WIDTH
@@ -101,8 +110,12 @@ def pass_flops(model: dict, task: dict, length: int, backward: bool = True) -> f
     and backward through the task's loss when `backward`, as torch's FLOP counter sees them (matrix
     products; the recurrences' compiled kernels are not counted). The model has its initial weights,
     so a fixed-point model iterates as an untrained one. Cached per (model, task, length, backward)."""
-    return _pass_flops(json.dumps(zoo.resolve(model), sort_keys=True, default=repr), json.dumps(task, sort_keys=True),
-                       int(length), bool(backward))
+    return _pass_flops(
+        json.dumps(zoo.resolve(model), sort_keys=True, default=repr),
+        json.dumps(task, sort_keys=True),
+        int(length),
+        bool(backward),
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -173,8 +186,10 @@ def nearest_width(spec: dict | str, params: float) -> tuple[dict, int]:
 
     low = buildable(1, +1)
     if low is None:
-        raise StatetrackError(f"model {spec['name']!r} cannot be built at any d_model from 1 to {min(_SCAN, MAX_WIDTH)}; "
-                              f"at {min(_SCAN, MAX_WIDTH)}: {errors[-1]}")
+        raise StatetrackError(
+            f"model {spec['name']!r} cannot be built at any d_model from 1 to {min(_SCAN, MAX_WIDTH)}; "
+            f"at {min(_SCAN, MAX_WIDTH)}: {errors[-1]}"
+        )
     if count(low) >= params:
         high = low
     else:  # count(low) < params: double until the budget is reached, then bisect (low misses, high reaches)
@@ -205,7 +220,8 @@ def fit_width(spec: dict | str, params) -> dict:
     if abs(count - budget) > TOLERANCE * budget:
         raise StatetrackError(
             f"model {fitted['name']!r} ({zoo.display_name(fitted)}): no d_model gives {budget:,.0f} parameters per layer "
-            f"within {TOLERANCE:.0%}; nearest: d_model {fitted['d_model']} with {count:,} ({count / budget - 1:+.1%})")
+            f"within {TOLERANCE:.0%}; nearest: d_model {fitted['d_model']} with {count:,} ({count / budget - 1:+.1%})"
+        )
     return fitted
 
 
@@ -218,8 +234,10 @@ def _sizing_keys(entry: dict, origin: str) -> dict:
     if "params" in entry:
         sizes = [k for k in ("d_model", "width") if k in entry]
         if sizes:
-            raise StatetrackError(f"{origin}: give either 'params' (a per-layer parameter budget, which chooses d_model) "
-                                  f"or {sizes[0]!r}, not both")
+            raise StatetrackError(
+                f"{origin}: give either 'params' (a per-layer parameter budget, which chooses d_model) "
+                f"or {sizes[0]!r}, not both"
+            )
         parse_budget(entry["params"], f"{origin}: params")
     if "width" in entry:
         entry["d_model"] = _check_width(entry.pop("width"), origin)
@@ -239,7 +257,9 @@ def apply_sizing(entry: dict | str, defaults: dict | None = None) -> dict:
     The result has a concrete d_model and no `params` or `width` key.
     """
     if not isinstance(entry, (str, dict)):
-        raise StatetrackError(f"a model entry must be a model name or a mapping {{name: ..., settings...}}, got {entry!r}")
+        raise StatetrackError(
+            f"a model entry must be a model name or a mapping {{name: ..., settings...}}, got {entry!r}"
+        )
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     label = f"model {entry['name']!r}" if "name" in entry else f"model {entry!r}"
     own = _sizing_keys(entry, label)

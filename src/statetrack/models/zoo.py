@@ -17,8 +17,18 @@ from statetrack.errors import StatetrackError, unknown
 from statetrack.layers import MODELS, ModelEntry, register_model
 from statetrack.models.model import SequenceModel
 
-__all__ = ["MODELS", "MODEL_DEFAULTS", "PRESETS", "ModelEntry", "build_model", "display_name", "get_entry",
-           "mixer_parameters", "register_model", "resolve"]
+__all__ = [
+    "MODELS",
+    "MODEL_DEFAULTS",
+    "PRESETS",
+    "ModelEntry",
+    "build_model",
+    "display_name",
+    "get_entry",
+    "mixer_parameters",
+    "register_model",
+    "resolve",
+]
 
 MODEL_DEFAULTS = {"d_model": 64, "num_layers": 1, "mlp": True}
 

@@ -76,8 +76,9 @@ class _DenseScan(torch.autograd.Function):
         M, hs = ctx.saved_tensors
         N = M.shape[0]
         if ctx.native:
-            lam, grad_M = native.dense_scan_backward(M, hs.squeeze(-1), grad_hs.squeeze(-1).contiguous(),
-                                                     ctx.needs_input_grad[0])
+            lam, grad_M = native.dense_scan_backward(
+                M, hs.squeeze(-1), grad_hs.squeeze(-1).contiguous(), ctx.needs_input_grad[0]
+            )
             lam = lam.unsqueeze(-1)
             return grad_M, (lam[1:] if ctx.needs_input_grad[1] else None), lam[0]
         lam = torch.empty_like(grad_hs)  # lam[n] = dL/dh_n, total
@@ -146,9 +147,13 @@ def _check(A, b, initial_state):
     if b is not None and (b.dim() not in (4, 5) or b.shape[:4] != (B, T, H, D)):
         raise ValueError(f"b must be [B, T, H, D] = [{B}, {T}, {H}, {D}] or [B, T, H, D, E], got {tuple(b.shape)}")
     if initial_state is not None and initial_state.shape[:3] != (B, H, D):
-        raise ValueError(f"initial_state must be [B, H, D] = [{B}, {H}, {D}] (or [B, H, D, E]), got {tuple(initial_state.shape)}")
+        raise ValueError(
+            f"initial_state must be [B, H, D] = [{B}, {H}, {D}] (or [B, H, D, E]), got {tuple(initial_state.shape)}"
+        )
     if b is not None and initial_state is not None and b.dim() - 1 != initial_state.dim():
-        raise ValueError(f"b {tuple(b.shape)} and initial_state {tuple(initial_state.shape)} disagree on a vector or matrix state")
+        raise ValueError(
+            f"b {tuple(b.shape)} and initial_state {tuple(initial_state.shape)} disagree on a vector or matrix state"
+        )
 
 
 def dense_transition_reference(

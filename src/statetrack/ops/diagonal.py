@@ -123,8 +123,9 @@ class _DiagonalScan(torch.autograd.Function):
         if T == 0:
             return torch.zeros_like(a), torch.zeros_like(h), grad_final, None, None
         if ctx.use_native:
-            grad_a, grad_b, grad_h0 = native.scan_backward(a, h, h0, grad_h.resolve_conj().contiguous(),
-                                                           grad_final.resolve_conj().contiguous())
+            grad_a, grad_b, grad_h0 = native.scan_backward(
+                a, h, h0, grad_h.resolve_conj().contiguous(), grad_final.resolve_conj().contiguous()
+            )
             return grad_a, grad_b, grad_h0, None, None
         # lambda_t = dL/dh_t + conj(a_{t+1}) lambda_{t+1}, lambda_T = dL/dh_T (final-state gradient)
         a_next = torch.empty_like(a)

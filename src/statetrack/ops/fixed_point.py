@@ -96,8 +96,9 @@ class _FixedPointIteration(torch.autograd.Function):
         lam, scale, b, u, alpha, h_prev, h0, h = ctx.saved_tensors
         grad_h = torch.zeros_like(h) if grad_h is None else grad_h.contiguous()
         grad_last = torch.zeros_like(h0) if grad_last is None else grad_last
-        return native.fixed_point_backward(lam, scale, b, u, alpha, h_prev, h0, h, grad_h, grad_last,
-                                           want_prev=ctx.needs_input_grad[5])
+        return native.fixed_point_backward(
+            lam, scale, b, u, alpha, h_prev, h0, h, grad_h, grad_last, want_prev=ctx.needs_input_grad[5]
+        )
 
 
 def fixed_point_iteration(lam, scale, b, u, alpha, h_prev, initial_state=None):
@@ -219,5 +220,7 @@ def gated_decay(rate: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
     """`gated_decay_reference` (the same numbers, the same gradients to float rounding) as one
     autograd node whose backward works in reused slices."""
     if rate.dim() != 2 or delta.shape[-1:] != rate.shape[:1]:
-        raise ValueError(f"rate must be [E, N] and delta [..., E] with the same E, got {tuple(rate.shape)} and {tuple(delta.shape)}")
+        raise ValueError(
+            f"rate must be [E, N] and delta [..., E] with the same E, got {tuple(rate.shape)} and {tuple(delta.shape)}"
+        )
     return _GatedDecay.apply(rate, delta)

@@ -29,15 +29,21 @@ def _check(dt, phi, lam_re, A_im, B, C, u, initial_state):
         raise ValueError(f"u and dt must be [B, T, d] of equal shape, got {tuple(u.shape)} and {tuple(dt.shape)}")
     Bsz, T, d = u.shape
     if lam_re.dim() != 2 or lam_re.shape[0] != d or A_im.shape != lam_re.shape:
-        raise ValueError(f"lam_re and A_im must be [d, modes] with d = {d}, got {tuple(lam_re.shape)} and {tuple(A_im.shape)}")
+        raise ValueError(
+            f"lam_re and A_im must be [d, modes] with d = {d}, got {tuple(lam_re.shape)} and {tuple(A_im.shape)}"
+        )
     n = lam_re.shape[1]
     if tuple(phi.shape) != (Bsz, T, n):
         raise ValueError(f"phi must be [B, T, modes] = {[Bsz, T, n]}, got {tuple(phi.shape)}")
     for name, v in (("B", B), ("C", C)):
         if tuple(v.shape) != (d, n, 2):
-            raise ValueError(f"{name} must be [d, modes, 2] = {[d, n, 2]} (a complex tensor's real view), got {tuple(v.shape)}")
+            raise ValueError(
+                f"{name} must be [d, modes, 2] = {[d, n, 2]} (a complex tensor's real view), got {tuple(v.shape)}"
+            )
     if initial_state is not None and tuple(initial_state.shape) != (Bsz, d, n):
-        raise ValueError(f"initial_state must be [B, d, modes] = {[Bsz, d, n]} (complex), got {tuple(initial_state.shape)}")
+        raise ValueError(
+            f"initial_state must be [B, d, modes] = {[Bsz, d, n]} (complex), got {tuple(initial_state.shape)}"
+        )
 
 
 def ids4_scan_reference(dt, phi, lam_re, A_im, B, C, u, initial_state=None):
@@ -168,7 +174,8 @@ class _IDS4Scan(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_y, grad_last):
         ddt, du, dphi, dlam_re, dA_im, dB, dC, dh0 = native.ids4_backward(
-            *ctx.saved_tensors, grad_y.contiguous(), grad_last)
+            *ctx.saved_tensors, grad_y.contiguous(), grad_last
+        )
         return ddt, dphi, dlam_re, dA_im, dB.transpose(-1, -2), dC.transpose(-1, -2), du, dh0
 
 
@@ -183,15 +190,21 @@ def ids4_scan(dt, phi, lam_re, A_im, B, C, u, initial_state=None, impl="auto"):
     _check(dt, phi, lam_re, A_im, B, C, u, initial_state)
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
-    compiled = impl != "torch" and native.supports_real(dt, phi, lam_re, A_im, B, C, u,
-                                                       *(() if initial_state is None else (initial_state.real,)))
+    compiled = impl != "torch" and native.supports_real(
+        dt, phi, lam_re, A_im, B, C, u, *(() if initial_state is None else (initial_state.real,))
+    )
     if impl == "native" and not compiled:
-        raise RuntimeError("impl='native' needs CPU tensors of one dtype, float32 or float64, and a C compiler "
-                           f"(got {u.device.type}, {u.dtype}; compiler: {native.compiler() or 'none'}, "
-                           f"STATETRACK_NATIVE={'on' if native.enabled() else 'off'})")
+        raise RuntimeError(
+            "impl='native' needs CPU tensors of one dtype, float32 or float64, and a C compiler "
+            f"(got {u.device.type}, {u.dtype}; compiler: {native.compiler() or 'none'}, "
+            f"STATETRACK_NATIVE={'on' if native.enabled() else 'off'})"
+        )
     if compiled:
-        h0 = (torch.stack((initial_state.real, initial_state.imag), -2) if initial_state is not None
-              else u.new_zeros(u.shape[0], u.shape[2], 2, lam_re.shape[-1]))  # [B, d, 2, modes]: the kernel's layout
+        h0 = (
+            torch.stack((initial_state.real, initial_state.imag), -2)
+            if initial_state is not None
+            else u.new_zeros(u.shape[0], u.shape[2], 2, lam_re.shape[-1])
+        )  # [B, d, 2, modes]: the kernel's layout
         y, h_last = _IDS4Scan.apply(dt, phi, lam_re, A_im, B, C, u, h0)
         return y, torch.complex(h_last[..., 0, :], h_last[..., 1, :])
     a, b = _InputDependentZOH.apply(dt, phi, lam_re, A_im, B, u)

@@ -51,8 +51,19 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in (
-    "diagonal_scan.c", "dense_scan.c", "triangular.c", "nonlinear.c", "fixed_point.c", "selective_scan.c", "panini.c", "ids4_scan.c")]
+SOURCES = [
+    Path(__file__).with_name(name)
+    for name in (
+        "diagonal_scan.c",
+        "dense_scan.c",
+        "triangular.c",
+        "nonlinear.c",
+        "fixed_point.c",
+        "selective_scan.c",
+        "panini.c",
+        "ids4_scan.c",
+    )
+]
 FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC"]
 LIBS = ["-lm"]  # after the sources: expf, tanhf, ... of nonlinear.c
 OPENMP = "-fopenmp"  # tried first; the build falls back to one thread without it
@@ -103,7 +114,9 @@ def build(target_dir: Path | None = None) -> Path:
     for flags, path in candidates:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:  # build aside, then rename: safe under concurrency
             out = Path(tmp) / path.name
-            result = subprocess.run([cc, *flags, *map(str, SOURCES), *LIBS, "-o", str(out)], capture_output=True, text=True)
+            result = subprocess.run(
+                [cc, *flags, *map(str, SOURCES), *LIBS, "-o", str(out)], capture_output=True, text=True
+            )
             if result.returncode == 0:
                 os.replace(out, path)
                 return path
@@ -158,11 +171,7 @@ def available() -> bool:
 def supports(*tensors: torch.Tensor) -> bool:
     """True when the kernels can take these tensors: CPU, one supported dtype, library built."""
     dtype = tensors[0].dtype
-    return (
-        dtype in DTYPES
-        and all(t.device.type == "cpu" and t.dtype == dtype for t in tensors)
-        and available()
-    )
+    return dtype in DTYPES and all(t.device.type == "cpu" and t.dtype == dtype for t in tensors) and available()
 
 
 def supports_real(*tensors: torch.Tensor) -> bool:
@@ -225,8 +234,17 @@ def dense_scan_backward(M: torch.Tensor, hs: torch.Tensor, grad_hs: torch.Tensor
     lam = torch.empty_like(hs)
     dM = torch.empty_like(M) if want_M else None
     kernel = getattr(load(), f"dense_scan_{DTYPES[M.dtype]}_backward")
-    kernel(_ptr(M), _ptr(hs), _ptr(grad_hs), _ptr(lam), None if dM is None else _ptr(dM), N, Z, D,
-           row_threads(Z, M.numel()))
+    kernel(
+        _ptr(M),
+        _ptr(hs),
+        _ptr(grad_hs),
+        _ptr(lam),
+        None if dM is None else _ptr(dM),
+        N,
+        Z,
+        D,
+        row_threads(Z, M.numel()),
+    )
     return lam, dM
 
 
@@ -257,8 +275,9 @@ def slstm_forward(pre: torch.Tensor, R: torch.Tensor, state: tuple) -> torch.Ten
     return out
 
 
-def nru_forward(pre: torch.Tensor, W: torch.Tensor, state: tuple, hidden: int, heads: int, normalize: bool,
-                eps: float) -> torch.Tensor:
+def nru_forward(
+    pre: torch.Tensor, W: torch.Tensor, state: tuple, hidden: int, heads: int, normalize: bool, eps: float
+) -> torch.Tensor:
     """h [B, T, hidden] of the NRU loop (`nonlinear.c`) for contiguous real pre [B, T, O] and W
     [hidden + memory, O], CPU; `state` (h [B, hidden], m [B, memory]), contiguous, is advanced in place."""
     B, T, _ = pre.shape
@@ -266,8 +285,20 @@ def nru_forward(pre: torch.Tensor, W: torch.Tensor, state: tuple, hidden: int, h
     out = pre.new_empty(B, T, hidden)
     if out.numel():
         kernel = getattr(load(), f"nru_{DTYPES[pre.dtype]}_forward")
-        kernel(_ptr(pre), _ptr(W), *map(_ptr, state), _ptr(out), B, T, hidden, heads, memory, int(normalize), eps,
-               row_threads(B, pre.numel()))
+        kernel(
+            _ptr(pre),
+            _ptr(W),
+            *map(_ptr, state),
+            _ptr(out),
+            B,
+            T,
+            hidden,
+            heads,
+            memory,
+            int(normalize),
+            eps,
+            row_threads(B, pre.numel()),
+        )
     return out
 
 
@@ -280,8 +311,9 @@ def fixed_point_iterate(lam, scale, b, u, alpha, prev, h0):
     stats = b.new_zeros(B, 2)
     if h.numel():
         kernel = getattr(load(), f"fixed_point_{DTYPES[b.dtype]}_iterate")
-        kernel(*map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, stats)), B, T, d, u.shape[2],
-               row_threads(B, u.numel()))
+        kernel(
+            *map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, stats)), B, T, d, u.shape[2], row_threads(B, u.numel())
+        )
     return h, stats[:, 0], stats[:, 1]
 
 
@@ -295,8 +327,15 @@ def fixed_point_backward(lam, scale, b, u, alpha, prev, h0, h, dh, dh_final, wan
     carry = dh_final.clone(memory_format=torch.contiguous_format)
     if h.numel():
         kernel = getattr(load(), f"fixed_point_{DTYPES[b.dtype]}_backward")
-        kernel(*map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, dh, carry, *grads)), None if dprev is None else _ptr(dprev),
-               B, T, d, u.shape[2], row_threads(B, u.numel()))
+        kernel(
+            *map(_ptr, (lam, scale, b, u, alpha, prev, h0, h, dh, carry, *grads)),
+            None if dprev is None else _ptr(dprev),
+            B,
+            T,
+            d,
+            u.shape[2],
+            row_threads(B, u.numel()),
+        )
     return (*grads, dprev, carry)
 
 
@@ -313,8 +352,17 @@ def bedouin_iterate(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, keep_states=F
     stats = x.new_zeros(B, 2)
     if y.numel():
         kernel = getattr(load(), f"bedouin_{DTYPES[x.dtype]}_iterate")
-        kernel(*map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, state, y)), None if hs is None else _ptr(hs),
-               _ptr(stats), B, T, E, N, u.shape[2], row_threads(B, lam.numel()))
+        kernel(
+            *map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, state, y)),
+            None if hs is None else _ptr(hs),
+            _ptr(stats),
+            B,
+            T,
+            E,
+            N,
+            u.shape[2],
+            row_threads(B, lam.numel()),
+        )
     return y, state, hs, stats[:, 0], stats[:, 1]
 
 
@@ -329,9 +377,17 @@ def bedouin_backward(lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, hs, dy, dh_f
     carry = dh_final.clone(memory_format=torch.contiguous_format)
     if dy.numel():
         kernel = getattr(load(), f"bedouin_{DTYPES[x.dtype]}_backward")
-        kernel(*map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, hs, dy, carry, dlam, ddelta, dx)),
-               None if dprev is None else _ptr(dprev), *map(_ptr, (du, dalpha, dB, dC)), B, T, E, N, u.shape[2],
-               row_threads(B, lam.numel()))
+        kernel(
+            *map(_ptr, (lam, delta, x, prev, u, alpha, Bbar, Cbar, h0, hs, dy, carry, dlam, ddelta, dx)),
+            None if dprev is None else _ptr(dprev),
+            *map(_ptr, (du, dalpha, dB, dC)),
+            B,
+            T,
+            E,
+            N,
+            u.shape[2],
+            row_threads(B, lam.numel()),
+        )
     return dlam, ddelta, dx, dprev, du, dalpha, dB, dC, carry
 
 
@@ -347,13 +403,35 @@ def panini_forward(A_l, A_r, B, H0, max_iter: int, tol: float, keep_inputs: bool
     clamped = torch.zeros(M, dtype=torch.int64)
     if states.numel():
         kernel = getattr(load(), f"panini_{DTYPES[B.dtype]}_forward")
-        kernel(*map(_ptr, (A_l, A_r, B, H0, states)), None if X is None else _ptr(X), _ptr(sweeps), _ptr(clamped),
-               T, M, n, max_iter, tol, row_threads(M, states.numel() * max(1, max_iter)))
+        kernel(
+            *map(_ptr, (A_l, A_r, B, H0, states)),
+            None if X is None else _ptr(X),
+            _ptr(sweeps),
+            _ptr(clamped),
+            T,
+            M,
+            n,
+            max_iter,
+            tol,
+            row_threads(M, states.numel() * max(1, max_iter)),
+        )
     return states, X, sweeps, bool(clamped.any())
 
 
-def panini_backward(A_l, A_r, H0, states, X, sweeps, grad_states, grad_last, masks: bool, max_iter: int,
-                    want_A_l: bool = True, want_A_r: bool = True):
+def panini_backward(
+    A_l,
+    A_r,
+    H0,
+    states,
+    X,
+    sweeps,
+    grad_states,
+    grad_last,
+    masks: bool,
+    max_iter: int,
+    want_A_l: bool = True,
+    want_A_r: bool = True,
+):
     """(dL/dX, dL/dA_l or None, dL/dA_r or None [T, M, n, n], dL/dH0 [M, n, n]) of `panini_forward`
     given the gradients of its states and of the last state; contiguous, CPU."""
     T, M, n, _ = X.shape
@@ -363,9 +441,16 @@ def panini_backward(A_l, A_r, H0, states, X, sweeps, grad_states, grad_last, mas
     carry = grad_last.clone(memory_format=torch.contiguous_format)
     if X.numel():
         kernel = getattr(load(), f"panini_{DTYPES[X.dtype]}_backward")
-        kernel(*map(_ptr, (A_l, A_r, H0, states, X, sweeps, grad_states, carry, grad_X)),
-               *(None if g is None else _ptr(g) for g in (grad_A_l, grad_A_r)), int(masks), T, M, n, max_iter,
-               row_threads(M, X.numel() * max(1, max_iter)))
+        kernel(
+            *map(_ptr, (A_l, A_r, H0, states, X, sweeps, grad_states, carry, grad_X)),
+            *(None if g is None else _ptr(g) for g in (grad_A_l, grad_A_r)),
+            int(masks),
+            T,
+            M,
+            n,
+            max_iter,
+            row_threads(M, X.numel() * max(1, max_iter)),
+        )
     return grad_X, grad_A_l, grad_A_r, carry
 
 
@@ -380,8 +465,15 @@ def ids4_forward(a, u, phi, lam_re, A_im, B, C, h0, keep: bool):
     ckpt = u.new_empty(Bsz, d, -(-T // IDS4_CHUNK), 2, n) if keep else None
     if y.numel():
         kernel = getattr(load(), f"ids4_{DTYPES[u.dtype]}_forward")
-        kernel(*map(_ptr, (a, u, phi, lam_re, A_im, B, C, state, y)), None if ckpt is None else _ptr(ckpt),
-               Bsz, T, d, n, row_threads(Bsz, a.numel()))
+        kernel(
+            *map(_ptr, (a, u, phi, lam_re, A_im, B, C, state, y)),
+            None if ckpt is None else _ptr(ckpt),
+            Bsz,
+            T,
+            d,
+            n,
+            row_threads(Bsz, a.numel()),
+        )
     return y, state, ckpt
 
 
@@ -395,6 +487,12 @@ def ids4_backward(a, dt, u, phi, lam_re, A_im, B, C, ckpt, dy, dh_final):
     parts = [u.new_zeros(threads, *shape) for shape in ((d, n), (d, n), (d, 2, n), (d, 2, n))]
     if dy.numel():
         kernel = getattr(load(), f"ids4_{DTYPES[u.dtype]}_backward")
-        kernel(*map(_ptr, (a, dt, u, phi, lam_re, A_im, B, C, ckpt, dy, carry, ddt, du, dphi, *parts)),
-               Bsz, T, d, n, threads)
+        kernel(
+            *map(_ptr, (a, dt, u, phi, lam_re, A_im, B, C, ckpt, dy, carry, ddt, du, dphi, *parts)),
+            Bsz,
+            T,
+            d,
+            n,
+            threads,
+        )
     return (ddt, du, dphi, *(p.sum(0) for p in parts), carry)

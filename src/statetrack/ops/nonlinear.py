@@ -179,7 +179,9 @@ class _SLSTMFused(torch.autograd.Function):
             dh = torch.bmm(dG[t], Rt)
         grad_R = None
         if ctx.needs_input_grad[1]:  # sum over t and b of h_{t-1} dG_t: [H, D, 4D]
-            grad_R = torch.bmm(hs[:-1].permute(1, 3, 0, 2).reshape(H, D, T * B), dG.transpose(0, 1).reshape(H, T * B, D4))
+            grad_R = torch.bmm(
+                hs[:-1].permute(1, 3, 0, 2).reshape(H, D, T * B), dG.transpose(0, 1).reshape(H, T * B, D4)
+            )
         grad_pre = dG.view(T, H, B, 4, D).permute(2, 0, 3, 1, 4)  # [B, T, 4, H, D]
         return (grad_pre, grad_R) + tuple(x.transpose(0, 1) for x in (dh, dc, dn, dm))
 
@@ -191,19 +193,25 @@ def _nru_state(pre, W, hidden, initial_state):
         return pre.new_zeros(B, hidden), pre.new_zeros(B, memory)
     h, m = initial_state
     if tuple(h.shape) != (B, hidden) or tuple(m.shape) != (B, memory):
-        raise ValueError(f"initial_state must be (h [B, hidden] = {[B, hidden]}, m [B, memory] = {[B, memory]}), "
-                         f"got {tuple(h.shape)} and {tuple(m.shape)}")
+        raise ValueError(
+            f"initial_state must be (h [B, hidden] = {[B, hidden]}, m [B, memory] = {[B, memory]}), "
+            f"got {tuple(h.shape)} and {tuple(m.shape)}"
+        )
     return h, m
 
 
 def _check_nru(pre, W, hidden, heads):
     if pre.dim() != 3 or W.dim() != 2:
-        raise ValueError(f"pre must be [B, T, O] and W [hidden + memory, O], got {tuple(pre.shape)} and {tuple(W.shape)}")
+        raise ValueError(
+            f"pre must be [B, T, O] and W [hidden + memory, O], got {tuple(pre.shape)} and {tuple(W.shape)}"
+        )
     memory = W.shape[0] - hidden
     outputs = hidden + 2 * heads * (1 + memory)
     if memory < 1 or pre.shape[-1] != outputs or W.shape[1] != outputs:
-        raise ValueError(f"with hidden {hidden} and heads {heads}, W [hidden + memory, O] and pre [B, T, O] need "
-                         f"O = hidden + 2 heads (1 + memory); got W {tuple(W.shape)}, pre {tuple(pre.shape)}")
+        raise ValueError(
+            f"with hidden {hidden} and heads {heads}, W [hidden + memory, O] and pre [B, T, O] need "
+            f"O = hidden + 2 heads (1 + memory); got W {tuple(W.shape)}, pre {tuple(pre.shape)}"
+        )
 
 
 def unit_5_norm(v: torch.Tensor, eps: float = NRU_EPS) -> torch.Tensor:
@@ -212,8 +220,9 @@ def unit_5_norm(v: torch.Tensor, eps: float = NRU_EPS) -> torch.Tensor:
     return v / v.norm(p=5, dim=-1, keepdim=True).clamp(min=eps)
 
 
-def nru_recurrence_reference(pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, normalize: bool = True,
-                             initial_state=None):
+def nru_recurrence_reference(
+    pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, normalize: bool = True, initial_state=None
+):
     """The NRU (Anonymous 2025, App. A.1.4, eq. 5, heads summed), a loop over time:
 
         a_t = relu(pre_t + [h_{t-1}, m_{t-1}] W),     h_t = a_t[:hidden],
@@ -233,7 +242,9 @@ def nru_recurrence_reference(pre: torch.Tensor, W: torch.Tensor, hidden: int, he
     for t in range(T):
         act = F.relu(torch.addmm(pre[:, t], torch.cat([h, m], dim=-1), W))
         h = act[:, :hidden]
-        coef = torch.cat([act[:, hidden : hidden + K], -act[:, hidden + K : hidden + 2 * K]], dim=-1)  # alpha_i, -beta_i
+        coef = torch.cat(
+            [act[:, hidden : hidden + K], -act[:, hidden + K : hidden + 2 * K]], dim=-1
+        )  # alpha_i, -beta_i
         vectors = act[:, hidden + 2 * K :].view(B, 2 * K, M)  # v^w_i, v^e_i
         if normalize:
             vectors = unit_5_norm(vectors)
@@ -243,7 +254,9 @@ def nru_recurrence_reference(pre: torch.Tensor, W: torch.Tensor, hidden: int, he
     return out, (h, m)
 
 
-def nru_recurrence(pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, normalize: bool = True, initial_state=None):
+def nru_recurrence(
+    pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, normalize: bool = True, initial_state=None
+):
     """`nru_recurrence_reference`, same arguments and results; the compiled loop where it applies
     (module docstring), else the reference."""
     _check_nru(pre, W, hidden, heads)
@@ -255,8 +268,9 @@ def nru_recurrence(pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, 
     return out, state
 
 
-def nru_recurrence_fused(pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, normalize: bool = True,
-                         initial_state=None):
+def nru_recurrence_fused(
+    pre: torch.Tensor, W: torch.Tensor, hidden: int, heads: int, normalize: bool = True, initial_state=None
+):
     """`nru_recurrence_reference` (same arguments and results, the same function to float
     rounding) as one autograd Function: the loop over time writes into preallocated buffers with no
     graph, the backward is the loop run in reverse by hand, and the gradient of W is one matrix

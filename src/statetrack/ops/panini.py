@@ -220,8 +220,18 @@ class _PaniniRecurrence(torch.autograd.Function):
         if ctx.compiled:
             X, sweeps = kept
             grad_X, grad_A_l, grad_A_r, carry = native.panini_backward(
-                A_l, A_r, H0, states, X, sweeps, grad_states.contiguous(), grad_last, ctx.masks, ctx.max_iter,
-                *ctx.needs_input_grad[:2])
+                A_l,
+                A_r,
+                H0,
+                states,
+                X,
+                sweeps,
+                grad_states.contiguous(),
+                grad_last,
+                ctx.masks,
+                ctx.max_iter,
+                *ctx.needs_input_grad[:2],
+            )
             return grad_A_l, grad_A_r, grad_X, carry, None, None
         records, ctx.records = ctx.records, None
         masks = any(_clamped(r) for r in records)
@@ -269,12 +279,15 @@ def panini_recurrence(
     if not same or A_l.shape[1] == 0 or initial_state.numel() == 0:  # broadcast shapes or nothing to do
         return panini_recurrence_reference(A_l, A_r, B, initial_state, renormalize, max_iter, tol)
     Bsz, T = A_l.shape[:2]
-    dtype = torch.promote_types(torch.promote_types(A_l.dtype, A_r.dtype), torch.promote_types(B.dtype, initial_state.dtype))
+    dtype = torch.promote_types(
+        torch.promote_types(A_l.dtype, A_r.dtype), torch.promote_types(B.dtype, initial_state.dtype)
+    )
 
     def time_major(x):
         return x.to(dtype).transpose(0, 1).reshape(T, -1, n, n)
 
-    states, last = _PaniniRecurrence.apply(time_major(A_l), time_major(A_r), time_major(B),
-                                           initial_state.to(dtype).reshape(-1, n, n), max_iter, tol)
+    states, last = _PaniniRecurrence.apply(
+        time_major(A_l), time_major(A_r), time_major(B), initial_state.to(dtype).reshape(-1, n, n), max_iter, tol
+    )
     states = states.view((T, Bsz) + tuple(A_l.shape[2:])).transpose(0, 1)
     return states, last.view(initial_state.shape)

@@ -160,9 +160,16 @@ class _SelectiveScan(torch.autograd.Function):
         exps = u.new_empty(Bsz, E, T, N) if keep else None
         threads = native.threads(u.numel() * N)
         if y.numel() and N:
-            _kernel("forward", u.dtype)(*map(native._ptr, (dt, A, u, B_t, C_t, state, y)),
-                                         *(None if v is None else native._ptr(v) for v in (ckpt, exps)),
-                                         scale, Bsz, T, E, N, threads)
+            _kernel("forward", u.dtype)(
+                *map(native._ptr, (dt, A, u, B_t, C_t, state, y)),
+                *(None if v is None else native._ptr(v) for v in (ckpt, exps)),
+                scale,
+                Bsz,
+                T,
+                E,
+                N,
+                threads,
+            )
         ctx.scale, ctx.threads = scale, threads
         ctx.save_for_backward(u, dt, A, B_t, C_t, ckpt, exps)
         return y, state
@@ -173,18 +180,35 @@ class _SelectiveScan(torch.autograd.Function):
         u, dt, A, B_t, C_t, ckpt, exps = ctx.saved_tensors
         Bsz, T, E = u.shape
         N = A.shape[1]
-        carry = u.new_zeros(Bsz, E, N) if grad_final is None else grad_final.clone(memory_format=torch.contiguous_format)
+        carry = (
+            u.new_zeros(Bsz, E, N) if grad_final is None else grad_final.clone(memory_format=torch.contiguous_format)
+        )
         if u.numel() == 0 or N == 0:
-            return (torch.zeros_like(u), torch.zeros_like(dt), torch.zeros_like(A), torch.zeros_like(B_t),
-                    torch.zeros_like(C_t), carry, None, None)
+            return (
+                torch.zeros_like(u),
+                torch.zeros_like(dt),
+                torch.zeros_like(A),
+                torch.zeros_like(B_t),
+                torch.zeros_like(C_t),
+                carry,
+                None,
+                None,
+            )
         grad_y = torch.zeros_like(u) if grad_y is None else grad_y.contiguous()
         threads = ctx.threads
         parts = 1 if Bsz >= threads else threads
         grad_dt, grad_u = torch.empty_like(dt), torch.empty_like(u)
         grad_B, grad_C = u.new_empty(parts, Bsz, T, N), u.new_empty(parts, Bsz, T, N)
         grad_A = A.new_empty(threads, E, N)
-        _kernel("backward", u.dtype)(*map(native._ptr, (dt, A, u, B_t, C_t, ckpt, exps, grad_y, carry, grad_dt, grad_u,
-                                                         grad_B, grad_C, grad_A)), ctx.scale, Bsz, T, E, N, threads)
+        _kernel("backward", u.dtype)(
+            *map(native._ptr, (dt, A, u, B_t, C_t, ckpt, exps, grad_y, carry, grad_dt, grad_u, grad_B, grad_C, grad_A)),
+            ctx.scale,
+            Bsz,
+            T,
+            E,
+            N,
+            threads,
+        )
         grad_B, grad_C = (g[0] if parts == 1 else g.sum(0) for g in (grad_B, grad_C))
         return grad_u, grad_dt, grad_A.sum(0), grad_B, grad_C, carry, None, None
 
@@ -210,8 +234,12 @@ def selective_scan(u, dt, A, B_t, C_t, initial_state=None, scale=1.0, output_fin
     dtype = args[0].dtype
     for v in args[1:]:
         dtype = torch.promote_types(dtype, v.dtype)
-    use_native = (impl != "torch" and dtype in (torch.float32, torch.float64)
-                  and all(v.device.type == "cpu" for v in args) and native.available())
+    use_native = (
+        impl != "torch"
+        and dtype in (torch.float32, torch.float64)
+        and all(v.device.type == "cpu" for v in args)
+        and native.available()
+    )
     if impl == "native" and not use_native:
         raise RuntimeError(
             "impl='native' needs CPU tensors of float32/64 and a C compiler "
@@ -240,8 +268,10 @@ def _check_ssd(xdt, a, B_t, C_t, initial_state):
     if tuple(a.shape) != (Bsz, T, H):
         raise ValueError(f"a must be [B, T, H] = {[Bsz, T, H]}, got {tuple(a.shape)}")
     if B_t.dim() != 3 or tuple(B_t.shape[:2]) != (Bsz, T) or C_t.shape != B_t.shape:
-        raise ValueError(f"B_t and C_t must be [B, T, N] of equal shape with B, T = {Bsz}, {T}, "
-                         f"got {tuple(B_t.shape)} and {tuple(C_t.shape)}")
+        raise ValueError(
+            f"B_t and C_t must be [B, T, N] of equal shape with B, T = {Bsz}, {T}, "
+            f"got {tuple(B_t.shape)} and {tuple(C_t.shape)}"
+        )
     N = B_t.shape[-1]
     if initial_state is not None and tuple(initial_state.shape) != (Bsz, H, P, N):
         raise ValueError(f"initial_state must be [B, H, P, N] = {[Bsz, H, P, N]}, got {tuple(initial_state.shape)}")
@@ -270,8 +300,9 @@ def _chunk_decays(a: torch.Tensor):
     return L.masked_fill(below.T, 0), a.cumprod(-1)
 
 
-def ssd_scan(xdt: torch.Tensor, a: torch.Tensor, B_t: torch.Tensor, C_t: torch.Tensor, initial_state=None,
-             chunk: int = SSD_CHUNK):
+def ssd_scan(
+    xdt: torch.Tensor, a: torch.Tensor, B_t: torch.Tensor, C_t: torch.Tensor, initial_state=None, chunk: int = SSD_CHUNK
+):
     """Mamba-2's scan, H_t = a_t H_{t-1} + xdt_t B_t^T and y_t = H_t C_t per head, in chunks (Dao & Gu 2024).
 
     Inside a chunk of Q steps the output is a masked, decayed product of C and B (matrix products,

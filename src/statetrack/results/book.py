@@ -29,7 +29,16 @@ from pathlib import Path
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks, train_range
 from statetrack.paths import write_text
-from statetrack.results.report import claim_measured, claim_test, markdown_table, paper_tables, spec_paper, spec_section, table_rows, verdict_line
+from statetrack.results.report import (
+    claim_measured,
+    claim_test,
+    markdown_table,
+    paper_tables,
+    spec_paper,
+    spec_section,
+    table_rows,
+    verdict_line,
+)
 from statetrack.results.scoring import NOT_MEASURED, VERDICTS, Scored, score
 from statetrack.schema import SCALES, TrainConfig
 
@@ -53,8 +62,14 @@ def machine() -> dict:
     except (OSError, ValueError, IndexError):
         pass
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cores": os.cpu_count(), "memory_gib": memory, "gpu": gpu, "system": platform.system(),
-            "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": memory,
+        "gpu": gpu,
+        "system": platform.system(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def describe_machine(info: dict) -> str:
@@ -93,13 +108,38 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
             break
         kept.insert(0, earlier)
     parts = kept
-    runs = [{k: r[k] for k in ("id", "model", "task", "lr", "seed", "status", "steps", "train_seconds", "eval_seconds",
-                               "num_parameters", "git_rev")}
-            | {"diverged_at": r.get("diverged_at"), "error": (r["error"] or "").splitlines()[0] if r["error"] else None}
-            for r in store.runs(experiment) if r["id"] in ids]
-    snapshot = {"version": SNAPSHOT_VERSION, "experiment": experiment, "scale": scale, "git_rev": git_revision(),
-                "spec": plan["spec"], "plan": plan["runs"], "runs": runs, "results": store.results(experiment, ids),
-                "parts": parts}
+    runs = [
+        {
+            k: r[k]
+            for k in (
+                "id",
+                "model",
+                "task",
+                "lr",
+                "seed",
+                "status",
+                "steps",
+                "train_seconds",
+                "eval_seconds",
+                "num_parameters",
+                "git_rev",
+            )
+        }
+        | {"diverged_at": r.get("diverged_at"), "error": (r["error"] or "").splitlines()[0] if r["error"] else None}
+        for r in store.runs(experiment)
+        if r["id"] in ids
+    ]
+    snapshot = {
+        "version": SNAPSHOT_VERSION,
+        "experiment": experiment,
+        "scale": scale,
+        "git_rev": git_revision(),
+        "spec": plan["spec"],
+        "plan": plan["runs"],
+        "runs": runs,
+        "results": store.results(experiment, ids),
+        "parts": parts,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(snapshot, indent=1, sort_keys=True) + "\n")
     return path
@@ -123,8 +163,14 @@ def scored(snapshot: dict) -> Scored:
     they are now (else the snapshot's)."""
     experiment, scale = snapshot["experiment"], snapshot["scale"]
     plan = {"scale": scale, "runs": snapshot["plan"], "spec": snapshot["spec"]}
-    return score(experiment, plan, snapshot["runs"], snapshot["results"], paper=spec_paper(experiment, scale),
-                 selection=spec_section(experiment, "selection", scale))
+    return score(
+        experiment,
+        plan,
+        snapshot["runs"],
+        snapshot["results"],
+        paper=spec_paper(experiment, scale),
+        selection=spec_section(experiment, "selection", scale),
+    )
 
 
 def wall_seconds(snapshot: dict) -> float:
@@ -134,7 +180,9 @@ def wall_seconds(snapshot: dict) -> float:
 def duration(seconds: float) -> str:
     seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
-    return (f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min {rest % 60:02d} s" if rest >= 60 else f"{rest} s")
+    return (
+        f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min {rest % 60:02d} s" if rest >= 60 else f"{rest} s"
+    )
 
 
 def _join(values) -> str:
@@ -148,26 +196,40 @@ def settings_line(spec: dict) -> str:
 
     train, evaluate, defaults = spec.get("train") or {}, spec.get("eval") or {}, spec.get("model_defaults") or {}
     tasks = spec_tasks(spec)
-    names = [task_label({k: v for k, v in ({"name": t} if isinstance(t, str) else t).items() if k not in ("train", "eval")})
-             for t in tasks]
+    names = [
+        task_label({k: v for k, v in ({"name": t} if isinstance(t, str) else t).items() if k not in ("train", "eval")})
+        for t in tasks
+    ]
     steps = train.get("steps", "-")
     lengths_only = {k: train[k] for k in ("min_length", "max_length", "curriculum", "steps") if k in train}
     if train.get("curriculum"):
         stages = TrainConfig.from_dict(lengths_only).stages()
         lengths = "through a curriculum of lengths " + ", ".join(
-            str(s["max_length"]) if s["min_length"] == s["max_length"] else f"{s['min_length']}..{s['max_length']}" for s in stages)
+            str(s["max_length"]) if s["min_length"] == s["max_length"] else f"{s['min_length']}..{s['max_length']}"
+            for s in stages
+        )
         steps = stages[-1]["end"]
     else:
         lengths = "on lengths {}..{}".format(*train_range(lengths_only))
     width = defaults.get("d_model", defaults.get("width"))
-    model = (f"d_model {width}" if width else f"{defaults['params']:g} parameters per layer" if "params" in defaults else "model defaults") \
-        + f", {defaults.get('num_layers', 1)} layer(s)"
+    model = (
+        f"d_model {width}"
+        if width
+        else f"{defaults['params']:g} parameters per layer"
+        if "params" in defaults
+        else "model defaults"
+    ) + f", {defaults.get('num_layers', 1)} layer(s)"
     own = [t for t in tasks if isinstance(t, dict) and ("train" in t or "eval" in t)]
-    own_lrs = "".join(f" ({m['name']} {_join(m['lrs'])})" for m in spec["models"] if isinstance(m, dict) and m.get("lrs"))
-    return (f"tasks {'; '.join(names)}; trained {lengths}" + (" (some tasks set their own lengths)" if own else "")
-            + f", {steps} steps, batch {train.get('batch_size', '-')}; {model}; "
-            f"lr {_join(spec['lrs'])}{own_lrs}; seeds {_join(spec['seeds'])}; evaluated at {_join(evaluate.get('lengths', []))} "
-            f"({evaluate.get('samples', 512)} samples per length)")
+    own_lrs = "".join(
+        f" ({m['name']} {_join(m['lrs'])})" for m in spec["models"] if isinstance(m, dict) and m.get("lrs")
+    )
+    return (
+        f"tasks {'; '.join(names)}; trained {lengths}"
+        + (" (some tasks set their own lengths)" if own else "")
+        + f", {steps} steps, batch {train.get('batch_size', '-')}; {model}; "
+        f"lr {_join(spec['lrs'])}{own_lrs}; seeds {_join(spec['seeds'])}; evaluated at {_join(evaluate.get('lengths', []))} "
+        f"({evaluate.get('samples', 512)} samples per length)"
+    )
 
 
 # ---- the book ------------------------------------------------------------------------------------
@@ -227,14 +289,35 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
         failed = sum(r["status"] == "failed" for r in runs)
         parts = snapshot.get("parts", [])
         machines = list(dict.fromkeys(describe_machine(p["machine"]) for p in parts if p.get("machine")))
-        wall = (f"wall time {duration(wall_seconds(snapshot))}" + (f" in {len(parts)} parts" if len(parts) > 1 else "")
-                + (f" with {parts[-1]['workers']} worker{'s' if parts[-1]['workers'] != 1 else ''}" if parts and parts[-1].get("workers") else "")
-                + (f" on {'; '.join(machines)}" if machines else "")) if parts else "wall time not recorded"
-        md += [f"### {scale} scale", "", "```", command, "```", "",
-               f"Settings: {settings_line(snapshot['spec'])}.", "",
-               f"Measured at git {snapshot['git_rev']}: {done} of {len(snapshot['plan'])} runs done"
-               + (f" ({diverged} diverged, scored as chance)" if diverged else "") + (f", {failed} failed" if failed else "")
-               + f"; {wall}.", ""]
+        wall = (
+            (
+                f"wall time {duration(wall_seconds(snapshot))}"
+                + (f" in {len(parts)} parts" if len(parts) > 1 else "")
+                + (
+                    f" with {parts[-1]['workers']} worker{'s' if parts[-1]['workers'] != 1 else ''}"
+                    if parts and parts[-1].get("workers")
+                    else ""
+                )
+                + (f" on {'; '.join(machines)}" if machines else "")
+            )
+            if parts
+            else "wall time not recorded"
+        )
+        md += [
+            f"### {scale} scale",
+            "",
+            "```",
+            command,
+            "```",
+            "",
+            f"Settings: {settings_line(snapshot['spec'])}.",
+            "",
+            f"Measured at git {snapshot['git_rev']}: {done} of {len(snapshot['plan'])} runs done"
+            + (f" ({diverged} diverged, scored as chance)" if diverged else "")
+            + (f", {failed} failed" if failed else "")
+            + f"; {wall}.",
+            "",
+        ]
         if s.paper:
             for title, note, table in paper_tables(s):
                 md += [f"#### {title}", "", note, "", markdown_table(*table), ""]
@@ -242,8 +325,14 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
             if notes:
                 md += ["Notes on the claims:", ""] + notes + [""]
         if s.summary:
-            md += ["#### Per length", "", "Headline after selection (" + _selection_text(s.summary) + ").", "",
-                   markdown_table(*table_rows(s.summary, "headline")), ""]
+            md += [
+                "#### Per length",
+                "",
+                "Headline after selection (" + _selection_text(s.summary) + ").",
+                "",
+                markdown_table(*table_rows(s.summary, "headline")),
+                "",
+            ]
     return md
 
 
@@ -263,8 +352,17 @@ def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]]
         if snapshot is None:
             raw = spec_paper(name, scale)
             paper = paper_of({"name": name, "paper": raw}) if raw else None
-            verdicts = [{"claim": c, "verdict": NOT_MEASURED, "results": [], "missing": [], "unplanned": [],
-                         "reason": f"no snapshot at the {scale} scale"} for c in (paper or {}).get("claims", [])]
+            verdicts = [
+                {
+                    "claim": c,
+                    "verdict": NOT_MEASURED,
+                    "results": [],
+                    "missing": [],
+                    "unplanned": [],
+                    "reason": f"no snapshot at the {scale} scale",
+                }
+                for c in (paper or {}).get("claims", [])
+            ]
         else:
             verdicts = scored(snapshot).verdicts
         for v in verdicts:
@@ -276,23 +374,45 @@ def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]]
 def suite_line(snapshots: dict, scale: str) -> str:
     measured = [s for (name, sc), s in snapshots.items() if sc == scale and name in shipped_specs()]
     total = sum(wall_seconds(s) for s in measured)
-    return (f"{len(measured)} of {len(shipped_specs())} experiments measured at the {scale} scale; "
-            f"their wall time adds up to {duration(total)}.")
+    return (
+        f"{len(measured)} of {len(shipped_specs())} experiments measured at the {scale} scale; "
+        f"their wall time adds up to {duration(total)}."
+    )
 
 
 def book_pages(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
     """{file name: text} of the generated pages: reproductions.md and claims.md."""
     snapshots = read_snapshots(book_dir)
     specs = shipped_specs()
-    summary = ["# Claims", "", "Every claim of every shipped experiment and its verdict, generated from the snapshots under "
-               "`docs/results/` (see [reproductions.md](reproductions.md) for the settings, figures and notes).", ""]
+    summary = [
+        "# Claims",
+        "",
+        "Every claim of every shipped experiment and its verdict, generated from the snapshots under "
+        "`docs/results/` (see [reproductions.md](reproductions.md) for the settings, figures and notes).",
+        "",
+    ]
     for scale in SCALES:
         header, body, counts = claims_rows(snapshots, scale)
         total = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        summary += [f"## {scale} scale", "", suite_line(snapshots, scale) + f" Claims: {total}.", "", markdown_table(header, body), ""]
-    book = ["# Reproductions", "", INTRO, "", suite_line(snapshots, "quick"), "",
-            "Every claim on one page: [claims.md](claims.md). The papers are cited by author and year; full entries are in "
-            "[references.md](references.md).", ""]
+        summary += [
+            f"## {scale} scale",
+            "",
+            suite_line(snapshots, scale) + f" Claims: {total}.",
+            "",
+            markdown_table(header, body),
+            "",
+        ]
+    book = [
+        "# Reproductions",
+        "",
+        INTRO,
+        "",
+        suite_line(snapshots, "quick"),
+        "",
+        "Every claim on one page: [claims.md](claims.md). The papers are cited by author and year; full entries are in "
+        "[references.md](references.md).",
+        "",
+    ]
     for name, description in specs.items():
         book += experiment_section(name, description, snapshots)
     return {"reproductions.md": "\n".join(book).rstrip() + "\n", "claims.md": "\n".join(summary).rstrip() + "\n"}
@@ -310,10 +430,18 @@ def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
     demo = snapshots.get(("demo", "quick"))
     if demo is not None:
         s = scored(demo)
-        blocks["demo"] = "\n".join([
-            f"Measured (`docs/results/demo.quick.json`, wall time {duration(wall_seconds(demo))}):", "", "```",
-            text_table(*table_rows(s.summary, "headline")), f"({_selection_text(s.summary)})", "",
-            f"did it reproduce? {verdict_line(s.verdicts)}", "```"])
+        blocks["demo"] = "\n".join(
+            [
+                f"Measured (`docs/results/demo.quick.json`, wall time {duration(wall_seconds(demo))}):",
+                "",
+                "```",
+                text_table(*table_rows(s.summary, "headline")),
+                f"({_selection_text(s.summary)})",
+                "",
+                f"did it reproduce? {verdict_line(s.verdicts)}",
+                "```",
+            ]
+        )
     header = ["experiment", "reproduces", "quick-scale claims", "wall time (quick)"]
     body = []
     for name, description in shipped_specs().items():
@@ -321,9 +449,22 @@ def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
         raw = spec_paper(name, "quick")
         source = paper_of({"name": name, "paper": raw})["source"] if raw else "-"
         verdicts = verdict_line(scored(snapshot).verdicts) if snapshot else "not measured yet"
-        body.append([f"`{name}`", source, verdicts, duration(wall_seconds(snapshot)) if snapshot and snapshot.get("parts") else "-"])
-    blocks["experiments"] = "\n".join([markdown_table(header, body), "", suite_line(snapshots, "quick"),
-                                       "Every claim with its verdict: [docs/claims.md](docs/claims.md)."])
+        body.append(
+            [
+                f"`{name}`",
+                source,
+                verdicts,
+                duration(wall_seconds(snapshot)) if snapshot and snapshot.get("parts") else "-",
+            ]
+        )
+    blocks["experiments"] = "\n".join(
+        [
+            markdown_table(header, body),
+            "",
+            suite_line(snapshots, "quick"),
+            "Every claim with its verdict: [docs/claims.md](docs/claims.md).",
+        ]
+    )
     return blocks
 
 
@@ -332,10 +473,15 @@ BLOCK = re.compile(r"(<!-- book:(?P<name>[a-z]+) -->\n)(.*?)(<!-- /book:(?P=name
 
 def fill_readme(text: str, blocks: dict[str, str]) -> str:
     """The README with each generated block replaced by its text (blocks it does not have: left alone)."""
-    return BLOCK.sub(lambda m: m.group(1) + blocks[m.group("name")] + "\n" + m.group(4) if m.group("name") in blocks else m.group(0), text)
+    return BLOCK.sub(
+        lambda m: m.group(1) + blocks[m.group("name")] + "\n" + m.group(4) if m.group("name") in blocks else m.group(0),
+        text,
+    )
 
 
-def write_book(book_dir: str | Path = BOOK_DIR, readme: str | Path | None = "README.md", check: bool = False) -> list[Path]:
+def write_book(
+    book_dir: str | Path = BOOK_DIR, readme: str | Path | None = "README.md", check: bool = False
+) -> list[Path]:
     """Write the generated pages (and the README's blocks, where `readme` exists); with `check`,
     write nothing and return the files whose text differs from their generation."""
     book_dir = Path(book_dir)

@@ -30,8 +30,11 @@ def checkout_docs() -> Path | None:
 def shipped_raw_specs() -> dict[str, dict]:
     """Name -> the YAML of each shipped spec, as written (all scales)."""
     folder = resources.files("statetrack.experiments") / "specs"
-    return {entry.name[: -len(".yaml")]: yamlio.load(entry.read_text()) or {}
-            for entry in sorted(folder.iterdir(), key=lambda p: p.name) if entry.name.endswith(".yaml")}
+    return {
+        entry.name[: -len(".yaml")]: yamlio.load(entry.read_text()) or {}
+        for entry in sorted(folder.iterdir(), key=lambda p: p.name)
+        if entry.name.endswith(".yaml")
+    }
 
 
 def planned_runs(raw: dict, scale: str = "quick") -> int:
@@ -57,7 +60,13 @@ def experiments_overview(book_dir: str | Path | None, scale: str = "quick") -> l
     rows = []
     for name, raw in shipped_raw_specs().items():
         snapshot = snapshots.get((name, scale))
-        rows.append({"name": name, "description": " ".join(str(raw.get("description", "")).split()), "scale": scale,
-                     "planned_runs": planned_runs(raw, scale),
-                     "wall_seconds": None if snapshot is None else round(wall_seconds(snapshot), 1)})
+        rows.append(
+            {
+                "name": name,
+                "description": " ".join(str(raw.get("description", "")).split()),
+                "scale": scale,
+                "planned_runs": planned_runs(raw, scale),
+                "wall_seconds": None if snapshot is None else round(wall_seconds(snapshot), 1),
+            }
+        )
     return rows

@@ -75,8 +75,15 @@ LINE_STYLES = ("-", "--", "-.", ":")
 def curve_style(i: int) -> dict:
     """The i-th model's line: colour, line style and a hollow marker (sizes 9, 7.5, 6, 4.5 in turn)."""
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {"color": colors[i % len(colors)], "ls": LINE_STYLES[i % len(LINE_STYLES)], "marker": MARKERS[i % len(MARKERS)],
-            "markersize": 9 - 1.5 * (i % 4), "markerfacecolor": "none", "markeredgewidth": 1.4, "lw": 1.4}
+    return {
+        "color": colors[i % len(colors)],
+        "ls": LINE_STYLES[i % len(LINE_STYLES)],
+        "marker": MARKERS[i % len(MARKERS)],
+        "markersize": 9 - 1.5 * (i % 4),
+        "markerfacecolor": "none",
+        "markeredgewidth": 1.4,
+        "lw": 1.4,
+    }
 
 
 def train_ranges(runs: list[dict]) -> dict:
@@ -136,8 +143,9 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | No
 
     tasks = sorted({e["task"] for e in summary})
     models = list(dict.fromkeys(entry_label(e) for e in summary))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.6 + 0.22 * (len(models) + 4) / 3), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=(6 * len(tasks), 4.6 + 0.22 * (len(models) + 4) / 3), squeeze=False, layout="constrained"
+    )
     several = any(len(e["per_seed"]) > 1 for e in summary)
     for ax, task in zip(axes[0], tasks):
         entries = [e for e in summary if e["task"] == task]
@@ -151,8 +159,18 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | No
             if seeds > 1:
                 per_seed = [[r["scaled"].get(n, float("nan")) for n in xs] for r in e["per_seed"].values()]
                 for values in per_seed:
-                    ax.plot(shifted, values, color=style["color"], ls="-", lw=0.8, alpha=0.75, zorder=4,
-                            marker=style["marker"], markersize=4.5, markeredgewidth=0)
+                    ax.plot(
+                        shifted,
+                        values,
+                        color=style["color"],
+                        ls="-",
+                        lw=0.8,
+                        alpha=0.75,
+                        zorder=4,
+                        marker=style["marker"],
+                        markersize=4.5,
+                        markeredgewidth=0,
+                    )
                 lo = [min(v[i] for v in per_seed) for i in range(len(xs))]
                 hi = [max(v[i] for v in per_seed) for i in range(len(xs))]
                 ax.fill_between(shifted, lo, hi, color=style["color"], alpha=0.10, lw=0)
@@ -165,7 +183,9 @@ def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | No
         headline = "mean over seeds" if entries[0]["selection"]["seeds"] == "mean" else "best seed"
         _score_axes(ax, lengths, "evaluation length", f"scaled accuracy (bold: {headline})", task)
     if several:  # how to read the thin lines and the bands, once
-        axes[0][-1].plot([], [], color="0.4", lw=0.8, marker="o", markersize=4.5, label="one seed (thin, filled markers)")
+        axes[0][-1].plot(
+            [], [], color="0.4", lw=0.8, marker="o", markersize=4.5, label="one seed (thin, filled markers)"
+        )
         axes[0][-1].fill_between([], [], [], color="0.4", alpha=0.15, lw=0, label="range over seeds (lowest..highest)")
     fig.suptitle("Scaled accuracy against evaluation length" + (", every seed shown" if several else ""))
     _shared_legend(fig, axes[0])
@@ -192,8 +212,9 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
     size N (log scale), mean ± sample std over seeds (Ebrahimi & Memisevic 2025, Fig. 2)."""
     tasks = sorted({e["task"] for e in efficiency})
     models = list(dict.fromkeys(e["model"] for e in efficiency))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 1) / 3), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=(6 * len(tasks), 4.2 + 0.22 * (len(models) + 1) / 3), squeeze=False, layout="constrained"
+    )
     for ax, task in zip(axes[0], tasks):
         entries = [e for e in efficiency if e["task"] == task]
         for e in entries:
@@ -202,10 +223,21 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
             std = [e["by_size"][n]["std"] for n in xs]
             style = curve_style(models.index(e["model"]))
             ax.plot(xs, mean, label=e["model"], zorder=3, **style)
-            ax.fill_between(xs, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)], color=style["color"], alpha=0.12)
+            ax.fill_between(
+                xs,
+                [m - d for m, d in zip(mean, std)],
+                [m + d for m, d in zip(mean, std)],
+                color=style["color"],
+                alpha=0.12,
+            )
         ax.set_xscale("log")
-        _score_axes(ax, sorted({n for e in entries for n in e["by_size"]}), "training-set size N",
-                    f"scaled accuracy at length {entries[0]['length']}", task)
+        _score_axes(
+            ax,
+            sorted({n for e in entries for n in e["by_size"]}),
+            "training-set size N",
+            f"scaled accuracy at length {entries[0]['length']}",
+            task,
+        )
     fig.suptitle("Scaled accuracy against training-set size N: mean over seeds ± sample std (band)")
     _shared_legend(fig, axes[0])
     save_figure(fig, path, dpi=120)
@@ -215,7 +247,9 @@ def plot_accuracy_vs_dataset_size(efficiency: list[dict], path: Path) -> Path:
 
 def run_label(run: dict) -> str:
     """A stored run's model label (N from its configuration)."""
-    return model_label(run["model"], ((run.get("config") or {}).get("train") or {}).get("dataset_size", run.get("dataset_size")))
+    return model_label(
+        run["model"], ((run.get("config") or {}).get("train") or {}).get("dataset_size", run.get("dataset_size"))
+    )
 
 
 def log_axis(axis, low: float, high: float) -> None:
@@ -248,7 +282,9 @@ def chance_loss(runs: list[dict]) -> float | None:
     has the same C; None otherwise (or when the task cannot be built here)."""
     from statetrack.tasks import make_task
 
-    tasks = {json.dumps((run.get("config") or {}).get("task") or {}, sort_keys=True) for run in runs}  # each task built once
+    tasks = {
+        json.dumps((run.get("config") or {}).get("task") or {}, sort_keys=True) for run in runs
+    }  # each task built once
     classes = set()
     for task in tasks:
         try:
@@ -266,8 +302,15 @@ def plot_curves(data: RunData, runs: list[dict], path: Path) -> Path:
     models = list(dict.fromkeys(run_label(r) for r in runs))
     columns = min(4, len(models))
     rows = math.ceil(len(models) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3.6 * columns + 0.6, 2.8 * rows + 1.0), squeeze=False, sharex=True, sharey=True,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(3.6 * columns + 0.6, 2.8 * rows + 1.0),
+        squeeze=False,
+        sharex=True,
+        sharey=True,
+        layout="constrained",
+    )
     flat = [ax for row in axes for ax in row]
     seeds = sorted({r["seed"] for r in runs})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -281,16 +324,24 @@ def plot_curves(data: RunData, runs: list[dict], path: Path) -> Path:
             if curve:
                 losses = [c["loss"] for c in curve]
                 low, high = min(low, *losses), max(high, *losses)
-                ax.plot([c["step"] for c in curve], losses, color=colors[seeds.index(run["seed"]) % len(colors)], lw=1.1, alpha=0.85,
-                        label=f"seed {run['seed']}")
+                ax.plot(
+                    [c["step"] for c in curve],
+                    losses,
+                    color=colors[seeds.index(run["seed"]) % len(colors)],
+                    lw=1.1,
+                    alpha=0.85,
+                    label=f"seed {run['seed']}",
+                )
         if chance:
             ax.axhline(chance, color="0.35", ls=":", lw=1, label=f"uniform guess (ln C = {chance:.3g})")
         for step, stage in starts:
             ax.axvline(step, color="0.5", ls=":", lw=1)
-            ax.text(step, 1.0, f" stage {stage + 1}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="0.35")
+            ax.text(
+                step, 1.0, f" stage {stage + 1}", transform=ax.get_xaxis_transform(), fontsize=7, va="top", color="0.35"
+            )
         ax.set_title(f"{model} ({len(mine)} run{'s' if len(mine) > 1 else ''})", fontsize=9)
         ax.grid(axis="y", which="major", color="0.92", lw=0.6)
-    for ax in flat[len(models):]:
+    for ax in flat[len(models) :]:
         ax.set_visible(False)
     if chance and high > 0:
         low, high = min(low, chance), max(high, chance)
@@ -302,7 +353,7 @@ def plot_curves(data: RunData, runs: list[dict], path: Path) -> Path:
     for row in axes:
         row[0].set_ylabel("training loss (log scale)")
     fig.suptitle("Training loss against step, one panel per model, a colour per seed")
-    _shared_legend(fig, flat[:len(models)])
+    _shared_legend(fig, flat[: len(models)])
     save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
@@ -311,7 +362,10 @@ def plot_curves(data: RunData, runs: list[dict], path: Path) -> Path:
 # ---- a model's own metrics (e.g. fixed-point iterations) ----------------------------------------
 # A metric `X_<stat>` belongs to family X (one plot per family); its statistic sets the line style.
 STAT_STYLES = {"median": "-", "mean": "-", "min": ":", "max": "--"}
-METRIC_NAMES = {"iterations": "fixed-point iterations", "tv_distance": "total-variation distance to the exact belief"}  # a family's name on the axes, when not its key
+METRIC_NAMES = {
+    "iterations": "fixed-point iterations",
+    "tv_distance": "total-variation distance to the exact belief",
+}  # a family's name on the axes, when not its key
 
 
 def metric_family(name: str) -> tuple[str, str]:
@@ -330,8 +384,13 @@ def metric_series(points_by_run: list[list[tuple[int, dict]]]) -> dict:
                 family, stat = metric_family(name)
                 values.setdefault(family, {}).setdefault(stat, {}).setdefault(x, []).append(value)
     agg = {"max": max, "min": min}
-    return {family: {stat: {x: agg.get(stat, statistics.mean)(v) for x, v in sorted(by_x.items())} for stat, by_x in stats.items()}
-            for family, stats in values.items()}
+    return {
+        family: {
+            stat: {x: agg.get(stat, statistics.mean)(v) for x, v in sorted(by_x.items())}
+            for stat, by_x in stats.items()
+        }
+        for family, stats in values.items()
+    }
 
 
 def _run_size(run: dict):
@@ -340,8 +399,20 @@ def _run_size(run: dict):
 
 def selected_runs(summary: list[dict], runs: list[dict]) -> list[tuple[dict, list[dict]]]:
     """Each summary entry with its done runs at the selected lr (one per seed)."""
-    return [(e, [r for r in runs if r["status"] == "done" and (r["task"], r["model"], _run_size(r), r["lr"]) ==
-                 (e.get("run_task", e["task"]), e["model"], e["dataset_size"], e["lr"]) and r["seed"] in e["seeds"]]) for e in summary]
+    return [
+        (
+            e,
+            [
+                r
+                for r in runs
+                if r["status"] == "done"
+                and (r["task"], r["model"], _run_size(r), r["lr"])
+                == (e.get("run_task", e["task"]), e["model"], e["dataset_size"], e["lr"])
+                and r["seed"] in e["seeds"]
+            ],
+        )
+        for e in summary
+    ]
 
 
 def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path: Path, log_x: bool = False) -> Path:
@@ -357,11 +428,20 @@ def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path:
         for i, (e, s) in enumerate(series):
             if e["task"] != task or family not in s:
                 continue
-            for stat, values in sorted(s[family].items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])):
+            for stat, values in sorted(
+                s[family].items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])
+            ):
                 xs = sorted(values)
                 xs_all.update(xs)
-                ax.plot(xs, [values[x] for x in xs], ls=STAT_STYLES.get(stat, "-"), color=colors[i % len(colors)],
-                        marker="o" if log_x else None, lw=1.2, label=f"{entry_label(e)} lr={e['lr']:g} {stat}".rstrip())
+                ax.plot(
+                    xs,
+                    [values[x] for x in xs],
+                    ls=STAT_STYLES.get(stat, "-"),
+                    color=colors[i % len(colors)],
+                    marker="o" if log_x else None,
+                    lw=1.2,
+                    label=f"{entry_label(e)} lr={e['lr']:g} {stat}".rstrip(),
+                )
         if log_x:
             ax.set_xscale("log")
             ticks = sorted(xs_all)
@@ -381,8 +461,15 @@ def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path:
 def metrics_by_length(data: RunData, summary: list[dict], runs: list[dict]) -> list[tuple[dict, dict]]:
     """Per summary entry, its evaluations' metrics over the seeds at the selected lr:
     (entry, {family: {stat: {length: value}}}) (`metric_series`)."""
-    return [(e, metric_series([[(row["length"], row["metrics"]) for row in data.evals(r["id"], e.get("variant", ""))] for r in rs]))
-            for e, rs in selected_runs(summary, runs)]
+    return [
+        (
+            e,
+            metric_series(
+                [[(row["length"], row["metrics"]) for row in data.evals(r["id"], e.get("variant", ""))] for r in rs]
+            ),
+        )
+        for e, rs in selected_runs(summary, runs)
+    ]
 
 
 def plot_metrics(data: RunData, summary: list[dict], runs: list[dict], out: Path) -> list[Path]:
@@ -391,9 +478,15 @@ def plot_metrics(data: RunData, summary: list[dict], runs: list[dict], out: Path
     and `<family>_vs_step.png` when training-curve points do. None when no run reports metrics."""
     selected = selected_runs(summary, runs)
     by_length = metrics_by_length(data, summary, runs)
-    by_step = [(e, metric_series([[(c["step"], c["metrics"]) for c in data.curves(r["id"])] for r in rs])) for e, rs in selected]
+    by_step = [
+        (e, metric_series([[(c["step"], c["metrics"]) for c in data.curves(r["id"])] for r in rs]))
+        for e, rs in selected
+    ]
     plots = []
-    for series, xlabel, suffix, log_x in ((by_length, "evaluation length", "length", True), (by_step, "training step", "step", False)):
+    for series, xlabel, suffix, log_x in (
+        (by_length, "evaluation length", "length", True),
+        (by_step, "training step", "step", False),
+    ):
         for family in sorted({f for _, s in series for f in s}):
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", family)
             plots.append(plot_metric(series, family, xlabel, out / f"{stem}_vs_{suffix}.png", log_x=log_x))
@@ -436,7 +529,9 @@ def position_series(data: RunData, summary: list[dict], runs: list[dict]) -> lis
     return out
 
 
-def plot_position_accuracy(series: list[tuple[dict, int, list, str]], path: Path, train_lengths: dict | None = None) -> Path:
+def plot_position_accuracy(
+    series: list[tuple[dict, int, list, str]], path: Path, train_lengths: dict | None = None
+) -> Path:
     """Per task: accuracy at each position at the longest evaluation length, one line per model
     (positions never supervised are skipped; a position is an input token, or the k-th supervised
     answer such as a REPL trace's k-th reveal); a dotted line marks the longest training length
@@ -484,17 +579,35 @@ def plot_traces(data: RunData, summary: list[dict], runs: list[dict], answers: d
         fig, axes = plt.subplots(len(entries), 1, figsize=(10, 1.9 * len(entries) + 0.6), squeeze=False, sharex=True)
         for ax, (e, traced) in zip(axes[:, 0], entries):
             example = traced["examples"][0]
-            inputs, targets, mask, probs = example["inputs"], example["targets"], example["mask"], example["probabilities"]
+            inputs, targets, mask, probs = (
+                example["inputs"],
+                example["targets"],
+                example["mask"],
+                example["probabilities"],
+            )
             lo, hi = min(inputs), max(inputs)
             xs = range(len(inputs))
             ax.fill_between(xs, [(v - lo) / ((hi - lo) or 1) for v in inputs], step="mid", color="0.85", label="input")
             binary = len(probs[0]) == 2
             names = answers.get(e.get("run_task", task))
             if binary:
-                ax.plot(xs, [t if m else float("nan") for t, m in zip(targets, mask)], ls="--", color="k", lw=1, label="target")
+                ax.plot(
+                    xs,
+                    [t if m else float("nan") for t, m in zip(targets, mask)],
+                    ls="--",
+                    color="k",
+                    lw=1,
+                    label="target",
+                )
                 ax.plot(xs, [p[1] for p in probs], color="C0", lw=1.2, label=f"p({names[1] if names else 'class 1'})")
             else:
-                ax.plot(xs, [p[t] if m else float("nan") for p, t, m in zip(probs, targets, mask)], color="C0", lw=1.2, label="p(target)")
+                ax.plot(
+                    xs,
+                    [p[t] if m else float("nan") for p, t, m in zip(probs, targets, mask)],
+                    color="C0",
+                    lw=1.2,
+                    label="p(target)",
+                )
             ax.set_ylim(-0.05, 1.05)
             ax.set_ylabel(entry_label(e), fontsize=8)
             ax.legend(fontsize=6, loc="upper right")

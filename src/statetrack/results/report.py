@@ -74,7 +74,11 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
     """The paper-style table: `headline` (after selection, with the score), `best` (best seed) or
     `mean` (mean ± std over seeds); scaled accuracy per evaluation length."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
-    header = ["task", "model", "lr"] + ([_score_header(summary)] if which == "headline" else []) + [length_header(summary, n) for n in lengths]
+    header = (
+        ["task", "model", "lr"]
+        + ([_score_header(summary)] if which == "headline" else [])
+        + [length_header(summary, n) for n in lengths]
+    )
     body = []
     for e in summary:
         spread = which == "mean" or (which == "headline" and e["selection"]["seeds"] == "mean")
@@ -82,7 +86,11 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
             cells = [_spread(e["mean"].get(n), e["std"].get(n), _seeds_at(e, "scaled", n)) for n in lengths]
         else:
             cells = [_fmt(e["best"].get(n)) for n in lengths]
-        body.append([e["task"], entry_label(e), f"{e['lr']:g}"] + ([_fmt_score(e, e["score"])] if which == "headline" else []) + cells)
+        body.append(
+            [e["task"], entry_label(e), f"{e['lr']:g}"]
+            + ([_fmt_score(e, e["score"])] if which == "headline" else [])
+            + cells
+        )
     return header, body
 
 
@@ -102,9 +110,18 @@ def seed_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     """One row per seed at the selected lr: the spread behind the headline."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model", "lr", "seed", _score_header(summary)] + [str(n) for n in lengths]
-    body = [[e["task"], entry_label(e), f"{e['lr']:g}", str(seed) + (" *" if seed == e["best_seed"] else ""), _fmt_score(e, r["score"])]
-            + [_fmt(r["scaled"].get(n)) for n in lengths]
-            for e in summary for seed, r in e["per_seed"].items()]
+    body = [
+        [
+            e["task"],
+            entry_label(e),
+            f"{e['lr']:g}",
+            str(seed) + (" *" if seed == e["best_seed"] else ""),
+            _fmt_score(e, r["score"]),
+        ]
+        + [_fmt(r["scaled"].get(n)) for n in lengths]
+        for e in summary
+        for seed, r in e["per_seed"].items()
+    ]
     return header, body
 
 
@@ -112,8 +129,14 @@ def lr_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Each learning rate's score under the lr rule; the selected one is marked."""
     lrs = sorted(set().union(*[set(e["lr_scores"]) for e in summary])) if summary else []
     header = ["task", "model"] + [f"lr {lr:g}" for lr in lrs]
-    body = [[e["task"], entry_label(e)] + ["-" if lr not in e["lr_scores"] else _fmt_score(e, e["lr_scores"][lr]) + (" *" if lr == e["lr"] else "")
-                                       for lr in lrs] for e in summary]
+    body = [
+        [e["task"], entry_label(e)]
+        + [
+            "-" if lr not in e["lr_scores"] else _fmt_score(e, e["lr_scores"][lr]) + (" *" if lr == e["lr"] else "")
+            for lr in lrs
+        ]
+        for e in summary
+    ]
     return header, body
 
 
@@ -122,9 +145,11 @@ def sequence_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]
     std over the seeds at the selected lr; the last item: the first two columns are text."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model", "lr"] + [str(n) for n in lengths]
-    body = [[e["task"], entry_label(e), f"{e['lr']:g}"]
-            + [_spread(e["sequence_mean"].get(n), e["sequence_std"].get(n), _seeds_at(e, "sequence", n)) for n in lengths]
-            for e in summary]
+    body = [
+        [e["task"], entry_label(e), f"{e['lr']:g}"]
+        + [_spread(e["sequence_mean"].get(n), e["sequence_std"].get(n), _seeds_at(e, "sequence", n)) for n in lengths]
+        for e in summary
+    ]
     return header, body, 2
 
 
@@ -134,8 +159,10 @@ CHECK, CROSS = "✓", "✗"
 def extrapolation_caption(selection: dict) -> str:
     """What a ✓ means under `selection` (the check-mark table's note, in the report and `statetrack results`)."""
     seeds = "mean over seeds" if selection["seeds"] == "mean" else "the best seed"
-    return (f"{CHECK}: {selection['metric'].replace('_', ' ')} >= {selection['threshold']:g} at that length and at every "
-            f"shorter one ({seeds} at the selected lr, as in the headline; Anonymous 2025), {CROSS}: not")
+    return (
+        f"{CHECK}: {selection['metric'].replace('_', ' ')} >= {selection['threshold']:g} at that length and at every "
+        f"shorter one ({seeds} at the selected lr, as in the headline; Anonymous 2025), {CROSS}: not"
+    )
 
 
 def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]:
@@ -144,8 +171,11 @@ def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]],
     threshold there and at every shorter length), ✗ elsewhere; the last item: two text columns."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model"] + [str(n) for n in lengths]
-    body = [[e["task"], entry_label(e)] + ["" if n not in e["extrapolates"] else CHECK if e["extrapolates"][n] else CROSS for n in lengths]
-            for e in summary]
+    body = [
+        [e["task"], entry_label(e)]
+        + ["" if n not in e["extrapolates"] else CHECK if e["extrapolates"][n] else CROSS for n in lengths]
+        for e in summary
+    ]
     return header, body, 2
 
 
@@ -172,7 +202,9 @@ def markdown_table(header: list[str], body: list[list[str]], left: int | None = 
 def text_table(header: list[str], body: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     text = text_columns(header, body)
-    line = lambda r: "  ".join(c.ljust(w) if text[i] else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(
+        c.ljust(w) if text[i] else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+    ).rstrip()  # noqa: E731
     return "\n".join([line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body])
 
 
@@ -182,7 +214,10 @@ def html_table(header: list[str], body: list[list[str]], left: int | None = None
     cls = lambda i: ' class="text"' if text[i] else ""  # noqa: E731
     mark = {PASS: ' class="pass"', FAIL: ' class="fail"', INCONCLUSIVE: ' class="inconclusive"'}
     head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))
-    rows = "".join("<tr>" + "".join(f"<td{mark.get(c, cls(i))}>{html.escape(c)}</td>" for i, c in enumerate(r)) + "</tr>" for r in body)
+    rows = "".join(
+        "<tr>" + "".join(f"<td{mark.get(c, cls(i))}>{html.escape(c)}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in body
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
@@ -196,8 +231,13 @@ def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[s
     body = []
     for e in efficiency:
         cells = [e["by_size"].get(n, {}).get("mean") for n in sizes]
-        body.append([e["task"], e["model"], str(e["length"])]
-                    + [_spread(m, e["by_size"].get(n, {}).get("std"), e["by_size"].get(n, {}).get("seeds", 0)) for n, m in zip(sizes, cells)])
+        body.append(
+            [e["task"], e["model"], str(e["length"])]
+            + [
+                _spread(m, e["by_size"].get(n, {}).get("std"), e["by_size"].get(n, {}).get("seeds", 0))
+                for n, m in zip(sizes, cells)
+            ]
+        )
     return header, body
 
 
@@ -208,8 +248,11 @@ def metric_rows(series: list[tuple[dict, dict]]) -> list[tuple[str, tuple[list[s
     for family in sorted({f for _, s in series for f in s}):
         for stat in sorted({st for _, s in series for st in s.get(family, {})}):
             lengths = sorted({n for _, s in series for n in s.get(family, {}).get(stat, {})})
-            body = [[e["task"], entry_label(e)] + [_fmt(s[family][stat].get(n)) for n in lengths]
-                    for e, s in series if stat in s.get(family, {})]
+            body = [
+                [e["task"], entry_label(e)] + [_fmt(s[family][stat].get(n)) for n in lengths]
+                for e, s in series
+                if stat in s.get(family, {})
+            ]
             title = METRIC_NAMES.get(family, family) + (f" ({stat})" if stat else "")
             tables.append((title, (["task", "model"] + [str(n) for n in lengths], body)))
     return tables
@@ -223,15 +266,21 @@ def _missing_line(r: dict) -> str:
 # ---- the paper beside the measured figures -------------------------------------------------------
 MEASURE_SHORT = {"scaled": "scaled acc.", "sequence": "seq. acc.", "extrapolation": "extrapolates to"}
 OPERATORS = {"at_least": ">=", "below": "<", "beats": ">"}
-FIT_GATE_TEXT = ("the claim reaches beyond the training lengths, says a model succeeds or compares models, and too few "
-                 "seeds of its model fit their longest training length (its figure there below the claim's fit threshold, "
-                 "0.9 unless the spec sets another) to decide it; the seeds that did not fit are set aside, never counted "
-                 "for or against")
-MEASURED_KEY = ("per model and task, how many seeds pass, then the mean over the seeds of each seed's own figure: its worst "
-                "length in the claim's range under >= and < (its lowest and its highest value), its mean over the range under > "
-                "(beside the rival's), the length it extrapolates to under 'extrapolates to'")
-QUICK_NOTE = ("The quick scale is a small CPU version of the paper's setting: a ✗ there says what the small run shows, "
-              "not that the paper is wrong (the paper scale has the paper's sizes).")
+FIT_GATE_TEXT = (
+    "the claim reaches beyond the training lengths, says a model succeeds or compares models, and too few "
+    "seeds of its model fit their longest training length (its figure there below the claim's fit threshold, "
+    "0.9 unless the spec sets another) to decide it; the seeds that did not fit are set aside, never counted "
+    "for or against"
+)
+MEASURED_KEY = (
+    "per model and task, how many seeds pass, then the mean over the seeds of each seed's own figure: its worst "
+    "length in the claim's range under >= and < (its lowest and its highest value), its mean over the range under > "
+    "(beside the rival's), the length it extrapolates to under 'extrapolates to'"
+)
+QUICK_NOTE = (
+    "The quick scale is a small CPU version of the paper's setting: a ✗ there says what the small run shows, "
+    "not that the paper is wrong (the paper scale has the paper's sizes)."
+)
 
 
 def spec_section(experiment: str, key: str, scale: str | None = None) -> dict | None:
@@ -265,7 +314,7 @@ def _figure(value, measure: str) -> str:
     if isinstance(value, str):
         return value
     if measure == "extrapolation":
-        return ("none" if not value else f"{value:g}" if float(value).is_integer() else f"{value:.1f}")
+        return "none" if not value else f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
     return f"{value:.3f}"
 
 
@@ -275,7 +324,11 @@ def _over(lengths) -> str:
     return f" at {lengths}" if isinstance(lengths, int) else f" over {lengths[0]}..{lengths[1]}"
 
 
-SEED_RULE_TEXT = {"majority": "in most seeds", "all": "in every seed", "best": "in the best seed (the paper reports a best-of)"}
+SEED_RULE_TEXT = {
+    "majority": "in most seeds",
+    "all": "in every seed",
+    "best": "in the best seed (the paper reports a best-of)",
+}
 
 
 def _seed_range(figures: list[float], measure: str) -> str:
@@ -294,7 +347,13 @@ def claim_test(claim: dict) -> str:
     elif claim["test"] == "beats":
         where = " (mean over test lengths)" if lengths is None else _over(lengths).replace(" over", " mean over")
     else:
-        where = " at each test length" if lengths is None else f" at {lengths}" if isinstance(lengths, int) else f" at each length in {lengths[0]}..{lengths[1]}"
+        where = (
+            " at each test length"
+            if lengths is None
+            else f" at {lengths}"
+            if isinstance(lengths, int)
+            else f" at each length in {lengths[0]}..{lengths[1]}"
+        )
     bound = " and ".join(f"{name}'s" for name in claim["bound"]) if claim["test"] == "beats" else f"{claim['bound']:g}"
     return f"{name}{where} {OPERATORS[claim['test']]} {bound}, {SEED_RULE_TEXT[claim['seeds']]}"
 
@@ -308,8 +367,14 @@ def claim_measured(verdict: dict) -> str:
     name_tasks = len({r["task"] for r in results}) > 1
     parts = []
     for r in results:
-        who = " ".join(x for x in (model_label(r["model"], r["dataset_size"]) if name_models else "",
-                                   f"on {r['task']}" if name_tasks else "") if x)
+        who = " ".join(
+            x
+            for x in (
+                model_label(r["model"], r["dataset_size"]) if name_models else "",
+                f"on {r['task']}" if name_tasks else "",
+            )
+            if x
+        )
         if r["value"] is None and r["reason"]:
             value = r["reason"]
         else:
@@ -333,21 +398,35 @@ def claim_measured(verdict: dict) -> str:
 
 
 def verdict_line(verdicts: list[dict]) -> str:
-    """"2/3 claims ✓, 1 ✗" (and how many could not be checked); "" without claims."""
+    """ "2/3 claims ✓, 1 ✗" (and how many could not be checked); "" without claims."""
     counts = verdict_counts(verdicts)
     if not verdicts:
         return ""
-    return (f"{counts[PASS]}/{len(verdicts)} claims {PASS}" + (f", {counts[FAIL]} {FAIL}" if counts[FAIL] else "")
-            + "".join(f", {counts[v]} {v}" for v in (INCONCLUSIVE, NOT_MEASURED, NOT_RUN, NOT_IN_RUN) if counts[v]))
+    return (
+        f"{counts[PASS]}/{len(verdicts)} claims {PASS}"
+        + (f", {counts[FAIL]} {FAIL}" if counts[FAIL] else "")
+        + "".join(f", {counts[v]} {v}" for v in (INCONCLUSIVE, NOT_MEASURED, NOT_RUN, NOT_IN_RUN) if counts[v])
+    )
 
 
 def paper_tables(scored: Scored) -> list[tuple]:
     """The "Paper vs measured" (the paper's figure beside the measured one per task and model) and
     "Claims" (each claim's test, what was measured, its verdict) sections as (title, note, table)."""
-    paper, summary, planned, scale, verdicts = scored.paper, scored.summary, scored.planned, scored.scale, scored.verdicts
+    paper, summary, planned, scale, verdicts = (
+        scored.paper,
+        scored.summary,
+        scored.planned,
+        scored.scale,
+        scored.verdicts,
+    )
     sections = []
-    measured_text = MEASURE_TEXT.get(paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ") + " (mean over seeds)") \
-        + ("" if paper["measure"] == "extrapolation" else _over(paper["lengths"]).replace(" (mean over test lengths)", ", mean over test lengths"))
+    measured_text = MEASURE_TEXT.get(
+        paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ") + " (mean over seeds)"
+    ) + (
+        ""
+        if paper["measure"] == "extrapolation"
+        else _over(paper["lengths"]).replace(" (mean over test lengths)", ", mean over test lengths")
+    )
     if summary and paper["measure"] in ("scaled", "extrapolation"):
         measured_text += ", the best seed" if summary[0]["selection"]["seeds"] == "max" else ", mean over seeds"
     scale_text = f", {scale} scale" if scale else ""
@@ -355,20 +434,32 @@ def paper_tables(scored: Scored) -> list[tuple]:
         rows = paper_figures(paper, summary, planned)
         with_task = len({r["task"] for r in rows}) > 1
         header = (["task"] if with_task else []) + ["model", "paper", "measured", "seeds (lowest..highest)"]
-        body = [([r["task"] or "-"] if with_task else []) + [model_label(r["model"], r["dataset_size"]), _figure(r["paper"], paper["measure"]),
-                _figure(r["measured"], paper["measure"]) if r["run"] else "not run", _seed_range(r["seeds"], paper["measure"])]
-                for r in rows]
-        note = (f"Paper: {paper['source']}" + (f"; {paper['metric']}" if paper["metric"] else "") + f". Measured: {measured_text}{scale_text}"
-                "; seeds: the lowest and the highest seed's figure.")
+        body = [
+            ([r["task"] or "-"] if with_task else [])
+            + [
+                model_label(r["model"], r["dataset_size"]),
+                _figure(r["paper"], paper["measure"]),
+                _figure(r["measured"], paper["measure"]) if r["run"] else "not run",
+                _seed_range(r["seeds"], paper["measure"]),
+            ]
+            for r in rows
+        ]
+        note = (
+            f"Paper: {paper['source']}"
+            + (f"; {paper['metric']}" if paper["metric"] else "")
+            + f". Measured: {measured_text}{scale_text}"
+            "; seeds: the lowest and the highest seed's figure."
+        )
         sections.append(("Paper vs measured", note, (header, body)))
     if verdicts:
         body = [[v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]] for v in verdicts]
-        note = (f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, at every planned length of its "
-                f"range, and its seed rule decides; {PASS}: it holds; {FAIL}: it does not; {INCONCLUSIVE}: {FIT_GATE_TEXT}; "
-                f"{NOT_MEASURED}: a run or a planned length it needs is missing (not finished, or failed); {NOT_RUN}: it names a "
-                f"model, task or scale this scale of the spec does not run; {NOT_IN_RUN}: it names a model or task that this run's "
-                f"overrides left out. Measured: {MEASURED_KEY}."
-                + (f" {QUICK_NOTE}" if scale == "quick" else ""))
+        note = (
+            f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, at every planned length of its "
+            f"range, and its seed rule decides; {PASS}: it holds; {FAIL}: it does not; {INCONCLUSIVE}: {FIT_GATE_TEXT}; "
+            f"{NOT_MEASURED}: a run or a planned length it needs is missing (not finished, or failed); {NOT_RUN}: it names a "
+            f"model, task or scale this scale of the spec does not run; {NOT_IN_RUN}: it names a model or task that this run's "
+            f"overrides left out. Measured: {MEASURED_KEY}." + (f" {QUICK_NOTE}" if scale == "quick" else "")
+        )
         sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
     return sections
 
@@ -378,14 +469,21 @@ def _without_constant_columns(note: str, table: tuple) -> tuple[str, tuple]:
     or more), each such value named in the note instead; a table's count of leading text columns
     (its third item, when it has one) shrinks with them."""
     header, body, *left = table  # (header, body) or (header, body, the number of text columns first)
-    dropped = [i for i, name in enumerate(header) if name in ("task", "lr") and len(body) > 1 and len({row[i] for row in body}) == 1]
+    dropped = [
+        i
+        for i, name in enumerate(header)
+        if name in ("task", "lr") and len(body) > 1 and len({row[i] for row in body}) == 1
+    ]
     if not dropped:
         return note, table
     named = "; ".join(f"{header[i]} {body[0][i]}" for i in dropped)
     keep = [i for i in range(len(header)) if i not in dropped]
     left = [n - sum(1 for i in dropped if i < n) for n in left]
-    return (f"{note}; {named}" if note else named[0].upper() + named[1:]), \
-        ([header[i] for i in keep], [[row[i] for i in keep] for row in body], *left)
+    return (f"{note}; {named}" if note else named[0].upper() + named[1:]), (
+        [header[i] for i in keep],
+        [[row[i] for i in keep] for row in body],
+        *left,
+    )
 
 
 def alike_lines(summary: list[dict]) -> list[str]:
@@ -396,15 +494,36 @@ def alike_lines(summary: list[dict]) -> list[str]:
     for e in summary:
         figures = tuple(sorted((seed, tuple(sorted(r["scaled"].items()))) for seed, r in e["per_seed"].items()))
         groups.setdefault((e["task"], figures), []).append(entry_label(e))
-    return [f"{', '.join(names[:-1])} and {names[-1]} have the same figures at every length and seed"
-            + (f" on {task}" if len({e['task'] for e in summary}) > 1 else "")
-            + ": they answer alike on the shared evaluation inputs (typically one class for every input)"
-            for (task, _), names in groups.items() if len(names) > 1]
+    return [
+        f"{', '.join(names[:-1])} and {names[-1]} have the same figures at every length and seed"
+        + (f" on {task}" if len({e["task"] for e in summary}) > 1 else "")
+        + ": they answer alike on the shared evaluation inputs (typically one class for every input)"
+        for (task, _), names in groups.items()
+        if len(names) > 1
+    ]
 
 
-LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-                 "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "±": r"$\pm$", "≥": r"$\geq$", "≤": r"$\leq$",
-                 PASS: r"\checkmark{}", FAIL: r"$\times$", "…": r"\ldots{}", "—": "---", "–": "--", "×": r"$\times$"}
+LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    PASS: r"\checkmark{}",
+    FAIL: r"$\times$",
+    "…": r"\ldots{}",
+    "—": "---",
+    "–": "--",
+    "×": r"$\times$",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -418,8 +537,18 @@ def latex_table(header: list[str], body: list[list[str]], caption: str = "", lef
     text = text_columns(header, body, left)
     spec = "".join("l" if t else "r" for t in text)
     row = lambda cells: " & ".join(latex_escape(c) for c in cells) + r" \\"  # noqa: E731
-    lines = [r"\begin{table}[t]", r"\centering", r"\small", f"\\begin{{tabular}}{{{spec}}}", r"\toprule", row(header), r"\midrule",
-             *[row(r) for r in body], r"\bottomrule", r"\end{tabular}"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        f"\\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        row(header),
+        r"\midrule",
+        *[row(r) for r in body],
+        r"\bottomrule",
+        r"\end{tabular}",
+    ]
     if caption:
         lines.append(f"\\caption{{{latex_escape(caption)}}}")
     lines.append(r"\end{table}")
@@ -472,41 +601,96 @@ def _write_report(scored: Scored, results_dir) -> Path:
     mean_headline = selection["seeds"] == "mean"
     tables = [("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))]
     if efficiency:
-        tables.append(("Data efficiency: scaled accuracy at the test length vs training-set size N",
-                       "mean ± sample std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
-                       data_efficiency_rows(efficiency)))
+        tables.append(
+            (
+                "Data efficiency: scaled accuracy at the test length vs training-set size N",
+                "mean ± sample std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
+                data_efficiency_rows(efficiency),
+            )
+        )
     if summary and selection["criterion"] == "extrapolation":
         tables.append(("Extrapolation", extrapolation_caption(selection), extrapolation_rows(summary)))
     if several_seeds and not mean_headline:  # the best seed is the headline, or a row of the per-seed table
-        tables.append(("Scaled accuracy, mean ± std over seeds", "mean over the seeds at the selected lr ± their sample standard deviation",
-                       table_rows(summary, "mean")))
+        tables.append(
+            (
+                "Scaled accuracy, mean ± std over seeds",
+                "mean over the seeds at the selected lr ± their sample standard deviation",
+                table_rows(summary, "mean"),
+            )
+        )
     for title, table in reversed(metric_rows(metrics_by_length(data, summary, runs))):
-        tables.append((title[0].upper() + title[1:] + " at each evaluation length",
-                       "mean over seeds at the selected lr (max and min: over seeds and batches)", table))
+        tables.append(
+            (
+                title[0].upper() + title[1:] + " at each evaluation length",
+                "mean over seeds at the selected lr (max and min: over seeds and batches)",
+                table,
+            )
+        )
     if any(e["sequence_differs"] for e in summary):
-        tables.append(("Sequence accuracy", "fraction of examples right at every supervised position (string accuracy on copy), "
-                       "mean ± sample std over seeds at the selected lr", sequence_rows(summary)))
+        tables.append(
+            (
+                "Sequence accuracy",
+                "fraction of examples right at every supervised position (string accuracy on copy), "
+                "mean ± sample std over seeds at the selected lr",
+                sequence_rows(summary),
+            )
+        )
     if several_seeds:
-        tables.append(("Per seed at the selected lr", "each seed's scaled accuracy at each length, at the selected lr; * marks the best seed",
-                       seed_rows(summary)))
+        tables.append(
+            (
+                "Per seed at the selected lr",
+                "each seed's scaled accuracy at each length, at the selected lr; * marks the best seed",
+                seed_rows(summary),
+            )
+        )
     if any(len(e["lr_scores"]) > 1 for e in summary):
-        tables.append(("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary)))
+        tables.append(
+            ("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary))
+        )
     run_header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
     budgets = {p["id"]: p.get("steps") for p in plan["runs"]}
-    learning = {r["id"] for r in runs if r["status"] == "done" and r.get("diverged_at") is None
-                and r["steps"] is not None and r["steps"] >= (budgets.get(r["id"]) or r["steps"]) and still_learning(data.curves(r["id"]))}
+    learning = {
+        r["id"]
+        for r in runs
+        if r["status"] == "done"
+        and r.get("diverged_at") is None
+        and r["steps"] is not None
+        and r["steps"] >= (budgets.get(r["id"]) or r["steps"])
+        and still_learning(data.curves(r["id"]))
+    }
     run_rows = [
-        [r["id"], run_label(r), r["task"], f"{r['lr']:g}", str(r["seed"]),
-         (f"diverged at step {r['diverged_at']}" if r.get("diverged_at") is not None
-          else "done, still learning" if r["id"] in learning else r["status"]), str(r["steps"] or "-"),
-         f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-", str(r["num_parameters"] or "-"), r["host"] or "-", r["git_rev"] or "-"]
+        [
+            r["id"],
+            run_label(r),
+            r["task"],
+            f"{r['lr']:g}",
+            str(r["seed"]),
+            (
+                f"diverged at step {r['diverged_at']}"
+                if r.get("diverged_at") is not None
+                else "done, still learning"
+                if r["id"] in learning
+                else r["status"]
+            ),
+            str(r["steps"] or "-"),
+            f"{r['train_seconds']:.0f}" if r["train_seconds"] else "-",
+            str(r["num_parameters"] or "-"),
+            r["host"] or "-",
+            r["git_rev"] or "-",
+        ]
         for r in runs
     ]
     scale = f" at scale {scored.scale}" if scored.scale else ""
-    status_line = (f"{expected - len(missing)} of {expected} runs done{scale}"
-                   + (f" ({len(learning)} still learning when their budget ended: training loss still falling over the "
-                      "last fifth of the steps)" if learning else "")
-                   + (f"; {others} other runs of this experiment in the store belong to other configurations" if others else ""))
+    status_line = (
+        f"{expected - len(missing)} of {expected} runs done{scale}"
+        + (
+            f" ({len(learning)} still learning when their budget ended: training loss still falling over the "
+            "last fifth of the steps)"
+            if learning
+            else ""
+        )
+        + (f"; {others} other runs of this experiment in the store belong to other configurations" if others else "")
+    )
 
     if not summary:
         tables = [("Results", "No finished runs yet.", ([], []))]
@@ -531,16 +715,29 @@ def _write_report(scored: Scored, results_dir) -> Path:
     md += ["## Runs", "", markdown_table(run_header, run_rows), ""]
     write_text(out / "report.md", "\n".join(md))
     for title, note, table in tables:  # the tables a paper quotes, as LaTeX
-        name = "paper_vs_measured.tex" if title == "Paper vs measured" else "headline.tex" if title.startswith("Headline") else None
+        name = (
+            "paper_vs_measured.tex"
+            if title == "Paper vs measured"
+            else "headline.tex"
+            if title.startswith("Headline")
+            else None
+        )
         if name and table[0]:
             write_text(out / name, latex_table(table[0], table[1], f"{experiment}: {title}. {note}", *table[2:]))
 
     def images(paths):
-        return "".join(f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">' for p in paths)
+        return "".join(
+            f'<img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
+            for p in paths
+        )
 
-    sections = "".join((images(first_plots) if number == lead else "") + f"<h2>{html.escape(title)}</h2>"
-                       + (f"<p>{html.escape(note)}</p>" if note else "") + (html_table(*table) if table[0] else "")
-                       for number, (title, note, table) in enumerate(tables))
+    sections = "".join(
+        (images(first_plots) if number == lead else "")
+        + f"<h2>{html.escape(title)}</h2>"
+        + (f"<p>{html.escape(note)}</p>" if note else "")
+        + (html_table(*table) if table[0] else "")
+        for number, (title, note, table) in enumerate(tables)
+    )
     missing_html = "".join(f"<li>{html.escape(_missing_line(r))}</li>" for r in missing)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(experiment)}</title>
 <style>{STYLE}</style></head><body>
@@ -554,11 +751,13 @@ def _write_report(scored: Scored, results_dir) -> Path:
     return out
 
 
-STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
-         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}"
-         "td.pass{color:#1a7f37;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.inconclusive{color:#8a6d00}"
-         "body{padding:0 1em}div.wide{overflow-x:auto}table.index{width:100%}"
-         "table.index td:first-child{overflow-wrap:anywhere;min-width:7em}table.index td:last-child{min-width:9em}")
+STYLE = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td.text,th.text{text-align:left}img{max-width:100%}"
+    "td.pass{color:#1a7f37;font-weight:bold}td.fail{color:#c62828;font-weight:bold}td.inconclusive{color:#8a6d00}"
+    "body{padding:0 1em}div.wide{overflow-x:auto}table.index{width:100%}"
+    "table.index td:first-child{overflow-wrap:anywhere;min-width:7em}table.index td:last-child{min-width:9em}"
+)
 
 
 def index_verdicts(scored: Scored) -> str:
@@ -585,16 +784,31 @@ def write_index(store: Store, results_dir: str | Path = "results", papers: dict 
         failed = sum(1 for r in missing if r["status"] == "failed")
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan["created_at"])) if plan.get("created_at") else "-"
         description = " ".join(str(scored.description).split())
-        rows.append([name, scored.scale or "-", str(expected - len(missing)), str(expected), str(failed),
-                     str(len(missing) - failed), index_verdicts(scored), when, description])
+        rows.append(
+            [
+                name,
+                scored.scale or "-",
+                str(expected - len(missing)),
+                str(expected),
+                str(failed),
+                str(len(missing) - failed),
+                index_verdicts(scored),
+                when,
+                description,
+            ]
+        )
         links.append(f"{name}/report.html")
-    md = ["# statetrack results", ""] + [markdown_table(header, [[f"[{r[0]}]({link})"] + r[1:] for r, link in zip(rows, links)]), ""]
+    md = ["# statetrack results", ""] + [
+        markdown_table(header, [[f"[{r[0]}]({link})"] + r[1:] for r, link in zip(rows, links)]),
+        "",
+    ]
     write_text(results_dir / "index.md", "\n".join(md))
     text = text_columns(header, rows)
     cls = lambda i: ' class="text"' if text[i] else ""  # noqa: E731
     body = "".join(
         f'<tr><td class="text"><a href="{html.escape(link)}">{html.escape(r[0])}</a></td>'
-        + "".join(f"<td{cls(i)}>{html.escape(c)}</td>" for i, c in enumerate(r[1:], 1)) + "</tr>"
+        + "".join(f"<td{cls(i)}>{html.escape(c)}</td>" for i, c in enumerate(r[1:], 1))
+        + "</tr>"
         for r, link in zip(rows, links)
     )
     head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))

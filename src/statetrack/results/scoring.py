@@ -54,9 +54,13 @@ def _mean_score(scores: list[tuple]) -> tuple:
 def describe_selection(selection: dict | None) -> str:
     """The selection rule in words, printed under every headline table."""
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    score = ("longest test length with {} >= {:g} there and at every shorter length".format(
-                 selection["metric"].replace("_", " "), selection["threshold"])
-             if selection["criterion"] == "extrapolation" else "mean scaled accuracy over lengths")
+    score = (
+        "longest test length with {} >= {:g} there and at every shorter length".format(
+            selection["metric"].replace("_", " "), selection["threshold"]
+        )
+        if selection["criterion"] == "extrapolation"
+        else "mean scaled accuracy over lengths"
+    )
     lr = "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
     seeds = "mean ± sample std over seeds" if selection["seeds"] == "mean" else "the best seed"
     return f"score = {score}; lr with {lr}; headline = {seeds}"
@@ -75,7 +79,9 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     """
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
     # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy}, {length: sequence accuracy where measured})
-    runs: dict = defaultdict(lambda: ({}, {}, {}, {}))  # ... and {metric: {length: value}} of the model's or task's metrics
+    runs: dict = defaultdict(
+        lambda: ({}, {}, {}, {})
+    )  # ... and {metric: {length: value}} of the model's or task's metrics
     differs: set = set()  # (task, model, N) with a sequence accuracy that is not the accuracy
     variants: dict = {}  # task -> (the runs' task, the evaluation variant; '' for the training task)
     for r in rows:
@@ -86,8 +92,10 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             if isinstance(r[name], (int, float)):
                 metrics.setdefault(name, {})[r["length"]] = r[name]
         if selection["metric"] == "sequence_accuracy" and r.get("sequence_accuracy") is None:
-            raise StatetrackError(f"selection.metric is sequence_accuracy, but {r['model']} on {r['task']} did not measure it "
-                                  f"(runs evaluated before it was stored); use metric: accuracy")
+            raise StatetrackError(
+                f"selection.metric is sequence_accuracy, but {r['model']} on {r['task']} did not measure it "
+                f"(runs evaluated before it was stored); use metric: accuracy"
+            )
         scaled[r["length"]] = r["scaled_accuracy"]
         accuracy[r["length"]] = r.get("accuracy", r["scaled_accuracy"])
         if r.get("sequence_accuracy") is not None:
@@ -97,10 +105,17 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     groups: dict = defaultdict(lambda: defaultdict(dict))  # (task, model, N) -> lr -> seed -> per-seed record
     for (task, model, size, lr, seed), (scaled, accuracy, sequence, metrics) in runs.items():
         measured = sequence if selection["metric"] == "sequence_accuracy" else accuracy
-        groups[(task, model, size)][lr][seed] = {"scaled": scaled, "accuracy": accuracy, "sequence": sequence, "measured": measured,
-                                                 "metrics": metrics, "score": run_score(scaled, measured, selection)}
+        groups[(task, model, size)][lr][seed] = {
+            "scaled": scaled,
+            "accuracy": accuracy,
+            "sequence": sequence,
+            "measured": measured,
+            "metrics": metrics,
+            "score": run_score(scaled, measured, selection),
+        }
     summary = []
     for (task, model, size), by_lr in groups.items():
+
         def lr_score(lr):
             scores = [s["score"] for s in by_lr[lr].values()]
             return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
@@ -115,28 +130,49 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
         best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
         per_length_sequence = {n: [v["sequence"][n] for v in seeds.values() if n in v["sequence"]] for n in lengths}
         per_length_sequence = {n: v for n, v in per_length_sequence.items() if v}
-        measured_mean = {n: statistics.mean(v["measured"][n] for v in seeds.values() if n in v["measured"]) for n in lengths}
+        measured_mean = {
+            n: statistics.mean(v["measured"][n] for v in seeds.values() if n in v["measured"]) for n in lengths
+        }
         by_mean = selection["seeds"] == "mean"
         # the headline, its score and the check marks read one aggregate: the mean over seeds or the best seed
-        reached = extrapolation_length(measured_mean if by_mean else seeds[best_seed]["measured"], selection["threshold"])
+        reached = extrapolation_length(
+            measured_mean if by_mean else seeds[best_seed]["measured"], selection["threshold"]
+        )
         score = (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0]
-        summary.append({
-            "task": task, "run_task": variants[task][0], "variant": variants[task][1], "model": model, "dataset_size": size, "lr": lr, "lengths": lengths, "seeds": sorted(seeds), "selection": selection,
-            "score": reached if selection["criterion"] == "extrapolation" else score,
-            "headline": mean if by_mean else best,
-            "best_seed": best_seed, "best": best, "mean": mean,
-            "std": {n: sample_std(v) for n, v in per_length.items()},
-            "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
-            "lr_scores": {x: score[0] for x, score in lr_scores.items()},
-            "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
-            "sequence_std": {n: sample_std(v) for n, v in per_length_sequence.items()},
-            "sequence_differs": (task, model, size) in differs,
-            "measured_mean": measured_mean,
-            "extrapolates": {n: n <= reached for n in lengths},
-            "metrics_mean": {name: {n: statistics.mean(vs) for n in lengths
-                                    if (vs := [v["metrics"][name][n] for v in seeds.values() if n in v["metrics"].get(name, {})])}
-                             for name in sorted({m for v in seeds.values() for m in v["metrics"]})},
-        })
+        summary.append(
+            {
+                "task": task,
+                "run_task": variants[task][0],
+                "variant": variants[task][1],
+                "model": model,
+                "dataset_size": size,
+                "lr": lr,
+                "lengths": lengths,
+                "seeds": sorted(seeds),
+                "selection": selection,
+                "score": reached if selection["criterion"] == "extrapolation" else score,
+                "headline": mean if by_mean else best,
+                "best_seed": best_seed,
+                "best": best,
+                "mean": mean,
+                "std": {n: sample_std(v) for n, v in per_length.items()},
+                "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
+                "lr_scores": {x: score[0] for x, score in lr_scores.items()},
+                "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
+                "sequence_std": {n: sample_std(v) for n, v in per_length_sequence.items()},
+                "sequence_differs": (task, model, size) in differs,
+                "measured_mean": measured_mean,
+                "extrapolates": {n: n <= reached for n in lengths},
+                "metrics_mean": {
+                    name: {
+                        n: statistics.mean(vs)
+                        for n in lengths
+                        if (vs := [v["metrics"][name][n] for v in seeds.values() if n in v["metrics"].get(name, {})])
+                    }
+                    for name in sorted({m for v in seeds.values() for m in v["metrics"]})
+                },
+            }
+        )
     return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
 
 
@@ -151,7 +187,7 @@ def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
     tail = [p["loss"] for p in curve if p["step"] > 0.8 * last and p["loss"] is not None and math.isfinite(p["loss"])]
     if len(tail) < 4:
         return False
-    earlier, later = statistics.mean(tail[: len(tail) // 2]), statistics.mean(tail[len(tail) // 2:])
+    earlier, later = statistics.mean(tail[: len(tail) // 2]), statistics.mean(tail[len(tail) // 2 :])
     return earlier - later >= max(drop * earlier, 1e-3)
 
 
@@ -168,9 +204,14 @@ def data_efficiency(summary: list[dict]) -> list[dict]:
             continue
         length = max(n for e in entries for n in e["lengths"])
         for model in sorted({e["model"] for e in entries}):
-            by_size = {e["dataset_size"]: {**{k: e[k].get(length) for k in ("mean", "std", "best")},
-                                           "seeds": sum(1 for r in e["per_seed"].values() if length in r["scaled"])}
-                       for e in entries if e["model"] == model}
+            by_size = {
+                e["dataset_size"]: {
+                    **{k: e[k].get(length) for k in ("mean", "std", "best")},
+                    "seeds": sum(1 for r in e["per_seed"].values() if length in r["scaled"]),
+                }
+                for e in entries
+                if e["model"] == model
+            }
             out.append({"task": task, "model": model, "length": length, "by_size": dict(sorted(by_size.items()))})
     return out
 
@@ -241,13 +282,24 @@ def missing_runs(plan: dict, runs: list[dict]) -> list[dict]:
     for r in plan["runs"]:
         row = stored.get(r["id"])
         if row is None or row["status"] != "done":
-            status = "not started" if row is None else "running or interrupted" if row["status"] == "running" else "failed"
+            status = (
+                "not started" if row is None else "running or interrupted" if row["status"] == "running" else "failed"
+            )
             missing.append({**r, "status": status, "error": row.get("error") if row else None})
     return missing
 
 
-def score(experiment: str, plan: dict, runs: list[dict], results: list[dict], *, paper: dict | None = None,
-          selection: dict | None = None, others: int = 0, data: RunData | None = None) -> Scored:
+def score(
+    experiment: str,
+    plan: dict,
+    runs: list[dict],
+    results: list[dict],
+    *,
+    paper: dict | None = None,
+    selection: dict | None = None,
+    others: int = 0,
+    data: RunData | None = None,
+) -> Scored:
     """Score an experiment from its plan (`Store.plan`), the stored rows of the plan's runs
     (`Store.runs`) and their results (`Store.results`), or the same from a book snapshot.
     `paper` and `selection` (the spec's sections as they are now) replace the plan's: editing a
@@ -258,26 +310,42 @@ def score(experiment: str, plan: dict, runs: list[dict], results: list[dict], *,
     summary = with_train_lengths(summarize(results, selection), planned)
     resolved = paper_of({"name": experiment, "paper": paper if paper is not None else spec.get("paper")})
     verdicts = claim_verdicts(resolved, summary, planned) if resolved else []
-    return Scored(experiment, plan, runs, selection, summary, planned, resolved, verdicts, missing_runs(plan, runs), others, data)
+    return Scored(
+        experiment, plan, runs, selection, summary, planned, resolved, verdicts, missing_runs(plan, runs), others, data
+    )
 
 
-def score_store(store, experiment: str, *, paper: dict | None = None, selection: dict | None = None,
-                run_data: bool = False) -> Scored:
+def score_store(
+    store, experiment: str, *, paper: dict | None = None, selection: dict | None = None, run_data: bool = False
+) -> Scored:
     """`score` of the experiment's latest plan in `store`, each table read once; `run_data`: also
     read the per-run records the report's plots draw (`RunData`)."""
     plan = store.plan(experiment)
     if plan is None:
-        raise StatetrackError(f"experiment {experiment!r} has no plan in {store.path}: `statetrack run {experiment}` records one")
+        raise StatetrackError(
+            f"experiment {experiment!r} has no plan in {store.path}: `statetrack run {experiment}` records one"
+        )
     ids = {r["id"] for r in plan["runs"]}
     stored = store.runs(experiment)
     runs = [r for r in stored if r["id"] in ids]
     data = None
     if run_data:
         done = [r["id"] for r in runs if r["status"] == "done"]
-        data = RunData({i: store.curves(i) for i in done}, {i: store.evals(i, None) for i in done},
-                       {i: store.traces(i) for i in done})
-    return score(experiment, plan, runs, store.results(experiment, ids), paper=paper, selection=selection,
-                 others=len(stored) - len(runs), data=data)
+        data = RunData(
+            {i: store.curves(i) for i in done},
+            {i: store.evals(i, None) for i in done},
+            {i: store.traces(i) for i in done},
+        )
+    return score(
+        experiment,
+        plan,
+        runs,
+        store.results(experiment, ids),
+        paper=paper,
+        selection=selection,
+        others=len(stored) - len(runs),
+        data=data,
+    )
 
 
 def with_train_lengths(summary: list[dict], planned: dict | None) -> list[dict]:
@@ -336,10 +404,14 @@ def fit_figure(record: dict, measure: str, length: int) -> float | None:
     """One seed's in-distribution figure at `length` on the claim's measure: scaled accuracy for
     `scaled`, sequence accuracy for `sequence`, the selection's metric for `extrapolation`; None
     when that length was not evaluated."""
-    return {"sequence": record["sequence"], "extrapolation": record["measured"]}.get(measure, record["scaled"]).get(length)
+    return {"sequence": record["sequence"], "extrapolation": record["measured"]}.get(measure, record["scaled"]).get(
+        length
+    )
 
 
-def claim_lengths(entry: dict, measure: str, lengths, planned: dict | None = None) -> tuple[list[int] | None, str | None]:
+def claim_lengths(
+    entry: dict, measure: str, lengths, planned: dict | None = None
+) -> tuple[list[int] | None, str | None]:
     """The evaluation lengths a figure over `lengths` (a length, [shortest, longest] or None: all)
     reads for `entry`, or (None, why not): the lengths the plan evaluates its task at (`planned`,
     see `planned_names`; the entry's own lengths for a plan that does not record them) within the
@@ -363,7 +435,7 @@ def claim_lengths(entry: dict, measure: str, lengths, planned: dict | None = Non
 def _seed_values(record: dict, measure: str) -> dict:
     """{length: value} of one seed's run for `measure` (`extrapolation` reads the selection's metric)."""
     if measure.startswith("metric:"):
-        return record["metrics"].get(measure[len("metric:"):], {})
+        return record["metrics"].get(measure[len("metric:") :], {})
     return {"scaled": record["scaled"], "sequence": record["sequence"], "extrapolation": record["measured"]}[measure]
 
 
@@ -392,9 +464,13 @@ def measured(entry: dict, measure: str = "scaled", lengths=None, planned: dict |
     if picked is None:
         return None
     if measure == "extrapolation":
-        return max((n for n in picked if entry["extrapolates"].get(n)), default=0) if all(n in entry["extrapolates"] for n in picked) else None
+        return (
+            max((n for n in picked if entry["extrapolates"].get(n)), default=0)
+            if all(n in entry["extrapolates"] for n in picked)
+            else None
+        )
     if measure.startswith("metric:"):
-        values = entry.get("metrics_mean", {}).get(measure[len("metric:"):], {})
+        values = entry.get("metrics_mean", {}).get(measure[len("metric:") :], {})
     else:
         values = entry["headline"] if measure == "scaled" else entry["sequence_mean"]
     if any(values.get(n) is None for n in picked):
@@ -408,7 +484,10 @@ def seed_spread(entry: dict, paper: dict, planned: dict | None = None) -> list[f
     lengths, _ = claim_lengths(entry, paper["measure"], paper["lengths"], planned)
     if lengths is None:
         return []
-    figures = [seed_figure(r, paper["measure"], lengths, "beats", entry["selection"]["threshold"]) for r in entry["per_seed"].values()]
+    figures = [
+        seed_figure(r, paper["measure"], lengths, "beats", entry["selection"]["threshold"])
+        for r in entry["per_seed"].values()
+    ]
     return [f for f in figures if f is not None]
 
 
@@ -426,15 +505,32 @@ def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None)
                 used.add((key, names[0]))
                 figure = paper["figures"][key][names[0]]
                 break
-        rows.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "paper": figure,
-                     "measured": measured(e, paper["measure"], paper["lengths"], planned), "run": True,
-                     "seeds": seed_spread(e, paper, planned)})
+        rows.append(
+            {
+                "task": e["task"],
+                "model": e["model"],
+                "dataset_size": e["dataset_size"],
+                "paper": figure,
+                "measured": measured(e, paper["measure"], paper["lengths"], planned),
+                "run": True,
+                "seeds": seed_spread(e, paper, planned),
+            }
+        )
     for task, by_model in paper["figures"].items():
         for model, figure in by_model.items():
             if (task, model) not in used:
                 run = _planned("model", model, planned) and (task is None or _planned("task", task, planned))
-                rows.append({"task": task or "", "model": model, "dataset_size": None, "paper": figure, "measured": None, "run": run,
-                             "seeds": []})
+                rows.append(
+                    {
+                        "task": task or "",
+                        "model": model,
+                        "dataset_size": None,
+                        "paper": figure,
+                        "measured": None,
+                        "run": run,
+                        "seeds": [],
+                    }
+                )
     return rows
 
 
@@ -451,9 +547,15 @@ def planned_names(plan: dict | None) -> dict | None:
         if r.get("train_length") is not None:
             train[r["task"]] = max(train.get(r["task"], 0), r["train_length"])
         seeds[(r["model"], r["task"], r.get("dataset_size"), r["lr"])].add(r["seed"])
-    return {"models": {r["model"] for r in plan["runs"]}, "tasks": {r["task"] for r in plan["runs"]}, "scale": plan.get("scale"),
-            "lengths": {t: sorted(v) for t, v in lengths.items() if v}, "train_length": train, "seeds": dict(seeds),
-            "left_out": set(plan["spec"].get("left_out") or ())}
+    return {
+        "models": {r["model"] for r in plan["runs"]},
+        "tasks": {r["task"] for r in plan["runs"]},
+        "scale": plan.get("scale"),
+        "lengths": {t: sorted(v) for t, v in lengths.items() if v},
+        "train_length": train,
+        "seeds": dict(seeds),
+        "left_out": set(plan["spec"].get("left_out") or ()),
+    }
 
 
 def _planned(kind: str, name: str, planned: dict | None) -> bool:
@@ -489,8 +591,12 @@ def _entry_figure(entry: dict, claim: dict, lengths: list[int], planned: dict | 
     key = (entry["model"], entry.get("run_task", entry["task"]), entry["dataset_size"], entry["lr"])
     seeds = sorted((planned or {}).get("seeds", {}).get(key) or entry["seeds"])
     threshold = entry["selection"]["threshold"]
-    figures = {s: seed_figure(entry["per_seed"][s], claim["measure"], lengths, claim["test"], threshold) if s in entry["per_seed"] else None
-               for s in seeds}
+    figures = {
+        s: seed_figure(entry["per_seed"][s], claim["measure"], lengths, claim["test"], threshold)
+        if s in entry["per_seed"]
+        else None
+        for s in seeds
+    }
     values = [v for v in figures.values() if v is not None]
     return figures, statistics.mean(values) if values else None
 
@@ -523,18 +629,39 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
     for claim in paper["claims"]:
         results, missing, reason = [], [], ""
         if claim["scales"] and planned is not None and planned.get("scale") not in claim["scales"]:
-            out.append({"claim": claim, "verdict": NOT_RUN, "results": [], "missing": [], "unplanned": [],
-                        "reason": f"a claim of the {' and '.join(claim['scales'])} scale"})
+            out.append(
+                {
+                    "claim": claim,
+                    "verdict": NOT_RUN,
+                    "results": [],
+                    "missing": [],
+                    "unplanned": [],
+                    "reason": f"a claim of the {' and '.join(claim['scales'])} scale",
+                }
+            )
             continue
         models = [m for m in claim["models"] if _planned("model", m, planned)]
         tasks = None if claim["tasks"] is None else [t for t in claim["tasks"] if _planned("task", t, planned)]
         rivals = [m for m in claim["bound"] if _planned("model", m, planned)] if claim["test"] == "beats" else []
-        unplanned = [n for n in claim["models"] + (claim["bound"] if claim["test"] == "beats" else []) if n not in models + rivals]
+        unplanned = [
+            n
+            for n in claim["models"] + (claim["bound"] if claim["test"] == "beats" else [])
+            if n not in models + rivals
+        ]
         unplanned += [t for t in claim["tasks"] or [] if t not in tasks]
         for model in models if tasks != [] and (claim["test"] != "beats" or rivals) else []:
-            entries = [e for e in summary if covers(model, e["model"]) and (tasks is None or e["task"] in tasks)
-                       and claim["dataset_size"] in (None, e["dataset_size"])]
-            missing += [model] if not entries else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
+            entries = [
+                e
+                for e in summary
+                if covers(model, e["model"])
+                and (tasks is None or e["task"] in tasks)
+                and claim["dataset_size"] in (None, e["dataset_size"])
+            ]
+            missing += (
+                [model]
+                if not entries
+                else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
+            )
             for e in entries:
                 lengths, why = claim_lengths(e, claim["measure"], claim["lengths"], planned)
                 figures, value, rival, unfit, gate = {}, None, None, {}, None
@@ -543,19 +670,31 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                     gate = gate_length(e, claim, lengths, planned)
                     if gate is not None:  # the fit gate: a seed that did not fit its training lengths decides nothing
                         trained = _trained_entry(e, summary, claim["fit_variant"])
-                        fits = {s: fit_figure(trained["per_seed"][s], claim["measure"], gate) for s in figures
-                                if s in trained["per_seed"]}  # a seed not finished yet is "not measured", not unfit
+                        fits = {
+                            s: fit_figure(trained["per_seed"][s], claim["measure"], gate)
+                            for s in figures
+                            if s in trained["per_seed"]
+                        }  # a seed not finished yet is "not measured", not unfit
                         unfit = {s: v for s, v in fits.items() if v is None or v < claim["fit"] - 1e-9}
                 if claim["test"] == "beats" and lengths is not None:
-                    against = {name: [_entry_figure(r, claim, lengths, planned)[1] for r in summary if covers(name, r["model"])
-                                      and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])] for name in rivals}
+                    against = {
+                        name: [
+                            _entry_figure(r, claim, lengths, planned)[1]
+                            for r in summary
+                            if covers(name, r["model"])
+                            and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])
+                        ]
+                        for name in rivals
+                    }
                     missing += [f"{name} on {e['task']}" for name, values in against.items() if not values]
                     values = [v for vs in against.values() for v in vs]
                     rival = None if not values or None in values else max(values)
                     why = why or (None if rival is not None else "a rival not measured")
                 bound = rival if claim["test"] == "beats" else claim["bound"]
-                outcomes = [None if v is None or bound is None or s in unfit else _passes(claim["test"], v, bound)
-                            for s, v in figures.items()]
+                outcomes = [
+                    None if v is None or bound is None or s in unfit else _passes(claim["test"], v, bound)
+                    for s, v in figures.items()
+                ]
                 holds = seeds_verdict(outcomes, claim["seeds"]) if lengths is not None else None
                 unmeasured = sum(o is None for s, o in zip(figures, outcomes) if s not in unfit)
                 inconclusive = holds is None and why is None and bool(unfit)
@@ -563,26 +702,55 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                     why = unfit_text(e["model"], unfit, gate)
                 elif holds is None and why is None and unmeasured:
                     why = f"{unmeasured} of {len(outcomes)} seeds not measured"
-                results.append({"task": e["task"], "model": e["model"], "dataset_size": e["dataset_size"], "value": value,
-                                "rival": rival, "seeds": figures, "passed": sum(o is True for o in outcomes),
-                                "of": len(outcomes), "holds": holds, "reason": why, "unfit": unfit, "train_length": gate,
-                                "inconclusive": inconclusive})
+                results.append(
+                    {
+                        "task": e["task"],
+                        "model": e["model"],
+                        "dataset_size": e["dataset_size"],
+                        "value": value,
+                        "rival": rival,
+                        "seeds": figures,
+                        "passed": sum(o is True for o in outcomes),
+                        "of": len(outcomes),
+                        "holds": holds,
+                        "reason": why,
+                        "unfit": unfit,
+                        "train_length": gate,
+                        "inconclusive": inconclusive,
+                    }
+                )
         missing = list(dict.fromkeys(missing))
         if any(r["holds"] is False for r in results):
             verdict = FAIL
-        elif unplanned and all(any(n == label or covers(n, label) for label in (planned or {}).get("left_out", ())) for n in unplanned):
+        elif unplanned and all(
+            any(n == label or covers(n, label) for label in (planned or {}).get("left_out", ())) for n in unplanned
+        ):
             verdict, reason = NOT_IN_RUN, "left out by this run's overrides: " + ", ".join(unplanned)
         elif unplanned:
             verdict, reason = NOT_RUN, "not run at this scale: " + ", ".join(unplanned)
         elif missing or not results or any(r["holds"] is None and not r["inconclusive"] for r in results):
             verdict = NOT_MEASURED
-            reason = "; ".join(dict.fromkeys([r["reason"] for r in results if r["reason"]] + (["not run yet: " + ", ".join(missing)] if missing else [])))
+            reason = "; ".join(
+                dict.fromkeys(
+                    [r["reason"] for r in results if r["reason"]]
+                    + (["not run yet: " + ", ".join(missing)] if missing else [])
+                )
+            )
         elif any(r["inconclusive"] for r in results):
             verdict = INCONCLUSIVE
             reason = "; ".join(dict.fromkeys(r["reason"] for r in results if r["inconclusive"]))
         else:
             verdict = PASS
-        out.append({"claim": claim, "verdict": verdict, "results": results, "missing": missing, "unplanned": unplanned, "reason": reason})
+        out.append(
+            {
+                "claim": claim,
+                "verdict": verdict,
+                "results": results,
+                "missing": missing,
+                "unplanned": unplanned,
+                "reason": reason,
+            }
+        )
     return out
 
 
@@ -591,8 +759,15 @@ def _trained_entry(entry: dict, summary: list[dict], variant: str | None = None)
     they trained on, or on the evaluation variant `variant` (`paper.fit_variant`) where that task's
     own targets are partly unpredictable; `entry` itself when it is that one or none is found."""
     task = entry.get("run_task", entry["task"]) + (f" [{variant}]" if variant else "")
-    return next((e for e in summary if (e["task"], e["model"], e["dataset_size"], e["lr"])
-                 == (task, entry["model"], entry["dataset_size"], entry["lr"])), entry)
+    return next(
+        (
+            e
+            for e in summary
+            if (e["task"], e["model"], e["dataset_size"], e["lr"])
+            == (task, entry["model"], entry["dataset_size"], entry["lr"])
+        ),
+        entry,
+    )
 
 
 def unfit_text(model: str, unfit: dict, length: int) -> str:
@@ -602,7 +777,8 @@ def unfit_text(model: str, unfit: dict, length: int) -> str:
         return f"{model} not evaluated at its longest training length {length}"
     figures = ", ".join(f"{v:.3f}" for v in measured)
     return f"{model} did not fit its training lengths ({figures} at {length}" + (
-        f"; {len(unfit) - len(measured)} seed(s) not evaluated there)" if len(measured) < len(unfit) else ")")
+        f"; {len(unfit) - len(measured)} seed(s) not evaluated there)" if len(measured) < len(unfit) else ")"
+    )
 
 
 def verdict_counts(verdicts: list[dict]) -> dict:

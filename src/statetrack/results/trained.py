@@ -39,8 +39,10 @@ class TrainedRun:
     diverged_at: int | None  # the step its training loss became non-finite (its weights are then not finite), else None
 
     def __repr__(self) -> str:
-        return (f"TrainedRun({self.id}: {self.model_name} on {self.task_name}, seed {self.seed}, lr {self.lr:g}, "
-                f"experiment {self.experiment})")
+        return (
+            f"TrainedRun({self.id}: {self.model_name} on {self.task_name}, seed {self.seed}, lr {self.lr:g}, "
+            f"experiment {self.experiment})"
+        )
 
 
 def _open(store: Store | str | Path | None, results_dir: str | Path) -> Store:
@@ -48,18 +50,26 @@ def _open(store: Store | str | Path | None, results_dir: str | Path) -> Store:
         return store
     path = Path(store) if store is not None else store_file(results_dir)
     if not path.exists():  # in Python's words: the CLI's own message names its options
-        raise StatetrackError(f"no results store at {path} (it is written by `statetrack run`; pass store=FILE or "
-                              f"results_dir=DIR of an earlier run)")
+        raise StatetrackError(
+            f"no results store at {path} (it is written by `statetrack run`; pass store=FILE or "
+            f"results_dir=DIR of an earlier run)"
+        )
     return Store(path, read_only=True)
 
 
 def run_row(store: Store, run_id: str) -> dict:
     """The store row (with config) of the run whose id is `run_id` or starts with it."""
     experiments = store.experiments()
-    matches = [r for experiment in experiments for r in store.runs(experiment) if r["id"].startswith(run_id)] if run_id else []
+    matches = (
+        [r for experiment in experiments for r in store.runs(experiment) if r["id"].startswith(run_id)]
+        if run_id
+        else []
+    )
     if not matches:
-        raise StatetrackError(f"no run id in {store.path} is or starts with {run_id!r}; experiments with results: "
-                              f"{', '.join(experiments) or 'none'}")
+        raise StatetrackError(
+            f"no run id in {store.path} is or starts with {run_id!r}; experiments with results: "
+            f"{', '.join(experiments) or 'none'}"
+        )
     if len(matches) > 1:
         raise StatetrackError(f"run id prefix {run_id!r} is ambiguous: {', '.join(sorted(r['id'] for r in matches))}")
     return matches[0]
@@ -72,17 +82,23 @@ def find_run(store: Store, run: str, model: str | None = None, seed: int | None 
     experiments = store.experiments()
     if run not in experiments:
         if not any(r["id"].startswith(run) for experiment in experiments for r in store.runs(experiment)):
-            raise StatetrackError(f"{run!r} is neither a run id in {store.path} nor an experiment with results "
-                                  f"({', '.join(experiments) or 'none'})")
+            raise StatetrackError(
+                f"{run!r} is neither a run id in {store.path} nor an experiment with results "
+                f"({', '.join(experiments) or 'none'})"
+            )
         return run_row(store, run)
     rows = [r for r in store.runs(run) if r["status"] == "done"]
     listing = "; ".join(f"{r['id']} = {r['model']} on {r['task']}, seed {r['seed']}, lr {r['lr']:g}" for r in rows)
     if model is None:
-        raise StatetrackError(f"experiment {run!r} has {len(rows)} finished runs; name one by id or with --model: {listing or 'none'}")
+        raise StatetrackError(
+            f"experiment {run!r} has {len(rows)} finished runs; name one by id or with --model: {listing or 'none'}"
+        )
     chosen = [r for r in rows if r["model"] == model and (seed is None or r["seed"] == seed)]
     if not chosen:
         models = sorted({r["model"] for r in rows})
-        raise StatetrackError(f"experiment {run!r} has no finished run of model {model!r} (seed {seed}); models: {', '.join(models) or 'none'}")
+        raise StatetrackError(
+            f"experiment {run!r} has no finished run of model {model!r} (seed {seed}); models: {', '.join(models) or 'none'}"
+        )
     return min(chosen, key=lambda r: (r["seed"], r["lr"], r["task"]))
 
 
@@ -91,8 +107,10 @@ def load_run_model(row: dict, results_dir: str | Path, device: str | torch.devic
     config = row["config"]
     path = checkpoint_path(results_dir, row["experiment"], row["id"])
     if not path.is_file():
-        raise StatetrackError(f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the results folder it ran with "
-                              f"(--results-dir, or results_dir= in Python)")
+        raise StatetrackError(
+            f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the results folder it ran with "
+            f"(--results-dir, or results_dir= in Python)"
+        )
     task = make_task(**config["task"])
     model = zoo.build_model(config["model"], task.vocab_size, task.num_classes)
     try:
@@ -104,26 +122,49 @@ def load_run_model(row: dict, results_dir: str | Path, device: str | torch.devic
 
 def _trained(row: dict, results_dir: str | Path, device) -> TrainedRun:
     model, task = load_run_model(row, results_dir, device)
-    return TrainedRun(row["id"], row["experiment"], row["model"], row["task"], row["seed"], row["lr"], row["config"], model, task,
-                      row["diverged_at"])
+    return TrainedRun(
+        row["id"],
+        row["experiment"],
+        row["model"],
+        row["task"],
+        row["seed"],
+        row["lr"],
+        row["config"],
+        model,
+        task,
+        row["diverged_at"],
+    )
 
 
-def load_run(run_id: str, store: Store | str | Path | None = None, results_dir: str | Path = "results",
-             device: str | torch.device = "cpu") -> TrainedRun:
+def load_run(
+    run_id: str,
+    store: Store | str | Path | None = None,
+    results_dir: str | Path = "results",
+    device: str | torch.device = "cpu",
+) -> TrainedRun:
     """The finished run `run_id` (an id, as in `statetrack results --json` and the report's runs
     table, or a unique prefix of one), its model on `device`. `store`: the results file (default
     RESULTS_DIR/statetrack.db) or an open Store; `results_dir`: where its checkpoint is."""
     db = _open(store, results_dir)
     row = run_row(db, run_id)
     if row["status"] != "done":
-        raise StatetrackError(f"run {row['id']} ({row['model']} on {row['task']}, seed {row['seed']}) is {row['status']}, "
-                              f"not finished; only a finished run is loaded")
+        raise StatetrackError(
+            f"run {row['id']} ({row['model']} on {row['task']}, seed {row['seed']}) is {row['status']}, "
+            f"not finished; only a finished run is loaded"
+        )
     return _trained(row, results_dir, device)
 
 
-def load_runs(experiment: str, model: str | None = None, task: str | None = None, seed: int | None = None,
-              lr: float | None = None, store: Store | str | Path | None = None, results_dir: str | Path = "results",
-              device: str | torch.device = "cpu") -> list[TrainedRun]:
+def load_runs(
+    experiment: str,
+    model: str | None = None,
+    task: str | None = None,
+    seed: int | None = None,
+    lr: float | None = None,
+    store: Store | str | Path | None = None,
+    results_dir: str | Path = "results",
+    device: str | torch.device = "cpu",
+) -> list[TrainedRun]:
     """The finished runs of `experiment` that its report shows (those of its latest plan), ordered by
     model, task, lr and seed; `model` (a display name, e.g. "DeltaNet [-1,1]"), `task` (as in the
     tables, e.g. "word_problem(group=A5)"), `seed` and `lr` keep only the runs with that value. A
@@ -131,8 +172,10 @@ def load_runs(experiment: str, model: str | None = None, task: str | None = None
     check_name(experiment)
     db = _open(store, results_dir)
     if experiment not in db.experiments():
-        raise StatetrackError(f"no results for experiment {experiment!r} in {db.path}; experiments with results: "
-                              f"{', '.join(db.experiments()) or 'none'}")
+        raise StatetrackError(
+            f"no results for experiment {experiment!r} in {db.path}; experiments with results: "
+            f"{', '.join(db.experiments()) or 'none'}"
+        )
     plan = db.plan(experiment)
     planned = None if plan is None else {r["id"] for r in plan["runs"]}
     rows = [r for r in db.runs(experiment) if r["status"] == "done" and (planned is None or r["id"] in planned)]
@@ -141,7 +184,9 @@ def load_runs(experiment: str, model: str | None = None, task: str | None = None
             continue
         known = sorted({r[key] for r in rows})
         if value not in known:
-            raise StatetrackError(f"experiment {experiment!r} has no finished run with {key} {value!r}; "
-                                  f"{key}s with finished runs: {', '.join(map(str, known)) or 'none'}")
+            raise StatetrackError(
+                f"experiment {experiment!r} has no finished run with {key} {value!r}; "
+                f"{key}s with finished runs: {', '.join(map(str, known)) or 'none'}"
+            )
         rows = [r for r in rows if r[key] == value]
     return [_trained(row, results_dir, device) for row in rows]

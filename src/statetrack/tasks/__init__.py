@@ -17,4 +17,13 @@ def _import_task_modules() -> None:
 
 _import_task_modules()
 
-__all__ = ["Batch", "FinalAnswerTask", "Task", "TASKS", "get_task_class", "make_task", "register_task", "task_parameters"]
+__all__ = [
+    "Batch",
+    "FinalAnswerTask",
+    "Task",
+    "TASKS",
+    "get_task_class",
+    "make_task",
+    "register_task",
+    "task_parameters",
+]

@@ -56,7 +56,9 @@ class ModularArithmetic(FinalAnswerTask):
     `[BOS] 3 * 9 - 17 + 6 + 12 [EOI] 8`.
     """
 
-    summary = "integers and + - * in [0, m), evaluated left to right mod m (Ebrahimi & Memisevic 2025); length = operands"
+    summary = (
+        "integers and + - * in [0, m), evaluated left to right mod m (Ebrahimi & Memisevic 2025); length = operands"
+    )
     operators = ("+", "-", "*")
 
     def __init__(self, m: int = 20):

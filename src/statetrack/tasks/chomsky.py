@@ -218,7 +218,9 @@ class ModularArithmeticBrackets(FinalAnswerTask):
             try:
                 self._precedence(length, row, tokens)
             except RecursionError:
-                raise StatetrackError(f"task {self.name!r}: length {length} nests too deeply for Python's recursion limit") from None
+                raise StatetrackError(
+                    f"task {self.name!r}: length {length} nests too deeply for Python's recursion limit"
+                ) from None
             symbols.append(tokens)
             answers.append(_Parser(tokens, self.m).expr())
         return torch.tensor(symbols, dtype=torch.long), torch.tensor(answers, dtype=torch.long)

@@ -39,7 +39,9 @@ class Counting(Task):
     gap; the default is this library's reading of "deactivate briefly".
     """
 
-    summary = "timing: on/off signal, fixed ISI, random ITI; next-step prediction (Anonymous 2025); presets short|medium|long"
+    summary = (
+        "timing: on/off signal, fixed ISI, random ITI; next-step prediction (Anonymous 2025); presets short|medium|long"
+    )
 
     def __init__(
         self,
@@ -53,18 +55,28 @@ class Counting(Task):
         supervise: str = "all",
     ):
         if preset not in PRESETS:
-            raise StatetrackError(f"task {self.name!r}: unknown preset {preset!r}; expected one of: {', '.join(PRESETS)}")
+            raise StatetrackError(
+                f"task {self.name!r}: unknown preset {preset!r}; expected one of: {', '.join(PRESETS)}"
+            )
         if pattern not in PATTERNS:
-            raise StatetrackError(f"task {self.name!r}: unknown pattern {pattern!r}; expected one of: {', '.join(PATTERNS)}")
+            raise StatetrackError(
+                f"task {self.name!r}: unknown pattern {pattern!r}; expected one of: {', '.join(PATTERNS)}"
+            )
         if supervise not in ("all", "isi"):
             raise StatetrackError(f"task {self.name!r}: supervise must be 'all' or 'isi', got {supervise!r}")
         p_isi, p_min, p_max, self.paper_length = PRESETS[preset]
         self.preset, self.pattern, self.supervise = preset, pattern, supervise
         self.isi = self.check_int(self.name, "isi", p_isi if isi is None else isi, 1, limits.MAX_LENGTH)
         self.iti_min = self.check_int(self.name, "iti_min", p_min if iti_min is None else iti_min, 1, limits.MAX_LENGTH)
-        self.iti_max = self.check_int(self.name, "iti_max", p_max if iti_max is None else iti_max, self.iti_min, limits.MAX_LENGTH)
-        self.long_iti = self.check_int(self.name, "long_iti", 2 * self.iti_max if long_iti is None else long_iti, 1, limits.MAX_LENGTH)
-        self.gap = self.check_int(self.name, "gap", max(1, self.iti_min // 2) if gap is None else gap, 1, limits.MAX_LENGTH)
+        self.iti_max = self.check_int(
+            self.name, "iti_max", p_max if iti_max is None else iti_max, self.iti_min, limits.MAX_LENGTH
+        )
+        self.long_iti = self.check_int(
+            self.name, "long_iti", 2 * self.iti_max if long_iti is None else long_iti, 1, limits.MAX_LENGTH
+        )
+        self.gap = self.check_int(
+            self.name, "gap", max(1, self.iti_min // 2) if gap is None else gap, 1, limits.MAX_LENGTH
+        )
         middle = {"train": None, "two_isi": self.long_iti, "double_isi": self.gap}[pattern]
         self.min_length = 2 if middle is None else self.iti_max + 2 * self.isi + middle + 1
         self.vocab = [PAD, "0", "1"]
@@ -78,7 +90,9 @@ class Counting(Task):
         if self.pattern == "double_isi":
             return torch.cat([first_iti, first_iti + self.isi + self.gap], dim=1)
         cycles = length // (self.iti_min + self.isi) + 1
-        itis = torch.cat([first_iti, torch.randint(self.iti_min, self.iti_max + 1, (batch_size, cycles - 1), generator=g)], dim=1)
+        itis = torch.cat(
+            [first_iti, torch.randint(self.iti_min, self.iti_max + 1, (batch_size, cycles - 1), generator=g)], dim=1
+        )
         return itis.cumsum(dim=1) + self.isi * torch.arange(cycles)  # onset_k = sum_{j<=k} ITI_j + k ISI
 
     def signal(self, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:

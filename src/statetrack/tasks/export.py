@@ -48,7 +48,9 @@ def _ids(row) -> str:
     return " ".join(map(str, row))
 
 
-def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt: str = "csv", seed: int = 0) -> list[Path]:
+def export_task(
+    task: Task, lengths: list[int], samples: int, out_dir: str, fmt: str = "csv", seed: int = 0
+) -> list[Path]:
     """Write `samples` examples of `task` at each length to `out_dir`; returns the files written.
 
     fmt: "csv" or "jsonl". Word problems in CSV use the `{group}={k}.csv` / `seed,input,target`
@@ -92,21 +94,35 @@ def export_task(task: Task, lengths: list[int], samples: int, out_dir: str, fmt:
             with open_for_write(path) as f:
                 for batch in _batches(task, length, samples, seed):
                     soft = None if batch.soft_targets is None else batch.soft_targets.tolist()
-                    for i, (x, y, m) in enumerate(zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.int().tolist())):
+                    for i, (x, y, m) in enumerate(
+                        zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.int().tolist())
+                    ):
                         row = {"input": x, "target": y, "mask": m}
                         if soft is not None:
                             row["soft_target"] = soft[i]
                         f.write(json.dumps(row) + "\n")
         paths.append(path)
         files[length] = path.name
-    info = {"task": task.name, "params": task.params, "vocab": task.vocab, "answers": task.answers, "seed": seed, "format": fmt,
-            "files": files, "decode": "input ids index vocab, target ids index answers, mask 1 where a target is supervised"}
+    info = {
+        "task": task.name,
+        "params": task.params,
+        "vocab": task.vocab,
+        "answers": task.answers,
+        "seed": seed,
+        "format": fmt,
+        "files": files,
+        "decode": "input ids index vocab, target ids index answers, mask 1 where a target is supervised",
+    }
     group = getattr(task, "group_object", None)
     if group is not None:
-        info["group"] = {"name": group.name, "order": len(group), "elements": [_plain(e) for e in group.elements],
-                         "product": "a * b applies a first, then b: (a * b)(i) = b(a(i)) for permutations; "
-                                    "each target is the product of the inputs so far",
-                         "table": group.cayley_table().tolist()}
+        info["group"] = {
+            "name": group.name,
+            "order": len(group),
+            "elements": [_plain(e) for e in group.elements],
+            "product": "a * b applies a first, then b: (a * b)(i) = b(a(i)) for permutations; "
+            "each target is the product of the inputs so far",
+            "table": group.cayley_table().tolist(),
+        }
     write_text(meta, json.dumps(info, indent=1))
     return paths
 
@@ -154,5 +170,8 @@ def import_task_csv(path: str | Path) -> Batch:
     """Read a generic `{task}={length}.csv` file (columns input,target,mask) back into a Batch."""
     path = Path(path)
     rows = list(_rows(path, ["input", "target", "mask"]))
-    return Batch(_stack(path, [r[0] for r in rows], "input"), _stack(path, [r[1] for r in rows], "target"),
-                 _stack(path, [r[2] for r in rows], "mask").bool())
+    return Batch(
+        _stack(path, [r[0] for r in rows], "input"),
+        _stack(path, [r[1] for r in rows], "target"),
+        _stack(path, [r[2] for r in rows], "mask").bool(),
+    )

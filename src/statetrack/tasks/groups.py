@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from functools import lru_cache
+from functools import cache
 
 import torch
 
@@ -178,7 +178,9 @@ def _parse_factor(token: str, full_name: str) -> tuple[str, int]:
     kind, size = match.group(1), int(match.group(2))
     minimum = {"Z": 2, "S": 2, "A": 3}[kind]
     if size < minimum:
-        raise StatetrackError(f"unknown group {_shown_name(full_name)}: {kind}{size} needs {kind}<n> with n >= {minimum}; expected {_VALID_FORMS}")
+        raise StatetrackError(
+            f"unknown group {_shown_name(full_name)}: {kind}{size} needs {kind}<n> with n >= {minimum}; expected {_VALID_FORMS}"
+        )
     return kind, size
 
 
@@ -204,12 +206,14 @@ def canonical_group_name(name: str) -> str:
     for kind, size in parsed:  # stop once past the bound: a product of many factors is never formed
         order *= _factor_order(kind, size)
         if order > MAX_ORDER:
-            raise StatetrackError(f"group {_shown_name(name)} has order above {MAX_ORDER}; at most {MAX_ORDER} is supported "
-                                  "(Cayley table)")
+            raise StatetrackError(
+                f"group {_shown_name(name)} has order above {MAX_ORDER}; at most {MAX_ORDER} is supported "
+                "(Cayley table)"
+            )
     return "x".join(f"{k}{s}" for k, s in parsed)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _build(canonical: str) -> Group:
     factors = []
     for token in canonical.split("x"):

@@ -48,7 +48,9 @@ class PermutationPFSA(Task):
     def __init__(self, n: int = 4, noise: float = 0.5, reveal_prob: float = 0.3, belief: str = "auto"):
         self.n = self.check_int(self.name, "n", n, 2, limits.MAX_CLASSES)
         if n > MAX_N:
-            raise StatetrackError(f"task {self.name!r}: n must be an integer <= {MAX_N} (exact joint tracking), got {n!r}")
+            raise StatetrackError(
+                f"task {self.name!r}: n must be an integer <= {MAX_N} (exact joint tracking), got {n!r}"
+            )
         for label, value in (("noise", noise), ("reveal_prob", reveal_prob)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise StatetrackError(f"task {self.name!r}: {label} must be a number in [0, 1], got {value!r}")
@@ -67,8 +69,12 @@ class PermutationPFSA(Task):
         # consistent[i, j, q]: arrangement q has element j at position i
         self.consistent = (arrangements.T[:, None, :] == torch.arange(n)[None, :, None]).double()  # [n, n, N]
         self.onehot = torch.nn.functional.one_hot(arrangements, n).reshape(len(self.states), n * n).double()  # [N, n*n]
-        self.vocab = [PAD] + [f"swap({i},{j})?" for i, j in self.pairs] + [f"p[{i}]={j}" for i in range(n) for j in range(n)]
-        self.answers = [" ".join(map(str, q)) for q in self.states] if self.mode == "joint" else [str(j) for j in range(n)]
+        self.vocab = (
+            [PAD] + [f"swap({i},{j})?" for i, j in self.pairs] + [f"p[{i}]={j}" for i in range(n) for j in range(n)]
+        )
+        self.answers = (
+            [" ".join(map(str, q)) for q in self.states] if self.mode == "joint" else [str(j) for j in range(n)]
+        )
         self._reveal0 = 1 + len(self.pairs)
 
     # ---- the loss and metric of a belief task ---------------------------------------------------
@@ -115,7 +121,10 @@ class PermutationPFSA(Task):
         h[:, 0] = 1.0
         reveal = inputs >= self._reveal0
         pair = (inputs - 1).clamp(0, len(self.pairs) - 1)
-        pos, elem = ((inputs - self._reveal0).clamp(min=0)).div(self.n, rounding_mode="floor"), (inputs - self._reveal0).clamp(min=0) % self.n
+        pos, elem = (
+            ((inputs - self._reveal0).clamp(min=0)).div(self.n, rounding_mode="floor"),
+            (inputs - self._reveal0).clamp(min=0) % self.n,
+        )
         consistent, after, onehot = self.consistent.to(dtype), self.after, self.onehot.to(dtype)
         beliefs, norms = [], []
         for t in range(length):
@@ -163,7 +172,9 @@ class PermutationPFSA(Task):
         final = batch.soft_targets[index, -1]
         if self.mode == "joint":
             top = final.topk(min(3, final.numel()))
-            belief = ", ".join(f"[{self.answers[i]}]: {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()) if p > 0)
+            belief = ", ".join(
+                f"[{self.answers[i]}]: {p:.3f}" for p, i in zip(top.values.tolist(), top.indices.tolist()) if p > 0
+            )
             return f"{tokens}\n  final belief (top): {belief}; hidden: [{self.answers[int(batch.targets[index, -1])]}]"
         rows = "; ".join(" ".join(f"{p:.2f}" for p in row) for row in final.tolist())
         return f"{tokens}\n  final marginals P(pos i holds j): {rows}"

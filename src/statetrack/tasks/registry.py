@@ -23,11 +23,15 @@ def register_task(name: str):
             raise StatetrackError(f"register_task({name!r}) expects a statetrack.tasks.Task subclass, got {cls!r}")
         own = cls.__dict__.get("name")
         if own not in (None, name):
-            raise StatetrackError(f"register_task({name!r}): {cls.__qualname__}.name is {own!r}; the registered name "
-                                  "is the task's name, so drop the attribute")
+            raise StatetrackError(
+                f"register_task({name!r}): {cls.__qualname__}.name is {own!r}; the registered name "
+                "is the task's name, so drop the attribute"
+            )
         old = TASKS.get(name)
         if old is not None and _qualified(old) != _qualified(cls):
-            raise StatetrackError(f"task name {name!r} is taken by {_qualified(old)}; cannot register {_qualified(cls)} under it")
+            raise StatetrackError(
+                f"task name {name!r} is taken by {_qualified(old)}; cannot register {_qualified(cls)} under it"
+            )
         cls.name = name
         TASKS[name] = cls
         return cls

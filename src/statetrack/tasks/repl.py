@@ -50,7 +50,9 @@ class ReplTrace(Task):
     def __init__(self, n: int = 5, spacing: int = 1, moves: str = "full"):
         self.n = self.check_int(self.name, "n", n, 2, limits.MAX_CLASSES)
         if n > 26:
-            raise StatetrackError(f"task {self.name!r}: n must be an integer <= 26 (one letter per variable), got {n!r}")
+            raise StatetrackError(
+                f"task {self.name!r}: n must be an integer <= 26 (one letter per variable), got {n!r}"
+            )
         self.spacing = self.check_int(self.name, "spacing", spacing, 1, limits.MAX_LENGTH)
         if moves not in ("full", "swap"):
             raise StatetrackError(f"task {self.name!r}: moves must be 'full' or 'swap', got {moves!r}")
@@ -110,8 +112,15 @@ class ReplTrace(Task):
                 value = state.gather(1, shown)  # [B, 1]
                 blocks.append(
                     torch.cat(
-                        [self._const(b, PROMPT), self._const(b, PRINT), shown + self._var0, self._const(b, CLOSE),
-                         self._const(b, NEWLINE), value + self._val0, self._const(b, NEWLINE)],
+                        [
+                            self._const(b, PROMPT),
+                            self._const(b, PRINT),
+                            shown + self._var0,
+                            self._const(b, CLOSE),
+                            self._const(b, NEWLINE),
+                            value + self._val0,
+                            self._const(b, NEWLINE),
+                        ],
                         dim=1,
                     )
                 )

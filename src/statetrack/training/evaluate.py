@@ -77,8 +77,15 @@ def trace(model, batch: Batch, examples: int, chunk_size: int | None = None) -> 
     plots it against the input (e.g. the model's output against the signal on `counting`)."""
     n = min(examples, batch.inputs.shape[0])
     probs = predict(model, batch.inputs[:n], chunk_size, probabilities=True).cpu()
-    return [{"inputs": batch.inputs[i].tolist(), "targets": batch.targets[i].tolist(), "mask": batch.mask[i].int().tolist(),
-             "probabilities": [[round(p, 4) for p in row] for row in probs[i].tolist()]} for i in range(n)]
+    return [
+        {
+            "inputs": batch.inputs[i].tolist(),
+            "targets": batch.targets[i].tolist(),
+            "mask": batch.mask[i].int().tolist(),
+            "probabilities": [[round(p, 4) for p in row] for row in probs[i].tolist()],
+        }
+        for i in range(n)
+    ]
 
 
 def eval_generator(seed: int, length: int) -> torch.Generator:
@@ -98,8 +105,10 @@ def _by_position(hits: torch.Tensor, mask: torch.Tensor, unit: str) -> tuple[tor
     size = int(k.max()) + 1 if k.numel() else 0
     if size > MAX_POSITIONS:
         return None, None
-    return (torch.zeros(size, dtype=torch.long, device=k.device).index_add_(0, k, hits[mask].long()).cpu(),
-            torch.bincount(k, minlength=size).cpu())
+    return (
+        torch.zeros(size, dtype=torch.long, device=k.device).index_add_(0, k, hits[mask].long()).cpu(),
+        torch.bincount(k, minlength=size).cpu(),
+    )
 
 
 def _add_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -118,8 +127,14 @@ class LengthScores(list):
     def __str__(self) -> str:
         metrics = list(dict.fromkeys(name for row in self for name in row.get("metrics", {})))
         header = ["length", "accuracy", "scaled accuracy", "sequence accuracy", *metrics]
-        body = [[str(r["length"]), *(f"{r[k]:.3f}" for k in ("accuracy", "scaled_accuracy", "sequence_accuracy")),
-                 *(f"{r['metrics'][m]:.4g}" if m in r.get("metrics", {}) else "-" for m in metrics)] for r in self]
+        body = [
+            [
+                str(r["length"]),
+                *(f"{r[k]:.3f}" for k in ("accuracy", "scaled_accuracy", "sequence_accuracy")),
+                *(f"{r['metrics'][m]:.4g}" if m in r.get("metrics", {}) else "-" for m in metrics),
+            ]
+            for r in self
+        ]
         widths = [max([len(h)] + [len(line[i]) for line in body]) for i, h in enumerate(header)]
         return "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths)) for line in [header, *body])
 
@@ -205,11 +220,18 @@ def evaluate_lengths(
         accuracy = correct / total
         metrics = {**diagnostics.summarize(records), **{name: value / total for name, value in task_sums.items()}}
         row = {
-            "length": length, "accuracy": accuracy, "scaled_accuracy": scaled_accuracy(accuracy, task.chance), "samples": samples,
-            "sequence_accuracy": whole / examples, "metrics": metrics, **row,
+            "length": length,
+            "accuracy": accuracy,
+            "scaled_accuracy": scaled_accuracy(accuracy, task.chance),
+            "samples": samples,
+            "sequence_accuracy": whole / examples,
+            "metrics": metrics,
+            **row,
         }
         if by_position is not None:
-            row["position_accuracy"] = [None if n == 0 else h / n for h, n in zip(by_position.tolist(), count_by_position.tolist())]
+            row["position_accuracy"] = [
+                None if n == 0 else h / n for h, n in zip(by_position.tolist(), count_by_position.tolist())
+            ]
         results.append(row)
     return results
 

@@ -53,7 +53,11 @@ def eval_label(row: dict) -> str:
 def eval_metrics(rows: list[dict], score: float | None = None) -> dict[str, float]:
     """One value per metric and length, `eval/scaled_accuracy/256` (a tracker's run table then
     shows every length, not the last one logged), and `selection/score` when there is one."""
-    out = {f"{key}/{row['length']}": value for row in rows for key, value in scalars(eval_label(row), row, EVAL_KEYS).items()}
+    out = {
+        f"{key}/{row['length']}": value
+        for row in rows
+        for key, value in scalars(eval_label(row), row, EVAL_KEYS).items()
+    }
     if score is not None:
         out["selection/score"] = float(score)
     return out
@@ -104,7 +108,9 @@ class TensorBoardLogger(Logger):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise StatetrackError("TensorBoard logging needs the tensorboard package: pip install 'statetrack[tensorboard]'") from None
+            raise StatetrackError(
+                "TensorBoard logging needs the tensorboard package: pip install 'statetrack[tensorboard]'"
+            ) from None
         self.folder = Path(folder)
         self.writer = SummaryWriter(log_dir=str(folder))
 
@@ -132,8 +138,16 @@ class WandbLogger(Logger):
     WANDB_MODE, else online). A run that did not end done finishes with exit code 1 (failed in the
     W&B interface) and its status in the summary."""
 
-    def __init__(self, project: str, name: str, config: dict, group: str | None = None, tags: dict | None = None,
-                 folder: str | Path | None = None, mode: str | None = None):
+    def __init__(
+        self,
+        project: str,
+        name: str,
+        config: dict,
+        group: str | None = None,
+        tags: dict | None = None,
+        folder: str | Path | None = None,
+        mode: str | None = None,
+    ):
         try:
             import wandb
         except ImportError:
@@ -143,8 +157,16 @@ class WandbLogger(Logger):
         if folder:
             Path(folder).mkdir(parents=True, exist_ok=True)
         labels = [f"{key}:{value}"[:64] for key, value in (tags or {}).items()]  # W&B tags are short strings
-        self.run = wandb.init(project=project, name=name, config={**config, **(tags or {})}, group=group, tags=labels, mode=mode,
-                              reinit="create_new", **kwargs)
+        self.run = wandb.init(
+            project=project,
+            name=name,
+            config={**config, **(tags or {})},
+            group=group,
+            tags=labels,
+            mode=mode,
+            reinit="create_new",
+            **kwargs,
+        )
 
     def log_point(self, point: dict) -> None:
         self.run.log(scalars("train", point, ("loss", "accuracy")), step=point["step"])
@@ -152,7 +174,10 @@ class WandbLogger(Logger):
     def log_eval(self, rows: list[dict], score: float | None = None) -> None:
         if rows:
             columns = ["variant", "length", *EVAL_KEYS]
-            table = self.wandb.Table(columns=columns, data=[[r.get("variant") or "", r["length"], *(r.get(k) for k in EVAL_KEYS)] for r in rows])
+            table = self.wandb.Table(
+                columns=columns,
+                data=[[r.get("variant") or "", r["length"], *(r.get(k) for k in EVAL_KEYS)] for r in rows],
+            )
             self.run.log({"eval/table": table})
         for key, value in eval_metrics(rows, score).items():
             self.run.summary[key] = value
@@ -233,7 +258,11 @@ def check_log_to(log_to: dict) -> None:
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
         raise StatetrackError(f"unknown logger {unknown[0]!r}; expected one of {', '.join(KINDS)}")
-    packages = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "mlflow": ("mlflow", "mlflow")}
+    packages = {
+        "tensorboard": ("torch.utils.tensorboard", "tensorboard"),
+        "wandb": ("wandb", "wandb"),
+        "mlflow": ("mlflow", "mlflow"),
+    }
     for kind, value in kinds.items():
         if not value or not str(value).strip():
             raise StatetrackError(f"--{kind} needs a value (a folder, a project or a tracking URI), got {value!r}")
@@ -251,7 +280,9 @@ def _patient(seconds: float):
     """MLflow's HTTP client for the next `seconds`: one try, `seconds` long (its default retries
     with back-off for minutes)."""
     saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ.update({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(max(1, seconds)))})
+    os.environ.update(
+        {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(max(1, seconds)))}
+    )
     try:
         yield
     finally:
@@ -277,12 +308,16 @@ def check_mlflow(uri: str, seconds: float = CHECK_SECONDS) -> None:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=seconds).close()
         except urllib.error.HTTPError as error:
             if error.code in (401, 403):
-                raise StatetrackError(f"--mlflow {uri}: the tracking server refused us (HTTP {error.code}); set "
-                                      "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN") from None
+                raise StatetrackError(
+                    f"--mlflow {uri}: the tracking server refused us (HTTP {error.code}); set "
+                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN"
+                ) from None
             # any other answer means a server is there: the experiment listing below decides
         except (urllib.error.URLError, OSError, ValueError) as error:
             reason = getattr(error, "reason", error)
-            raise StatetrackError(f"--mlflow {uri}: no tracking server answered within {seconds:g} s ({reason})") from None
+            raise StatetrackError(
+                f"--mlflow {uri}: no tracking server answered within {seconds:g} s ({reason})"
+            ) from None
     import mlflow
 
     try:
@@ -292,10 +327,14 @@ def check_mlflow(uri: str, seconds: float = CHECK_SECONDS) -> None:
     except Exception as error:  # MLflow's own errors, a missing driver, an unreadable folder
         text = " ".join(str(error).split())
         if "sqlalchemy" in text.lower() or "alembic" in text.lower():
-            raise StatetrackError(f"--mlflow {uri}: a sqlite: store needs SQLAlchemy and Alembic: pip install 'statetrack[mlflow]'") from None
+            raise StatetrackError(
+                f"--mlflow {uri}: a sqlite: store needs SQLAlchemy and Alembic: pip install 'statetrack[mlflow]'"
+            ) from None
         if "filesystem tracking backend" in text.lower():
-            raise StatetrackError(f"--mlflow {uri}: MLflow {mlflow.__version__} refuses a folder (file:) store; use a local database, "
-                                  "--mlflow sqlite:///PATH/mlflow.db, or set MLFLOW_ALLOW_FILE_STORE=true") from None
+            raise StatetrackError(
+                f"--mlflow {uri}: MLflow {mlflow.__version__} refuses a folder (file:) store; use a local database, "
+                "--mlflow sqlite:///PATH/mlflow.db, or set MLFLOW_ALLOW_FILE_STORE=true"
+            ) from None
         raise StatetrackError(f"--mlflow {uri}: the tracking store did not answer: {text[:300]}") from None
 
 
@@ -308,17 +347,37 @@ def run_loggers(run, log_to: dict, tags: dict | None = None) -> list[Logger]:
     from statetrack import __version__
 
     context = log_to.get("context") or {}
-    tags = tags or {"experiment": run.experiment, "version": __version__, "git_rev": context.get("git_rev", "unknown"),
-                    "host": socket.gethostname()}
+    tags = tags or {
+        "experiment": run.experiment,
+        "version": __version__,
+        "git_rev": context.get("git_rev", "unknown"),
+        "host": socket.gethostname(),
+    }
     loggers: list[Logger] = []
     try:
-        settings = {"experiment": run.experiment, "run_id": run.id, "model": run.model, "task": run.task, "lr": run.lr,
-                    "seed": run.seed, "train": run.train}
+        settings = {
+            "experiment": run.experiment,
+            "run_id": run.id,
+            "model": run.model,
+            "task": run.task,
+            "lr": run.lr,
+            "seed": run.seed,
+            "train": run.train,
+        }
         if log_to.get("mlflow"):
             loggers.append(MLflowLogger(log_to["mlflow"], run.experiment, run_label(run), settings, tags))
         if log_to.get("wandb"):  # WANDB_MODE and WANDB_DIR read now, for each run (wandb reads them once per process)
-            loggers.append(WandbLogger(log_to["wandb"], run_label(run), settings, group=run.experiment, tags=tags,
-                                       folder=os.environ.get("WANDB_DIR") or None, mode=os.environ.get("WANDB_MODE") or None))
+            loggers.append(
+                WandbLogger(
+                    log_to["wandb"],
+                    run_label(run),
+                    settings,
+                    group=run.experiment,
+                    tags=tags,
+                    folder=os.environ.get("WANDB_DIR") or None,
+                    mode=os.environ.get("WANDB_MODE") or None,
+                )
+            )
         if log_to.get("tensorboard"):
             loggers.append(TensorBoardLogger(tensorboard_dir(log_to["tensorboard"], run)))
     except BaseException:
@@ -335,7 +394,9 @@ def selection_score(evals: list[dict], log_to: dict) -> float | None:
     return evals_score(evals, (log_to.get("context") or {}).get("selection"))
 
 
-def replay(loggers: list[Logger], curve: list[dict], evals: list[dict], score: float | None = None, status: str = "done") -> None:
+def replay(
+    loggers: list[Logger], curve: list[dict], evals: list[dict], score: float | None = None, status: str = "done"
+) -> None:
     """A finished run's curve and evaluation, as it would have been logged live; closes the loggers."""
     try:
         for point in curve:
@@ -358,8 +419,17 @@ def stored_run(row: dict):
     from types import SimpleNamespace
 
     config = row.get("config") or {}
-    return SimpleNamespace(experiment=row["experiment"], id=row["id"], model_name=row["model"], task_name=row["task"], lr=row["lr"],
-                           seed=row["seed"], model=config.get("model"), task=config.get("task"), train=config.get("train"))
+    return SimpleNamespace(
+        experiment=row["experiment"],
+        id=row["id"],
+        model_name=row["model"],
+        task_name=row["task"],
+        lr=row["lr"],
+        seed=row["seed"],
+        model=config.get("model"),
+        task=config.get("task"),
+        train=config.get("train"),
+    )
 
 
 def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, str]:
@@ -383,16 +453,24 @@ def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, st
         check_log_to(log_to)
         for row in rows:
             run = stored_run(row)
-            tags = {"experiment": run.experiment, "version": __version__, "git_rev": row.get("git_rev") or "unknown",
-                    "host": row.get("host") or "unknown"}
+            tags = {
+                "experiment": run.experiment,
+                "version": __version__,
+                "git_rev": row.get("git_rev") or "unknown",
+                "host": row.get("host") or "unknown",
+            }
             status = "diverged" if row.get("diverged_at") is not None else "done"
             evals = store.evals(run.id)
             try:
-                replay(run_loggers(run, log_to, tags), store.curves(run.id), evals, selection_score(evals, log_to), status)
+                replay(
+                    run_loggers(run, log_to, tags), store.curves(run.id), evals, selection_score(evals, log_to), status
+                )
             except StatetrackError:
                 raise
             except Exception as error:  # a tracker's own error, in one line
-                raise StatetrackError(f"export {kind} to {target}: {type(error).__name__}: {' '.join(str(error).split())[:300]}") from None
+                raise StatetrackError(
+                    f"export {kind} to {target}: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+                ) from None
         return len(rows), target
     folder = Path(target)
     folder.mkdir(parents=True, exist_ok=True)
@@ -400,9 +478,19 @@ def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, st
     curves, evals = [], []
     for row in rows:
         head = dict(zip(keys, (row["id"], row["model"], row["task"], row["lr"], row["seed"])))
-        curves += [{**head, **{k: v for k, v in point.items() if k != "metrics"}, **(point.get("metrics") or {})} for point in store.curves(row["id"])]
-        evals += [{**head, "variant": e.get("variant") or "", **{k: v for k, v in e.items() if k not in ("metrics", "position_accuracy", "variant")},
-                   **(e.get("metrics") or {})} for e in store.evals(row["id"])]
+        curves += [
+            {**head, **{k: v for k, v in point.items() if k != "metrics"}, **(point.get("metrics") or {})}
+            for point in store.curves(row["id"])
+        ]
+        evals += [
+            {
+                **head,
+                "variant": e.get("variant") or "",
+                **{k: v for k, v in e.items() if k not in ("metrics", "position_accuracy", "variant")},
+                **(e.get("metrics") or {}),
+            }
+            for e in store.evals(row["id"])
+        ]
     for name, table in (("curves.csv", curves), ("evals.csv", evals)):
         columns = list(dict.fromkeys(k for entry in table for k in entry))
         with open_for_write(folder / name, newline="") as f:

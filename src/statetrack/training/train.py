@@ -34,7 +34,9 @@ def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
             where = f"train.curriculum[{number - 1}]" if config.curriculum is not None else "train.min_length"
             raise StatetrackError(f"{where}: {error}") from None
         if (staged.vocab, staged.answers) != (task.vocab, task.answers):
-            raise StatetrackError(f"train.curriculum[{number - 1}]: {stage['task']} changes the task's tokens or answers")
+            raise StatetrackError(
+                f"train.curriculum[{number - 1}]: {stage['task']} changes the task's tokens or answers"
+            )
         tasks.append(staged)
     return tasks
 
@@ -52,10 +54,21 @@ class FixedTrainingSet:
     the step alone and a run resumed from a checkpoint sees the batches of an uninterrupted one.
     """
 
-    def __init__(self, task: Task, size: int, min_length: int, max_length: int, batch_size: int,
-                 generator: torch.Generator, device: torch.device | str = "cpu", balanced: bool = False):
+    def __init__(
+        self,
+        task: Task,
+        size: int,
+        min_length: int,
+        max_length: int,
+        batch_size: int,
+        generator: torch.Generator,
+        device: torch.device | str = "cpu",
+        balanced: bool = False,
+    ):
         lengths = torch.randint(min_length, max_length + 1, (size,), generator=generator)
-        answers = (torch.arange(size) % task.num_classes)[torch.randperm(size, generator=generator)] if balanced else None
+        answers = (
+            (torch.arange(size) % task.num_classes)[torch.randperm(size, generator=generator)] if balanced else None
+        )
         self.lengths = torch.unique(lengths).tolist()  # the task's length of each bucket
         self.buckets = []
         for length in self.lengths:
@@ -99,7 +112,9 @@ def _last_answer(batch: Batch) -> torch.Tensor:
     return batch.targets.gather(1, last[:, None])[:, 0]
 
 
-def _draw_answers(task: Task, length: int, answers: torch.Tensor, generator: torch.Generator, tries: int = 200) -> Batch:
+def _draw_answers(
+    task: Task, length: int, answers: torch.Tensor, generator: torch.Generator, tries: int = 200
+) -> Batch:
     """Examples of `length` whose answers are `answers` (one each), drawn by rejection."""
     need = answers.tolist()
     picked: list[Batch] = []
@@ -109,13 +124,21 @@ def _draw_answers(task: Task, length: int, answers: torch.Tensor, generator: tor
         for i, answer in enumerate(got):
             if answer in need:
                 need.remove(answer)
-                picked.append(Batch(pool.inputs[i : i + 1], pool.targets[i : i + 1], pool.mask[i : i + 1],
-                                    None if pool.soft_targets is None else pool.soft_targets[i : i + 1]))
+                picked.append(
+                    Batch(
+                        pool.inputs[i : i + 1],
+                        pool.targets[i : i + 1],
+                        pool.mask[i : i + 1],
+                        None if pool.soft_targets is None else pool.soft_targets[i : i + 1],
+                    )
+                )
         if not need:
             soft = None if picked[0].soft_targets is None else torch.cat([b.soft_targets for b in picked])
             return Batch(*(torch.cat([getattr(b, k) for b in picked]) for k in ("inputs", "targets", "mask")), soft)
-    raise StatetrackError(f"dataset_balanced: task {task.name!r} gave no example with answer {task.answers[need[0]]!r} "
-                          f"at length {length} in {tries} tries; drop dataset_balanced for this task")
+    raise StatetrackError(
+        f"dataset_balanced: task {task.name!r} gave no example with answer {task.answers[need[0]]!r} "
+        f"at length {length} in {tries} tries; drop dataset_balanced for this task"
+    )
 
 
 def resolve_device(device: str) -> torch.device:
@@ -158,9 +181,12 @@ def read_checkpoint(path: Path, map_location="cpu", model=None) -> dict:
         raise UnreadableCheckpoint(f"checkpoint {path} holds no model weights")
     if model is not None:
         expected, weights = model.state_dict(), saved["model"]
-        if set(weights) != set(expected) or any(not torch.is_tensor(weights[k]) or weights[k].shape != v.shape
-                                                for k, v in expected.items()):
-            raise UnreadableCheckpoint(f"checkpoint {path} does not hold this model's weights (their names or shapes differ)")
+        if set(weights) != set(expected) or any(
+            not torch.is_tensor(weights[k]) or weights[k].shape != v.shape for k, v in expected.items()
+        ):
+            raise UnreadableCheckpoint(
+                f"checkpoint {path} does not hold this model's weights (their names or shapes differ)"
+            )
     return saved
 
 
@@ -170,8 +196,15 @@ class Trainer:
     cannot be read is moved aside (`<name>.corrupt`, with a warning) and the run starts again.
     `loggers` (statetrack.training.loggers) get each point of the training curve as it is written."""
 
-    def __init__(self, model, task: Task, config: TrainConfig, checkpoint_path: str | Path | None = None, progress: bool = True,
-                 loggers: Sequence = ()):
+    def __init__(
+        self,
+        model,
+        task: Task,
+        config: TrainConfig,
+        checkpoint_path: str | Path | None = None,
+        progress: bool = True,
+        loggers: Sequence = (),
+    ):
         config = TrainConfig(**config.model_dump())  # checked again: a caller may have changed a setting since
         self.plan, self.tasks = config.stages(), curriculum_tasks(task, config)  # one stage without a curriculum
         self.model, self.task, self.config = model, task, config
@@ -189,9 +222,20 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(config.seed)
         # drawn from the fresh generator, so a resumed run (whose generator state then comes from the
         # checkpoint) re-draws exactly the same set
-        self.training_set = None if config.dataset_size is None else FixedTrainingSet(
-            task, config.dataset_size, config.min_length, config.max_length, config.batch_size, self.generator, self.device,
-            balanced=config.dataset_balanced)
+        self.training_set = (
+            None
+            if config.dataset_size is None
+            else FixedTrainingSet(
+                task,
+                config.dataset_size,
+                config.min_length,
+                config.max_length,
+                config.batch_size,
+                self.generator,
+                self.device,
+                balanced=config.dataset_balanced,
+            )
+        )
         self.step = 0
         # one row per log: step, loss, accuracy (training window means), epochs (fixed set), and `metrics`:
         # median and max over the window of what the layers record (statetrack.diagnostics; e.g. iterations per sequence)
@@ -246,7 +290,9 @@ class Trainer:
             self.optimizer.load_state_dict(saved["optimizer"])
             self.scheduler.load_state_dict(saved["scheduler"])
             # the data generator is a CPU one; map_location put its state on the run's device
-            self.generator.set_state(saved["generator"].cpu() if isinstance(saved["generator"], torch.Tensor) else saved["generator"])
+            self.generator.set_state(
+                saved["generator"].cpu() if isinstance(saved["generator"], torch.Tensor) else saved["generator"]
+            )
             self.step, self.curve = int(saved["step"]), list(saved["curve"])
             self.stopped_early, self.seconds = bool(saved["stopped_early"]), float(saved["seconds"])
         except (KeyError, ValueError, TypeError, RuntimeError) as error:
@@ -256,8 +302,13 @@ class Trainer:
     def _resume(self, path: Path) -> None:
         """Load the checkpoint at `path`; one that cannot be read is renamed `<name>.corrupt`, with a
         warning, and training starts from step 0 with the state this trainer was built with."""
-        fresh = copy.deepcopy({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                               "scheduler": self.scheduler.state_dict()})
+        fresh = copy.deepcopy(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+            }
+        )
         generator = self.generator.get_state()
         try:
             self.load(path)
@@ -351,15 +402,18 @@ class Trainer:
             early_stop = c.early_stop_loss is not None or c.early_stop_accuracy is not None
             if early_stop and self.step % c.val_every == 0 and stage == len(self.plan) - 1:
                 loss, accuracy = self._validation()
-                self.stopped_early = ((c.early_stop_loss is not None and loss < c.early_stop_loss)
-                                      or (c.early_stop_accuracy is not None and accuracy >= c.early_stop_accuracy))
+                self.stopped_early = (c.early_stop_loss is not None and loss < c.early_stop_loss) or (
+                    c.early_stop_accuracy is not None and accuracy >= c.early_stop_accuracy
+                )
             self.seconds = time.perf_counter() - start
             if self.step % c.checkpoint_every == 0:
                 self.save()
             bar.update(1)
         bar.close()
         if window_n:
-            self._add_point(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, self.stage))
+            self._add_point(
+                self._curve_point(window_loss / window_n, window_acc / window_n, window_records, self.stage)
+            )
         self.model.eval()
         self.save()
         return self
