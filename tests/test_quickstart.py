@@ -25,3 +25,15 @@ def test_the_readme_quickstart_prints_what_the_readme_says(tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stdout == printed
+
+
+def test_the_readme_experiment_from_python_runs_scores_and_reports(tmp_path):
+    """The README's "a whole experiment from Python" block: resolve, run, score once, render."""
+    section = README.read_text().split("A whole experiment from Python", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    headline, verdicts = result.stdout.strip().splitlines()[-1].split("} ")
+    assert headline.startswith("{40: ") and set(verdicts.strip("[]").replace("'", "").split(", ")) <= {"✓", "✗", "inconclusive"}
+    assert (tmp_path / "results" / "demo_seeds-0_train.steps-200" / "report.md").is_file()
