@@ -1,7 +1,7 @@
 """Speed of the bilinear RNN family (Ebrahimi & Memisevic 2025) on this machine.
 
     python benchmarks/bilinear.py               # human tables
-    python benchmarks/bilinear.py --json        # JSON: one object per (structure, measurement)
+    python benchmarks/bilinear.py --json        # JSON (benchmarks/common.py): one row per (structure, measurement)
     python benchmarks/bilinear.py --markdown    # the tables of docs/performance.md
 
 1. Training: forward + backward of the layer at batch 64, d_x = d_h = 64, T = 64, float32, for each
@@ -110,7 +110,7 @@ def table(rows, args) -> str:
 
 def markdown(rows, args) -> str:
     lines = [f"Forward + backward of one layer, batch {args.batch}, d_x = d_h = {args.width}, T = {args.T}, float32, "
-             f"{args.threads} threads, torch {torch.__version__}; median of {args.repeat} round-robin passes.", "",
+             f"{args.threads} thread(s); median of {args.repeat} round-robin passes.", "",
              "| structure | fast ms | reference ms | speedup (wall) | speedup (CPU time) |",
              "| --- | ---: | ---: | ---: | ---: |"]
     for r in rows:

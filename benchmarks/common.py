@@ -1,16 +1,27 @@
-"""What the layer benchmarks share: their command line (output format, repeats, threads, the
-training shape) and printing the rows as JSON, Markdown or a plain table."""
+"""What the benchmarks share: their command line (output format, repeats, threads, the training
+shape), the machine they ran on, and printing the rows as JSON, Markdown or a plain table.
+
+Every --json output is one object: `benchmark` (the script's name), `command` (its arguments),
+`env` (the STATETRACK_ and OMP_ variables set), `machine`, `measured` (the date), `elapsed_s` (the
+run's wall time), `args` (every option's value, so its Markdown can be rendered again from the
+file: `benchmarks/tables.py`), `rows` and whatever else the script adds."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+STARTED = time.perf_counter()  # the benchmark's start, for `elapsed_s` (scripts import this module first)
+ENV_PREFIXES = ("STATETRACK_", "OMP_", "MKL_")  # environment that changes what a benchmark measures
 
 
 def layer_parser(description: str) -> argparse.ArgumentParser:
@@ -26,12 +37,41 @@ def layer_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def emit(rows: list[dict], args, table, markdown) -> None:
-    """Print `rows` as --json asked, else markdown(rows, args) or table(rows, args)."""
+def emit(rows: list[dict], args, table, markdown, **extra) -> None:
+    """Print `rows` as --json asked (the report of `report`, with `extra`), else markdown(rows, args)
+    or table(rows, args)."""
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(report(rows, args, **extra), indent=1))
     else:
         print((markdown if args.markdown else table)(rows, args))
+
+
+def report(rows: list[dict], args, **extra) -> dict:
+    """The JSON object of one benchmark run (module docstring); the machine's GPU where args.device is one."""
+    options = {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "info"}
+    return {"benchmark": Path(sys.argv[0]).stem, "command": sys.argv[1:],
+            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)},
+            "machine": machine(getattr(args, "device", "cpu")), "measured": time.strftime("%Y-%m-%d"),
+            "elapsed_s": round(time.perf_counter() - STARTED, 1), "args": options, **extra, "rows": rows}
+
+
+def machine(device: str | torch.device = "cpu") -> dict:
+    """The CPU (model, cores, widest vector extension), the GPU if `device` is one, and the software."""
+    info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "simd": None}
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        fields = dict(line.split(":", 1) for line in cpuinfo.read_text().splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        info["cpu"] = fields.get("model name", info["cpu"])
+        flags = set(fields.get("flags", "").split())
+        widest = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sse2", "SSE2"))
+        info["simd"] = next((name for flag, name in widest if flag in flags), None)
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    info.update({"threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
+                 "os": platform.system()})
+    return info
 
 
 def peak_rss_mb() -> float:

@@ -1,7 +1,7 @@
 """Speed of the fixed-point RNN (Movahedi et al. 2025) on this machine.
 
     python benchmarks/fixedpoint.py               # human tables
-    python benchmarks/fixedpoint.py --json        # JSON: one object per measurement
+    python benchmarks/fixedpoint.py --json        # JSON (benchmarks/common.py): one row per measurement
     python benchmarks/fixedpoint.py --markdown    # the tables of docs/performance.md
 
 1. The price of an iteration: forward + backward of one FixedPointRNN layer (batch 64, d_model =
@@ -301,7 +301,7 @@ def markdown(rows, args) -> str:
     first = next((r for r in rows if r["measure"] == "iteration_price"), None)
     if first:
         lines += [f"Forward + backward of one FixedPointRNN layer with exactly l iterations (batch {first['batch']}, d_model = hidden = "
-                  f"{first['width']}, T = {first['T']}, float32, {args.threads} threads, torch {torch.__version__}; median of "
+                  f"{first['width']}, T = {first['T']}, float32, {args.threads} thread(s); median of "
                   f"{args.repeat} round-robin passes), against one diagonal scan forward + backward on its state.", "",
                   "| r | iterations l | layer ms | scan ms | layer / scan | budget l + 2 | recurrence alone / scan | layer / (l = 1 layer) "
                   "| one more iteration, in scans | projections alone, in scans |",

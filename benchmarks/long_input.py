@@ -3,7 +3,7 @@
 
     python benchmarks/long_input.py                     # human table, T = 10,000 and 100,000
     python benchmarks/long_input.py --markdown          # the table of docs/performance.md
-    python benchmarks/long_input.py --json              # JSON: one object per (model, T)
+    python benchmarks/long_input.py --json              # JSON (benchmarks/common.py): one row per (model, T)
     python benchmarks/long_input.py --models lstm slstm --T 100000
 
 Setting: `zoo.build_model({"name": model, "d_model": 64, "num_layers": 1})` (the zoo's defaults:
@@ -84,6 +84,8 @@ def measure(name: str, length: int, args) -> dict:
         out = subprocess.run(command, capture_output=True, text=True, check=True, timeout=args.timeout).stdout
     except subprocess.TimeoutExpired:
         return {"model": name, "T": length, "timeout": args.timeout}
+    except subprocess.CalledProcessError as error:  # the child's traceback, not only its exit status
+        sys.exit(f"error: {name} at T = {length} failed:\n{error.stderr}")
     return {"model": name, "T": length, **json.loads(out)}
 
 
@@ -104,8 +106,7 @@ def _cells(rows, name, lengths):
 def _setting(args) -> str:
     serial = evaluate.SERIAL_BATCH if getattr(args, "serial_batch", None) is None else args.serial_batch
     return (f"batch 1, width {args.width}, 1 layer, chunks of {args.chunk}, {args.threads} threads "
-            f"({'one in predict' if serial >= 1 else 'all in predict'}), {getattr(args, 'busy', 0)} busy processes beside, "
-            f"torch {torch.__version__}")
+            f"({'one in predict' if serial >= 1 else 'all in predict'}), {getattr(args, 'busy', 0)} busy processes beside")
 
 
 def table(rows, args) -> str:
@@ -146,8 +147,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     keep_freed_memory()
-    if args.serial_batch is not None:
-        evaluate.SERIAL_BATCH = args.serial_batch
+    if args.serial_batch is None:  # recorded in the JSON: the setting the figures were measured with
+        args.serial_batch = evaluate.SERIAL_BATCH
+    evaluate.SERIAL_BATCH = args.serial_batch
     if args._run:
         print(json.dumps(run_one(args._run[0], args.width, int(args._run[1]), args.chunk)))
         return 0

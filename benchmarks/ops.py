@@ -1,7 +1,7 @@
 """Speed of the recurrence ops: reference loop vs fast forms, forward + backward, on this machine.
 
     python benchmarks/ops.py            # human table
-    python benchmarks/ops.py --json     # JSON list: op, T, impl, ms, speedup_vs_reference, peak_mem_mb, gflops
+    python benchmarks/ops.py --json     # JSON (benchmarks/common.py): rows of op, T, impl, ms, speedup_vs_reference, peak_mem_mb, gflops
     python benchmarks/ops.py --quick    # T in {256, 1024}, fewer repeats
 
 Shapes (issue 4): delta rule and DeltaProduct B=8, H=4, d=32; diagonal scan a, b [B=8, T, D=64, N=16];
@@ -30,7 +30,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import matmul_rate  # noqa: E402
+from common import matmul_rate, report  # noqa: E402
 
 from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.ops import (  # noqa: E402
@@ -228,8 +228,8 @@ def table(rows, peak):
 
 def markdown(rows, peak):
     lines = [
-        f"matmul peak (float32 1024^3 torch.mm, same run): {peak['gflops']:.1f} GFLOP/s; torch {torch.__version__}, "
-        f"{peak.get('threads', '?')} threads, malloc {peak.get('malloc', 'system')}",
+        f"matmul peak (float32 1024^3 torch.mm, same run): {peak['gflops']:.1f} GFLOP/s; "
+        f"{peak.get('threads', '?')} thread(s), malloc {peak.get('malloc', 'system')}",
         "",
         "| op | T | impl | ms (median) | x reference | peak MB | GFLOP/s | % of matmul peak |",
         "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
@@ -244,9 +244,16 @@ def markdown(rows, peak):
     return "\n".join(lines)
 
 
+def from_json(measured) -> tuple[list[dict], dict]:
+    """(rows, matmul peak) of a --json output (an object; older outputs were a list ending in the peak row)."""
+    if isinstance(measured, dict):
+        return measured["rows"], measured["matmul_peak"]
+    return [r for r in measured if r["op"] != "matmul_peak"], next(r for r in measured if r["op"] == "matmul_peak")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    parser.add_argument("--json", action="store_true", help="print JSON (benchmarks/common.py) instead of a table")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table (docs/performance.md)")
     parser.add_argument("--from-json", help="format an earlier --json output instead of measuring")
     parser.add_argument("--quick", action="store_true", help="T in {256, 1024} and 3 repeats")
@@ -265,9 +272,7 @@ def main(argv=None):
     if args.malloc == "keep" and not keep_freed_memory():
         print("note: could not change malloc's settings (not glibc); measuring with the system's", file=sys.stderr)
     if args.from_json:
-        measured = json.loads(Path(args.from_json).read_text())
-        rows = [r for r in measured if r["op"] != "matmul_peak"]
-        peak = next(r for r in measured if r["op"] == "matmul_peak")
+        rows, peak = from_json(json.loads(Path(args.from_json).read_text()))
         print(markdown(rows, peak) if args.markdown else table(rows, peak))
         return
     lengths = args.T or ([256, 1024] if args.quick else [256, 1024, 4096])
@@ -280,7 +285,7 @@ def main(argv=None):
             rows += bench_op(op, T, repeat, not args.no_memory, args.skip_reference_above)
             print(f"  done {op} T={T}", file=sys.stderr, flush=True)
     if args.json:
-        print(json.dumps(rows + [peak], indent=1))
+        print(json.dumps(report(rows, args, matmul_peak=peak), indent=1))
     elif args.markdown:
         print(markdown(rows, peak))
     else:

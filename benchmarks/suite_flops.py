@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from common import matmul_rate  # noqa: E402
+from common import matmul_rate, report  # noqa: E402
 
 from statetrack.experiments.runner import training_cost  # noqa: E402
 from statetrack.experiments.spec import expand, load_spec, shipped_specs  # noqa: E402
@@ -83,19 +83,25 @@ def main() -> None:
     torch.set_num_threads(1)
     rows, rate = measure(args)
     if args.json:
-        print(json.dumps({"matmul_gflops": rate, "workers": args.workers, "rows": rows}, indent=1))
-        return
+        print(json.dumps(report(rows, args, matmul_gflops=rate, workers=args.workers), indent=1))
+    else:
+        print(render(rows, rate, args.workers, args.scale, args.markdown))
+
+
+def render(rows: list[dict], rate: float, workers: int, scale: str, markdown: bool = True) -> str:
+    """The rows and their total as a Markdown (or plain) table, under a line naming the rate."""
     total = {k: sum(r[k] or 0 for r in rows) for k in ("train_gflop", "eval_gflop", "arith_s", "wall_s")}
     rows = rows + [{"experiment": "total", "runs": sum(r["runs"] for r in rows), **total,
                     "x_arith": total["wall_s"] / total["arith_s"] if total["arith_s"] else None}]
-    print(f"matmul rate {rate:.1f} GFLOP/s per core, {args.workers} workers, {args.scale} scale")
-    if args.markdown:
-        print("\n| experiment | runs | train GFLOP | eval GFLOP | arith min | wall min | x arith |\n|---|---:|---:|---:|---:|---:|---:|")
+    lines = [f"matmul rate {rate:.1f} GFLOP/s per core, {workers} workers, {scale} scale"]
+    if markdown:
+        lines += ["", "| experiment | runs | train GFLOP | eval GFLOP | arith min | wall min | x arith |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         cells = [r["experiment"], str(r["runs"]), f"{r['train_gflop']:.0f}", f"{r['eval_gflop']:.0f}", _minutes(r["arith_s"]),
                  _minutes(r["wall_s"]), "-" if r["x_arith"] is None else f"{r['x_arith']:.1f}"]
-        print(("| " + " | ".join(cells) + " |") if args.markdown else
-              f"{cells[0]:26s} {cells[1]:>5s} {cells[2]:>12s} {cells[3]:>10s} {cells[4]:>9s} {cells[5]:>9s} {cells[6]:>7s}")
+        lines.append(("| " + " | ".join(cells) + " |") if markdown else
+                     f"{cells[0]:26s} {cells[1]:>5s} {cells[2]:>12s} {cells[3]:>10s} {cells[4]:>9s} {cells[5]:>9s} {cells[6]:>7s}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

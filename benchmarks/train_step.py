@@ -2,7 +2,7 @@
 
     python benchmarks/train_step.py                # human tables
     python benchmarks/train_step.py --markdown     # the table of docs/performance.md
-    python benchmarks/train_step.py --json         # one object per (model, length, layers)
+    python benchmarks/train_step.py --json         # JSON (benchmarks/common.py): one row per (model, length, layers)
     python benchmarks/train_step.py --device cuda  # on a GPU (the timer waits for the GPU's queue)
 
 A step is what `Trainer.fit` does per step (draw a batch of the task, forward, loss, backward,
@@ -28,6 +28,7 @@ are noisy on shared machines.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import sys
@@ -39,7 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import emit, layer_parser, matmul_rate, synchronize  # noqa: E402
+from common import layer_parser, matmul_rate, report, synchronize  # noqa: E402
 
 from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.models import zoo  # noqa: E402
@@ -182,7 +183,7 @@ def optimizer_steps(args) -> list[dict]:
 
 
 def optimizer_table(rows: list[dict], args) -> str:
-    head = f"AdamW step alone, d_model {args.width}, {args.layers[0]} layer(s), {torch.get_num_threads()} thread(s); ms (median of {args.steps})"
+    head = f"AdamW step alone, d_model {args.width}, {args.layers[0]} layer(s), {args.threads} thread(s); ms (median of {args.steps})"
     lines = [head, "", "| model | parameters | one at a time ms | foreach ms | fused ms | foreach equal | fused equal |",
              "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
@@ -205,28 +206,47 @@ def table(rows: list[dict], args) -> str:
         for r in sorted((r for r in rows if (r["T"], r["layers"]) == (length, layers)), key=lambda r: r["ms"]):
             lines.append(f"{r['model']:16s} {r['ms']:8.1f} {_fmt(r['x_lstm'], '7.1f')} {r['gflop']:7.3f} {r['arith_ms']:9.2f} "
                          f"{_fmt(r['x_arith'], '8.0f')}" + (f" {_fmt(r['compiled_ms'], '12.1f')}" if args.compile else ""))
-    lines += profile_lines(args.info["profiles"])
+    for model, ops in args.info["profiles"].items():
+        lines.append(f"\nwhere a step of {model} goes (self CPU time):")
+        lines += [f"  {o['share']:6.1%}  {o['ms_per_step']:7.2f} ms  {o['calls_per_step']:6.0f} calls  {o['op']}" for o in ops]
     return "\n".join(lines)
 
 
 def markdown(rows: list[dict], args) -> str:
     shapes = list(dict.fromkeys((r["T"], r["layers"]) for r in rows))
-    header = "| model | " + " | ".join(f"T {t}, {n} layer{'s' if n > 1 else ''}: ms (x LSTM)" for t, n in shapes) + " | GFLOP (T %d, 1 layer) | x arith |" % shapes[0][0]
-    lines = [f"{args.info['device']}, torch {torch.__version__}: matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s), malloc {args.info['malloc']}; batch {args.batch}, "
-             f"d_model {args.width}, {TASK['name']}({TASK['group']}).", "", header, "| --- |" + " ---: |" * (len(shapes) + 2)]
+    compiled = any(r.get("compiled_ms") is not None for r in rows)
+    columns = [f"T {t}, {n} layer{'s' if n > 1 else ''}: ms (x LSTM)" for t, n in shapes]
+    if compiled:  # each shape's eager column, then its compiled one
+        columns = [c for (t, n), eager in zip(shapes, columns) for c in (eager, f"T {t}, {n} layer{'s' if n > 1 else ''}: compiled ms")]
+    header = "| model | " + " | ".join(columns) + f" | GFLOP (T {shapes[0][0]}, {shapes[0][1]} layer{'s' if shapes[0][1] > 1 else ''}) | x arith |"
+    lines = [f"{args.info['device']}: matmul rate {args.info['matmul_gflops']:.1f} GFLOP/s at {args.info['threads']} thread(s), "
+             f"malloc {args.info['malloc']}; batch {args.batch}, d_model {args.width}, {TASK['name']}({TASK['group']}).", "", header,
+             "| --- |" + " ---: |" * (len(columns) + 2)]
     by = {(r["model"], r["T"], r["layers"]): r for r in rows}
-    for model in sorted({r["model"] for r in rows}, key=lambda m: by[(m, *shapes[0])]["ms"]):
+    for model in sorted({r["model"] for r in rows}, key=lambda m: _sort_key(by[(m, *shapes[0])]["ms"])):
         first = by[(model, *shapes[0])]
-        cells = [f"{by[(model, *s)]['ms']:.1f} ({_fmt(by[(model, *s)]['x_lstm'], '.1f')})" for s in shapes]
+        cells = []
+        for s in shapes:
+            r = by[(model, *s)]
+            cells.append(f"{_fmt(r['ms'], '.1f')} ({_fmt(r['x_lstm'], '.1f')})")
+            if compiled:
+                cells.append(_fmt(r.get("compiled_ms"), ".1f"))
         lines.append(f"| {model} | " + " | ".join(cells) + f" | {first['gflop']:.3f} | {_fmt(first['x_arith'], '.0f')} |")
     return "\n".join(lines + profile_lines(args.info["profiles"]))
 
 
+def _sort_key(ms: float) -> float:
+    return math.inf if math.isnan(ms) else ms  # a model that diverged (nan) last
+
+
 def profile_lines(profiles: dict) -> list[str]:
-    lines = []
+    """The profiles as one Markdown table: per model, the operators with the most self CPU time."""
+    if not profiles:
+        return []
+    lines = ["", "Where a step goes (torch.profiler, self CPU time; the slowest models at the first shape):", "",
+             "| model | operator | share | ms per step | calls per step |", "| --- | --- | ---: | ---: | ---: |"]
     for model, ops in profiles.items():
-        lines.append(f"\nwhere a step of {model} goes (self CPU time):")
-        lines += [f"  {o['share']:6.1%}  {o['ms_per_step']:7.2f} ms  {o['calls_per_step']:6.0f} calls  {o['op']}" for o in ops]
+        lines += [f"| {model} | `{o['op']}` | {o['share']:.1%} | {o['ms_per_step']:.2f} | {o['calls_per_step']:.0f} |" for o in ops]
     return lines
 
 
@@ -253,13 +273,13 @@ def main() -> None:
         print("note: could not change malloc's settings (not glibc); measuring with the system's", file=sys.stderr)
     if args.optimizers:
         rows = optimizer_steps(args)
-        print(__import__("json").dumps(rows, indent=1) if args.json else optimizer_table(rows, args))
+        print(json.dumps(report(rows, args), indent=1) if args.json else optimizer_table(rows, args))
         return
     rows, args.info = measure(args)
     if args.json:
-        print(__import__("json").dumps({"rows": rows, **args.info}, indent=1))
+        print(json.dumps(report(rows, args, **args.info), indent=1))
     else:
-        emit(rows, args, table, markdown)
+        print((markdown if args.markdown else table)(rows, args))
 
 
 if __name__ == "__main__":

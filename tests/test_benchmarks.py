@@ -1,4 +1,4 @@
-"""The operator benchmark runs end to end and prints the JSON the issue specifies (figures unchecked)."""
+"""The benchmarks run end to end and print the JSON that benchmarks/common.py describes (figures unchecked)."""
 
 import json
 import subprocess
@@ -16,13 +16,16 @@ def test_ops_benchmark_json_has_every_implementation_and_key():
          "--ops", "delta_rule", "delta_product_nh2", "diagonal_scan", "dense_transition"],
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
-    rows = json.loads(out)
+    report = json.loads(out)
+    rows = report["rows"]
     keys = {"op", "T", "impl", "ms", "speedup_vs_reference", "peak_mem_mb", "gflops"}
     assert all(keys <= set(r) for r in rows)
     impls = {(r["op"], r["impl"]) for r in rows}
     for op in ("delta_rule", "delta_product_nh2", "diagonal_scan", "dense_transition"):
         assert {(op, "reference"), (op, "fast")} <= impls
-    assert ("diagonal_scan", "chunked") in impls and ("matmul_peak", "torch.mm") in impls
+    assert ("diagonal_scan", "chunked") in impls and report["matmul_peak"]["impl"] == "torch.mm"
+    assert report["machine"]["threads"] == 1 and report["machine"]["torch"] and report["machine"]["cores"] >= 1
+    assert report["benchmark"] == "ops" and report["command"][:1] == ["--json"] and report["args"]["T"] == [8, 32]
     fla = {r["T"] for r in rows if r["impl"] == "fla_naive_chunk"}
     assert fla <= {32}  # fla's naive chunk form runs where T fills its chunks of 32, and only there
     fast = next(r for r in rows if r["op"] == "delta_rule" and r["impl"] == "fast")
@@ -36,7 +39,7 @@ def test_bilinear_benchmark_json_has_every_structure_and_key():
          "--threads", "1", "--lengths", "40", "--chunk", "16"],
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     train = {r["structure"]: r for r in rows if r["measure"] == "train_fwd_bwd"}
     longs = {r["structure"]: r for r in rows if r["measure"] == "eval_long"}
     assert set(train) == set(longs) == {"full", "cp R=16", "block b=8", "rotation", "diagonal"}
@@ -51,7 +54,7 @@ def test_fixedpoint_benchmark_json_has_every_measurement():
          "--threads", "1", "--dense-batch", "2", "--dense-T", "8", "--reflections", "1", "2", "--fused-T", "3", "5"],
         capture_output=True, text=True, check=True, timeout=300,
     ).stdout
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     price = [r for r in rows if r["measure"] == "iteration_price"]
     dense = [r for r in rows if r["measure"] == "against_dense"]
     assert sorted((r["reflections"], r["iterations"]) for r in price) == [(1, 1), (1, 4), (1, 16), (2, 1), (2, 4), (2, 16)]
@@ -89,7 +92,7 @@ def test_train_step_benchmark_times_the_three_adamw_forms():
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "train_step.py"
     out = subprocess.run([sys.executable, str(script), "--optimizers", "--json", "--width", "8", "--layers", "2", "--warmup", "1",
                           "--steps", "2", "--models", "lstm", "bedouin"], capture_output=True, text=True, check=True, timeout=300).stdout
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     assert [r["model"] for r in rows] == ["lstm", "bedouin"]
     assert all(r["parameters"] > 0 and r["one at a time ms"] > 0 and r["foreach ms"] > 0 and r["fused ms"] > 0 for r in rows)
     assert all(r["foreach equal"] for r in rows)  # what the trainer relies on: foreach is the same arithmetic

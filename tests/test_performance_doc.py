@@ -1,0 +1,50 @@
+"""docs/performance.md's tables are their generation from the committed benchmark JSON
+(benchmarks/results/), so the page cannot drift from the data. Nothing is measured here."""
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tables():
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "benchmarks" / "tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_generated_block_equals_its_generation_from_the_json(tables):
+    text = tables.PAGE.read_text()
+    assert tables.problems(text, tables.blocks()) == []  # else: .venv/bin/python benchmarks/tables.py --write
+    assert tables.fill(text, tables.blocks()) == text
+
+
+def test_a_changed_figure_or_a_lost_block_is_found(tables):
+    text = tables.PAGE.read_text()
+    generated = tables.blocks()
+    name = "ops"
+    stale = {**generated, name: generated[name].replace("|", "| 0", 1)}
+    assert tables.problems(text, stale) == [f"block {name!r} differs from its generation"]
+    without = re.sub(r"<!-- bench:ops -->.*?<!-- /bench:ops -->", "", text, flags=re.S)
+    assert tables.problems(without, generated) == ["block 'ops' is missing from the page"]
+
+
+def test_every_result_file_is_shown_with_the_command_that_wrote_it(tables):
+    page = tables.PAGE.read_text()
+    for path in sorted(tables.RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert {"benchmark", "command", "env", "machine", "args", "rows", "elapsed_s"} <= set(data), path.name
+        assert {"cpu", "cores", "threads", "torch", "python"} <= set(data["machine"]), path.name
+        assert f"> benchmarks/results/{path.name}" in page, f"{path.name} is in no table of {tables.PAGE.name}"
+
+
+def test_the_prose_quotes_no_commit_and_no_run_diary(tables):
+    prose = tables.BLOCK.sub("", tables.PAGE.read_text())
+    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", prose)  # a commit hash
+    assert not re.search(r"\brun [1-9]\b|\bruns 1\b|afternoon", prose, re.I)
