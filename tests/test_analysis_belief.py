@@ -5,8 +5,8 @@ import re
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.analysis.belief import NEVER, belief_decay, first_length, format_decay
 from statetrack.tasks import make_task
 

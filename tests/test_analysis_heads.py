@@ -3,8 +3,8 @@ on a DeltaNet [-1,1] trained in the test, one of whose heads is kept from ever r
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack import StatetrackError
 from statetrack.analysis.heads import components_for, delta_layers, head_analysis, key_explained_variance
 from statetrack.models import zoo

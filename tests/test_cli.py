@@ -3,7 +3,6 @@
 import json
 
 from cli_helpers import run_cli
-
 from statetrack.store import Store
 
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.store import Store
 
 # (argv, what the one line must contain). In argv, {tmp} is the test's working folder, {store} an

@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack import StatetrackError
 from statetrack.analysis.constructions import Automaton, build_exact, construct, evaluate_construction
 from statetrack.tasks import make_task

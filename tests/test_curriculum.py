@@ -5,8 +5,8 @@ import re
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
 from statetrack.models import zoo
 from statetrack.store import Store

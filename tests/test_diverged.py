@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 import torch
-from cli_helpers import run_cli
 from torch import nn
 
+from cli_helpers import run_cli
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import resolve

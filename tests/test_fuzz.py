@@ -14,10 +14,10 @@ import os
 import string
 
 import pytest
-from cli_helpers import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_helpers import run_cli
 from statetrack import yamlio
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import expand, load_spec

@@ -8,8 +8,8 @@ import re
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
 from statetrack.layers.panini import Panini, PaniniTable, exact_panini
 from statetrack.models import zoo

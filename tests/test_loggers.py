@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.cli import main
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.backends import make_backend

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from ops_helpers import TOL, rel_error
 
+from ops_helpers import TOL, rel_error
 from statetrack.models import zoo
 from statetrack.ops import native
 from statetrack.ops.nonlinear import (

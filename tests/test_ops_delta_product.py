@@ -3,8 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import TOL, assert_same, load_fla_naive, rel_error
 
+from ops_helpers import TOL, assert_same, load_fla_naive, rel_error
 from statetrack.ops import delta_product, delta_product_reference, delta_rule_reference
 
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import TOL, assert_same, load_fla_naive, rel_error
 
+from ops_helpers import TOL, assert_same, load_fla_naive, rel_error
 from statetrack.ops import delta_rule, delta_rule_reference, native
 from statetrack.ops.delta_rule import chunk_layout
 from statetrack.ops.triangular import unit_lower_inverse, unit_lower_inverse_doubling

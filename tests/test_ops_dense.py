@@ -2,10 +2,16 @@
 
 import pytest
 import torch
-from ops_helpers import TOL, assert_same, rel_error
 
+from ops_helpers import TOL, assert_same, rel_error
 from statetrack.ops import dense as dense_module
-from statetrack.ops import dense_transition, dense_transition_reference, native, unit_normalize, unit_normalize_reference
+from statetrack.ops import (
+    dense_transition,
+    dense_transition_reference,
+    native,
+    unit_normalize,
+    unit_normalize_reference,
+)
 from statetrack.ops.dense import dense_scan
 
 

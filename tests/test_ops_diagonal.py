@@ -5,8 +5,8 @@ import sys
 
 import pytest
 import torch
-from ops_helpers import TOL, assert_same, rel_error
 
+from ops_helpers import TOL, assert_same, rel_error
 from statetrack.ops import diagonal_scan, diagonal_scan_reference, native
 
 NATIVE = pytest.param(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import TOL, assert_same, rel_error
 
+from ops_helpers import TOL, assert_same, rel_error
 from statetrack import diagnostics
 from statetrack.layers.fixedpoint import Bedouin, FixedPointRNN
 from statetrack.ops import (

@@ -5,8 +5,8 @@ negative real parts), lengths past the compiled pass's checkpoints, and from a g
 
 import pytest
 import torch
-from ops_helpers import rel_error
 
+from ops_helpers import rel_error
 from statetrack.ops import ids4_scan, ids4_scan_reference, native
 
 needs_native = pytest.mark.skipif(not native.available(), reason="no C compiler for the compiled pass")

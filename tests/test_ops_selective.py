@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from ops_helpers import assert_same, rel_error
 
+from ops_helpers import assert_same, rel_error
 from statetrack.layers import Mamba
 from statetrack.ops import native, selective_scan, selective_scan_reference
 from statetrack.ops import selective as selective_module

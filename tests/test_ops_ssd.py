@@ -5,8 +5,8 @@ on chunk boundaries and past them."""
 
 import pytest
 import torch
-from ops_helpers import assert_same
 
+from ops_helpers import assert_same
 from statetrack.ops import ssd_scan, ssd_scan_reference
 from statetrack.ops.selective import SSD_CHUNK
 

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import load_fla_naive, randomised, rel_error, rms_norm
 
+from ops_helpers import load_fla_naive, randomised, rel_error, rms_norm
 from statetrack.layers import LSTM, DeltaNet, DeltaProduct, GatedDeltaNet
 
 EXACT = 1e-10

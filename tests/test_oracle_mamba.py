@@ -11,8 +11,8 @@ and runs on two halves, carrying its state; the oracle runs on the whole sequenc
 
 import pytest
 import torch
-from ops_helpers import load_fla_naive, randomised, rel_error
 
+from ops_helpers import load_fla_naive, randomised, rel_error
 from statetrack.layers import Mamba, Mamba2
 
 EXACT = 1e-10

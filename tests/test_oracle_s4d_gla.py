@@ -13,8 +13,8 @@ import math
 
 import pytest
 import torch
-from ops_helpers import load_fla_naive, randomised, rel_error
 
+from ops_helpers import load_fla_naive, randomised, rel_error
 from statetrack.layers import GLA, IDS4, S4D
 
 EXACT = 1e-10

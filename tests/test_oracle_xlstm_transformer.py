@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from ops_helpers import randomised, rel_error, rms_norm
 
+from ops_helpers import randomised, rel_error, rms_norm
 from statetrack.layers import mLSTM, sLSTM
 from statetrack.layers.transformer import POSITIONAL, CausalSelfAttention
 

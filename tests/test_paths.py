@@ -117,7 +117,6 @@ def test_every_writer_refuses_a_link_planted_at_its_file(tiny_spec, tmp_path, ca
     """A link at each file a command writes (report, plots, index, CSV export, task export, checkpoint):
     one-line error, exit 2, and the file the link points to is untouched."""
     from cli_helpers import run_cli
-
     from statetrack.training.train import Trainer
 
     results = tmp_path / "r"

@@ -13,7 +13,19 @@ from statetrack.experiments import expand, load_spec
 from statetrack.experiments.spec import paper_of, shipped_specs
 from statetrack.results.plots import curve_style, log_axis
 from statetrack.results.report import markdown_table, table_rows, write_index, write_report
-from statetrack.results.scoring import FAIL, INCONCLUSIVE, NOT_IN_RUN, NOT_MEASURED, NOT_RUN, PASS, claim_verdicts, score_store, seeds_verdict, still_learning, summarize
+from statetrack.results.scoring import (
+    FAIL,
+    INCONCLUSIVE,
+    NOT_IN_RUN,
+    NOT_MEASURED,
+    NOT_RUN,
+    PASS,
+    claim_verdicts,
+    score_store,
+    seeds_verdict,
+    still_learning,
+    summarize,
+)
 from statetrack.store import Store
 
 PAPER = {

@@ -5,8 +5,8 @@ is the plan's, for a spec that relies on the default training lengths and for a 
 import textwrap
 
 import pytest
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.experiments import spec as spec_module
 from statetrack.results import report, scoring
 from statetrack.store import Store

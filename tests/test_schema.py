@@ -7,8 +7,8 @@ from importlib import resources
 import jsonschema
 import pytest
 import yaml
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.catalog import spec_json_schema
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import shipped_specs

@@ -5,8 +5,8 @@ and `statetrack models --params/--width`."""
 import textwrap
 
 import pytest
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
 from statetrack.models import sizing, zoo

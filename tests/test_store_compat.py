@@ -14,8 +14,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Store
 
 DATA = Path(__file__).parent / "data" / "store_v1"

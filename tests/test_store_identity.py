@@ -7,8 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
 from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreDamaged
 

@@ -54,7 +54,7 @@ def test_direct_product_and_cyclic_indexing():
     a4, z5 = get_group("A4"), get_group("Z5")
     for x, y in itertools.product(range(0, 60, 7), range(0, 60, 11)):
         (ga, za), (gb, zb) = divmod(x, 5), divmod(y, 5)
-        assert group.multiply(x, y) == a4.multiply(ga, gb) * 5 + (za + zb) % 5
+        assert group.multiply(x, y) == a4.multiply(ga, gb) * 5 + z5.multiply(za, zb) == a4.multiply(ga, gb) * 5 + (za + zb) % 5
     assert get_group("Z60").multiply(59, 3) == 2
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
+from cli_helpers import run_cli
 from statetrack.experiments import backends
 from statetrack.experiments.spec import expand, load_spec
 from statetrack.store import Store

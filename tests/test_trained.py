@@ -5,9 +5,9 @@ import json
 
 import pytest
 import torch
-from cli_helpers import run_cli
 
 import statetrack
+from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
 from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import resolve

@@ -88,7 +88,8 @@ def docs_table() -> str:
     lines = [
         f"Parameters of every model: {common} (a model's own stack defaults, first in its row, replace these).",
         "",
-        "| name | display names | parameters (defaults) | recurrent | what it is | departures from the published model |",
+        "| name | display names | parameters (defaults) | recurrent | what it is "
+        "| departures from the published model |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name in packaged_models():
@@ -98,8 +99,8 @@ def docs_table() -> str:
         )
         shown = ", ".join(f"`{n}`" for n in display_names(name))
         lines.append(
-            f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} | {_cell(summary(name))} "
-            f"| {_cell(departures(name))} |"
+            f"| `{name}` | {_cell(shown)} | {_cell(params)} | {'yes' if entry.recurrent else 'no'} "
+            f"| {_cell(summary(name))} | {_cell(departures(name))} |"
         )
     presets = ", ".join(f"`{k}` = `{_flow(v)}`" for k, v in zoo.PRESETS.items())
     lines += ["", f"Presets (usable as `name:` in a spec; other keys override them): {presets}."]
@@ -125,7 +126,7 @@ def _parameter_schema(parameter: inspect.Parameter, choices: tuple | None = None
     union = isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union
     kinds = typing.get_args(annotation) if union else (annotation,)
     named = (
-        sorted({"null" if k is type(None) else JSON_TYPES.get(k) for k in kinds} - {None})
+        sorted({"null" if k is type(None) else JSON_TYPES[k] for k in kinds})
         if all(k is type(None) or k in JSON_TYPES for k in kinds)
         else []
     )

@@ -1,4 +1,5 @@
-"""Command-line interface: `statetrack run | reproduce | book | tasks | models | experiments | report | results | analyze | construct | schema | completion`.
+"""Command-line interface: `statetrack run | reproduce | book | tasks | models | experiments | report
+| results | analyze | construct | schema | completion`.
 
 Bad input (unknown names, bad values, malformed specs) prints one line naming what is valid and
 exits with status 2.
@@ -103,6 +104,7 @@ def cmd_run(args) -> int:
     print(f"({describe_selection(scored.selection)})")
     verdicts = index_verdicts(scored)
     if verdicts != "-":
+        assert scored.paper is not None  # claims come from the paper section
         print(f"\ndid it reproduce? {verdicts} (the claims of {scored.paper['source']}, in the report)")
     print(f"\nreport: {out / 'report.html'}  (and report.md)")
     if args.overrides and args.name is None:
@@ -152,7 +154,8 @@ def dry_run(args, experiment) -> int:
         )
     todo = [c for run, c in zip(runs, costs) if status.get(run.id) != "done"]
     print(
-        f"\n# {len(runs)} planned runs, {len(todo)} to train; training arithmetic (forward + backward, every step's batch): "
+        f"\n# {len(runs)} planned runs, {len(todo)} to train; "
+        "training arithmetic (forward + backward, every step's batch): "
         f"{sum(todo) / 1e12:,.1f} TFLOP to train, {sum(costs) / 1e12:,.1f} TFLOP in all"
     )
     print(text_table(header, body))
@@ -341,7 +344,8 @@ def _model_sizes(args) -> int:
     if args.width is not None and args.width < 1:
         raise StatetrackError(f"--width must be >= 1, got {args.width}")
     names = args.names or list(zoo.MODELS)
-    specs, used = [], set()
+    specs: list[dict] = []
+    used: set[str] = set()  # the --set keys some listed model has
     for name in names:
         known = zoo.resolve(name)  # unknown names and presets: as in a spec
         own = {
@@ -384,7 +388,8 @@ def _model_sizes(args) -> int:
             row.append(f"{deviation:+.2%}" + (" *" if far else ""))
             if far:
                 notes.append(
-                    f"{name}: * no d_model comes within {sizing.TOLERANCE:.0%} of the budget; `params:` in a spec would refuse it"
+                    f"{name}: * no d_model comes within {sizing.TOLERANCE:.0%} of the budget; "
+                    "`params:` in a spec would refuse it"
                 )
         if layers:
             row.append(f"{sizing.stack_parameters(spec):,}")
@@ -396,7 +401,8 @@ def _model_sizes(args) -> int:
         )
     else:
         print(
-            f"trainable parameters per layer at d_model {args.width} (mixer, LayerNorms and MLP; embedding and readout not counted)"
+            f"trainable parameters per layer at d_model {args.width} "
+            "(mixer, LayerNorms and MLP; embedding and readout not counted)"
         )
     print(text_table(header, body))
     for note in notes:
@@ -435,7 +441,8 @@ def cmd_experiments(args) -> int:
         else "none here: statetrack is not run from a checkout"
     )
     print(
-        f"\nruns: planned at the {args.scale} scale. last wall time: the committed measurement at that scale ({where}); "
+        f"\nruns: planned at the {args.scale} scale. "
+        f"last wall time: the committed measurement at that scale ({where}); "
         f"- where there is none. Full descriptions: --json"
     )
     return 0
@@ -473,7 +480,8 @@ def _known_experiment(store, experiment: str) -> None:
     if experiment not in store.experiments():
         known = store.experiments()
         raise StatetrackError(
-            f"no results for experiment {experiment!r} in {store.path}; experiments with results: {', '.join(known) or 'none'}"
+            f"no results for experiment {experiment!r} in {store.path}; "
+            f"experiments with results: {', '.join(known) or 'none'}"
         )
 
 
@@ -560,6 +568,7 @@ def cmd_results(args) -> int:
     if summary and scored.selection["criterion"] == "extrapolation":
         header, body, _ = extrapolation_rows(summary)
         print(f"\nextrapolation ({extrapolation_caption(scored.selection)}):\n{text_table(header, body)}")
+    assert scored.data is not None  # scored with run_data
     for title, table in metric_rows(metrics_by_length(scored.data, summary, scored.runs)):
         print(f"\n{title}, mean over seeds:\n{text_table(*table)}")
     return 0
@@ -721,7 +730,8 @@ def add_run_options(p) -> None:
         "--workers",
         type=_int(),
         default=None,
-        help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); ray: CPUs of a local Ray instance",
+        help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); "
+        "ray: CPUs of a local Ray instance",
     )
     p.add_argument(
         "--backend",
@@ -744,7 +754,8 @@ def add_run_options(p) -> None:
         "--tensorboard",
         default=None,
         metavar="DIR",
-        help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT (pip install 'statetrack[tensorboard]')",
+        help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT "
+        "(pip install 'statetrack[tensorboard]')",
     )
     p.add_argument(
         "--wandb",
@@ -824,7 +835,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the resolved spec and the planned runs with their training cost and status; train and write nothing",
+        help="print the resolved spec and the planned runs with their training cost and status; "
+        "train and write nothing",
     )
     p.add_argument(
         "overrides",
@@ -943,7 +955,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="extend",
         default=None,
         metavar="key=value",
-        help="with --params or --width: model settings, applied to each model that has the key (e.g. mlp=false num_heads=4)",
+        help="with --params or --width: model settings, applied to each model that has the key "
+        "(e.g. mlp=false num_heads=4)",
     )
     p.add_argument(
         "--json",
@@ -1042,13 +1055,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--tracking-uri",
         default=None,
         metavar="URI",
-        help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), runs in an MLflow experiment of the experiment's name",
+        help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), "
+        "runs in an MLflow experiment of the experiment's name",
     )
     p.set_defaults(func=cmd_export)
 
     p = command(
         "analyze",
-        help="analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) and of the random machine's shortcut floor (shortcut)",
+        help="analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) "
+        "and of the random machine's shortcut floor (shortcut)",
     )
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
 
@@ -1100,8 +1115,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a = of_a_run(
         "heads",
-        "a delta-rule run's heads: beta per head, keys' PCA, and the accuracy lost when one head's beta range is halved, "
-        "ranked and plotted",
+        "a delta-rule run's heads: beta per head, keys' PCA, "
+        "and the accuracy lost when one head's beta range is halved, ranked and plotted",
         "DeltaNet [-1,1]",
     )
     a.add_argument("--samples", type=_int(), default=64, help="input sequences (default: 64)")
@@ -1129,7 +1144,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a = asub.add_parser(
         "belief",
-        help="a PFSA-SR task's unnormalised belief recurrence: predicted vs observed float32/float64 underflow, printed and plotted",
+        help="a PFSA-SR task's unnormalised belief recurrence: "
+        "predicted vs observed float32/float64 underflow, printed and plotted",
     )
     a.add_argument("task", metavar="TASK", help="a task with a belief recurrence: pfsa")
     a.add_argument(

@@ -124,18 +124,22 @@ def check_run_sizes(
     shape = f"d_model {model['d_model']}, num_layers {model.get('num_layers', 1)}"
     if sizes["train_bytes"] > memory:
         raise StatetrackError(
-            f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} with {shape} "
-            f"needs an estimated {_gib(sizes['train_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}"
+            f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} "
+            f"with {shape} needs an estimated {_gib(sizes['train_bytes'])} of memory, "
+            f"more than the {_gib(memory)} available; {HOW_TO_LIFT}"
         )
     if sizes["eval_bytes"] > memory:
         raise StatetrackError(
-            f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} "
-            f"with {shape} needs an estimated {_gib(sizes['eval_bytes'])} of memory, more than the {_gib(memory)} available; {HOW_TO_LIFT}"
+            f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} "
+            f"at eval.lengths up to {max(eval_spec['lengths'])} "
+            f"with {shape} needs an estimated {_gib(sizes['eval_bytes'])} of memory, "
+            f"more than the {_gib(memory)} available; {HOW_TO_LIFT}"
         )
     if sizes["operations"] > MAX_OPERATIONS:
         raise StatetrackError(
-            f"experiment {experiment!r}: one run of train.steps {train.steps}, train.batch_size {train.batch_size}, eval.samples "
-            f"{eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} with {shape} ({params} parameters) is an "
+            f"experiment {experiment!r}: one run of train.steps {train.steps}, train.batch_size {train.batch_size}, "
+            f"eval.samples {eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} "
+            f"with {shape} ({params} parameters) is an "
             f"estimated {sizes['operations']:.2g} floating-point operations, beyond the limit of {MAX_OPERATIONS:.0g} "
             f"(a day or more of computing); {HOW_TO_LIFT}"
         )

@@ -73,6 +73,8 @@ def import_one(item: str, origin: str = "imports"):
             raise StatetrackError(f"{origin}: file {item!r} does not exist")
         name = f"statetrack_user_{path.stem}_{hashlib.sha1(item.encode()).hexdigest()[:8]}"
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:  # a suffix no importer reads, e.g. plugins/models.txt
+            raise StatetrackError(f"{origin}: file {item!r} is not a Python file; expected a .py file")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # pickling and dataclasses look classes up by module name
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator, model_validator
@@ -36,7 +37,7 @@ SELECTION_CHOICES = {
     "criterion": ("mean_scaled", "extrapolation"),  # a run's score (statetrack.training.evaluate.run_score)
     "metric": ("accuracy", "sequence_accuracy"),  # what the threshold of `extrapolation` applies to
 }
-SELECTION_DEFAULTS = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
+SELECTION_DEFAULTS: dict[str, Any] = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
 MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is (statetrack.results.scoring.measured)
 # How a claim's per-seed outcomes become its verdict: every seed, more than half, or the best seed
 # (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
@@ -44,7 +45,7 @@ SEED_RULES = ("majority", "all", "best")
 FIT_THRESHOLD = 0.9  # the in-distribution figure a model must reach before its extrapolation is read
 CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
 # The evaluation settings every run's id holds; `variants` and `traces` are part of it only where given.
-EVAL_DEFAULTS = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
+EVAL_DEFAULTS: dict[str, Any] = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
 
 
 # ---- errors: one line naming the key path -------------------------------------------------------
@@ -107,7 +108,9 @@ def _rule(text: str) -> Violation:
 
 
 REFUSED = object()
-MAX_LR = 10.0  # far above any rate AdamW trains with; near float32's largest a rate overflows in its first step (it divides by 1 - beta1)
+# far above any rate AdamW trains with; near float32's largest a rate overflows in its first step
+# (it divides by 1 - beta1)
+MAX_LR = 10.0
 
 
 def _is_int(value, low: int) -> bool:
@@ -118,9 +121,23 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _value(check, expected: str, schema: dict, base: Any = Any):
-    """A type checked by `check`: value -> the value to keep (None included), or REFUSED, which is
-    an error saying the value must be `expected`."""
+class Check:
+    """A value type's validator and its JSON Schema, given as `Annotated[int, integer(1)]`: pydantic
+    unpacks it into the two, as it does any annotated_types.GroupedMetadata (a protocol: an iterable
+    with this flag), so the annotation names the Python type and mypy reads it."""
+
+    __is_annotated_types_grouped_metadata__ = True
+
+    def __init__(self, validate: Callable[[Any], Any], schema: dict):
+        self.parts = (PlainValidator(validate), WithJsonSchema(schema))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.parts)
+
+
+def _value(check: Callable[[Any], Any], expected: str, schema: dict) -> Check:
+    """The check of a type (`Annotated[base, _value(...)]`), by `check`: value -> the value to keep
+    (None included), or REFUSED, which is an error saying the value must be `expected`."""
 
     def validate(value):
         kept = check(value)
@@ -129,10 +146,10 @@ def _value(check, expected: str, schema: dict, base: Any = Any):
             raise _expected(f"{expected}, at most {MAX_INT} (64 bits)" if too_large else expected)
         return kept
 
-    return Annotated[base, PlainValidator(validate), WithJsonSchema(schema)]
+    return Check(validate, schema)
 
 
-def integer(low: int, null: str | None = None):
+def integer(low: int, null: str | None = None) -> Check:
     """An integer >= low; with `null`, also null, which means `null` (said in the message)."""
     expected = f"an integer >= {low}" + (f" (or null: {null})" if null else "")
     schema = {"type": "integer", "minimum": low, "maximum": MAX_INT}
@@ -140,11 +157,10 @@ def integer(low: int, null: str | None = None):
         lambda v: v if _is_int(v, low) or (null and v is None) else REFUSED,
         expected,
         {"anyOf": [schema, {"type": "null"}]} if null else schema,
-        int,
     )
 
 
-def number(low: float, *, strict: bool = True, high: float | None = None, text: bool = False):
+def number(low: float, *, strict: bool = True, high: float | None = None, text: bool = False) -> Check:
     """A finite number > low (>= low when not `strict`), <= high if given, and within float32's
     range (it reaches the model's float32 arithmetic); with `text`, also a text
     that reads as one (YAML reads `1e-3`, no dot, as a string), kept as a float."""
@@ -170,10 +186,10 @@ def number(low: float, *, strict: bool = True, high: float | None = None, text: 
         "exclusiveMinimum" if strict else "minimum": low,
         "maximum": MAX_FLOAT if high is None else high,
     }
-    return _value(check, expected, {"anyOf": [schema, {"type": "string"}]} if text else schema, float)
+    return _value(check, expected, {"anyOf": [schema, {"type": "string"}]} if text else schema)
 
 
-def choice(values: tuple):
+def choice(values: tuple) -> Check:
     """One of `values` (the first is the default where a field has one)."""
 
     def validate(value):
@@ -181,61 +197,71 @@ def choice(values: tuple):
             raise Violation("choice", choices=", ".join(values))
         return value
 
-    return Annotated[str, PlainValidator(validate), WithJsonSchema({"enum": list(values)})]
+    return Check(validate, {"enum": list(values)})
 
 
-def int_list(low: int):
+def int_list(low: int) -> Check:
     """A non-empty list of integers >= low."""
     return _value(
         lambda v: v if isinstance(v, list) and v and all(_is_int(n, low) for n in v) else REFUSED,
         f"a non-empty list of integers >= {low}",
         {"type": "array", "items": {"type": "integer", "minimum": low, "maximum": MAX_INT}, "minItems": 1},
-        list,
     )
 
 
-AnyNumber = _value(lambda v: v if _is_number(v) else REFUSED, "a number", {"type": "number"})
-Boolean = _value(lambda v: v if isinstance(v, bool) else REFUSED, "true or false", {"type": "boolean"}, bool)
-Text = _value(
-    lambda v: " ".join(v.split()) if isinstance(v, str) and v.strip() else REFUSED,
-    "a non-empty text",
-    {"type": "string", "minLength": 1},
+AnyNumber = Annotated[Any, _value(lambda v: v if _is_number(v) else REFUSED, "a number", {"type": "number"})]
+Boolean = Annotated[bool, _value(lambda v: v if isinstance(v, bool) else REFUSED, "true or false", {"type": "boolean"})]
+Text = Annotated[
     str,
-)
-Names = _value(
-    lambda v: (
-        [v]
-        if isinstance(v, str) and v
-        else v
-        if isinstance(v, list) and v and all(isinstance(n, str) and n for n in v)
-        else REFUSED
+    _value(
+        lambda v: " ".join(v.split()) if isinstance(v, str) and v.strip() else REFUSED,
+        "a non-empty text",
+        {"type": "string", "minLength": 1},
     ),
-    "a name or a non-empty list of names",
-    {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
+]
+Names = Annotated[
     list,
-)
-LengthRange = _value(
-    lambda v: (
-        v
-        if _is_int(v, 1) or (isinstance(v, list) and len(v) == 2 and all(_is_int(n, 1) for n in v) and v[0] <= v[1])
-        else REFUSED
+    _value(
+        lambda v: (
+            [v]
+            if isinstance(v, str) and v
+            else v
+            if isinstance(v, list) and v and all(isinstance(n, str) and n for n in v)
+            else REFUSED
+        ),
+        "a name or a non-empty list of names",
+        {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}]},
     ),
-    "a test length or [shortest, longest]",
-    {
-        "anyOf": [
-            {"type": "integer", "minimum": 1},
-            {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2},
-        ]
-    },
-)
-Measure = _value(
-    lambda v: (
-        v if v in MEASURES or (isinstance(v, str) and v.startswith("metric:") and len(v) > len("metric:")) else REFUSED
+]
+LengthRange = Annotated[
+    Any,
+    _value(
+        lambda v: (
+            v
+            if _is_int(v, 1) or (isinstance(v, list) and len(v) == 2 and all(_is_int(n, 1) for n in v) and v[0] <= v[1])
+            else REFUSED
+        ),
+        "a test length or [shortest, longest]",
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 2, "maxItems": 2},
+            ]
+        },
     ),
-    f"one of: {', '.join(MEASURES)}, or metric:NAME for a metric the runs report (e.g. metric:tv_distance)",
-    {"anyOf": [{"enum": list(MEASURES)}, {"type": "string", "pattern": "^metric:.+"}]},
+]
+Measure = Annotated[
     str,
-)
+    _value(
+        lambda v: (
+            v
+            if v in MEASURES or (isinstance(v, str) and v.startswith("metric:") and len(v) > len("metric:"))
+            else REFUSED
+        ),
+        f"one of: {', '.join(MEASURES)}, or metric:NAME for a metric the runs report (e.g. metric:tv_distance)",
+        {"anyOf": [{"enum": list(MEASURES)}, {"type": "string", "pattern": "^metric:.+"}]},
+    ),
+]
 
 
 def _figures(value):
@@ -263,7 +289,7 @@ Figures = Annotated[
         }
     ),
 ]
-Mapping = _value(lambda v: v if isinstance(v, dict) else REFUSED, "a mapping", {"type": "object"}, dict)
+Mapping = Annotated[dict, _value(lambda v: v if isinstance(v, dict) else REFUSED, "a mapping", {"type": "object"})]
 
 
 DEVICE_TYPES = (
@@ -287,22 +313,31 @@ def _device(value):
     return value if value == "auto" or (isinstance(value, str) and parse_device(value) is not None) else REFUSED
 
 
-Device = _value(
-    _device,
-    "a device: auto, cpu, cuda or cuda:N",
-    {"type": "string", "examples": ["auto", "cpu", "cuda", "cuda:0"]},
+Device = Annotated[
     str,
-)
-Betas = _value(
-    lambda v: (
-        tuple(v)
-        if isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
-        else REFUSED
+    _value(
+        _device,
+        "a device: auto, cpu, cuda or cuda:N",
+        {"type": "string", "examples": ["auto", "cpu", "cuda", "cuda:0"]},
     ),
-    "two numbers in [0, 1), e.g. [0.9, 0.999]",
-    {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}, "minItems": 2, "maxItems": 2},
+]
+Betas = Annotated[
     tuple,
-)
+    _value(
+        lambda v: (
+            tuple(v)
+            if isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_number(b) and 0 <= b < 1 for b in v)
+            else REFUSED
+        ),
+        "two numbers in [0, 1), e.g. [0.9, 0.999]",
+        {
+            "type": "array",
+            "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+            "minItems": 2,
+            "maxItems": 2,
+        },
+    ),
+]
 
 
 # ---- sections -----------------------------------------------------------------------------------
@@ -347,10 +382,14 @@ class Stage(Section):
     _expected_keys = (
         "steps, length or min_length/max_length, task (e.g. [{steps: 500, length: 8, task: {spacing: 1}}, ...])"
     )
-    steps: integer(1) = Field(description="steps trained in this stage")
-    length: integer(1) | None = Field(None, description="the one training length of the stage")
-    min_length: integer(1) | None = Field(None, description="shortest training length (default: train.min_length)")
-    max_length: integer(1) | None = Field(None, description="longest training length (default: train.max_length)")
+    steps: Annotated[int, integer(1)] = Field(description="steps trained in this stage")
+    length: Annotated[int, integer(1)] | None = Field(default=None, description="the one training length of the stage")
+    min_length: Annotated[int, integer(1)] | None = Field(
+        default=None, description="shortest training length (default: train.min_length)"
+    )
+    max_length: Annotated[int, integer(1)] | None = Field(
+        default=None, description="longest training length (default: train.max_length)"
+    )
     task: Mapping = Field(default_factory=dict, description="task parameters changed in this stage, e.g. {spacing: 2}")
 
     @model_validator(mode="after")
@@ -365,42 +404,49 @@ class Train(Section):
     max_length] per batch.
 
     `dataset_size`: None draws a fresh batch every step; N trains on one fixed set of N examples,
-    drawn from the seed at the start, for as many epochs as `steps` allows (statetrack.training.train.FixedTrainingSet)."""
+    drawn from the seed at the start, for as many epochs as `steps` allows
+    (statetrack.training.train.FixedTrainingSet)."""
 
-    steps: integer(1) = Field(2000, description="optimizer steps (with a curriculum: its stages' sum)")
-    batch_size: integer(1) = Field(64, description="examples per step")
-    lr: number(0, high=MAX_LR) = Field(1e-3, description="AdamW learning rate (a spec gives it in `lrs`)")
-    weight_decay: number(0, strict=False) = Field(0.0, description="AdamW weight decay")
-    betas: Betas = Field((0.9, 0.999), description="AdamW betas")
-    clip: number(0) = Field(1.0, description="gradient-norm clipping")
-    min_length: integer(1) = Field(3, description="shortest training length")
-    max_length: integer(1) = Field(40, description="longest training length")
-    warmup: integer(0) = Field(0, description="linear warm-up steps")
-    schedule: choice(("constant", "cosine", "linear")) = Field(
-        "constant", description="learning-rate schedule after warm-up"
+    steps: Annotated[int, integer(1)] = Field(
+        default=2000, description="optimizer steps (with a curriculum: its stages' sum)"
     )
-    min_lr_ratio: number(0, strict=False, high=1) = Field(
-        0.0, description="where a cosine or linear decay ends, as a fraction of the peak learning rate"
+    batch_size: Annotated[int, integer(1)] = Field(default=64, description="examples per step")
+    lr: Annotated[float, number(0, high=MAX_LR)] = Field(
+        default=1e-3, description="AdamW learning rate (a spec gives it in `lrs`)"
     )
-    log_every: integer(1) = Field(50, description="steps between logged training losses")
-    val_every: integer(1) = Field(100, description="steps between validations at max_length")
-    val_samples: integer(1) = Field(256, description="validation examples")
-    early_stop_loss: number(0, strict=False) | None = Field(
-        1e-3, description="stop once the validation loss at max_length is below this; null trains every step"
+    weight_decay: Annotated[float, number(0, strict=False)] = Field(default=0.0, description="AdamW weight decay")
+    betas: Betas = Field(default=(0.9, 0.999), description="AdamW betas")
+    clip: Annotated[float, number(0)] = Field(default=1.0, description="gradient-norm clipping")
+    min_length: Annotated[int, integer(1)] = Field(default=3, description="shortest training length")
+    max_length: Annotated[int, integer(1)] = Field(default=40, description="longest training length")
+    warmup: Annotated[int, integer(0)] = Field(default=0, description="linear warm-up steps")
+    schedule: Annotated[str, choice(("constant", "cosine", "linear"))] = Field(
+        default="constant", description="learning-rate schedule after warm-up"
     )
-    early_stop_accuracy: number(0, high=1) | None = Field(
-        None,
+    min_lr_ratio: Annotated[float, number(0, strict=False, high=1)] = Field(
+        default=0.0, description="where a cosine or linear decay ends, as a fraction of the peak learning rate"
+    )
+    log_every: Annotated[int, integer(1)] = Field(default=50, description="steps between logged training losses")
+    val_every: Annotated[int, integer(1)] = Field(default=100, description="steps between validations at max_length")
+    val_samples: Annotated[int, integer(1)] = Field(default=256, description="validation examples")
+    early_stop_loss: Annotated[float, number(0, strict=False)] | None = Field(
+        default=1e-3, description="stop once the validation loss at max_length is below this; null trains every step"
+    )
+    early_stop_accuracy: Annotated[float, number(0, high=1)] | None = Field(
+        default=None,
         description="stop once the validation accuracy (over the supervised positions) at max_length reaches this: "
         "the run has fit its training lengths (null: no such rule)",
     )
-    checkpoint_every: integer(1) = Field(500, description="steps between checkpoints")
-    seed: integer(0) = Field(0, description="the run's seed (a spec gives it in `seeds`)")
-    device: Device = Field("auto", description="auto (CUDA when present), cpu, cuda, cuda:N")
-    dataset_size: integer(1, null="fresh batches every step") = Field(
-        None, description="train on one fixed set of this many examples"
+    checkpoint_every: Annotated[int, integer(1)] = Field(default=500, description="steps between checkpoints")
+    seed: Annotated[int, integer(0)] = Field(default=0, description="the run's seed (a spec gives it in `seeds`)")
+    device: Device = Field(default="auto", description="auto (CUDA when present), cpu, cuda, cuda:N")
+    dataset_size: Annotated[int | None, integer(1, null="fresh batches every step")] = Field(
+        default=None, description="train on one fixed set of this many examples"
     )
-    dataset_balanced: Boolean = Field(False, description="the fixed set holds every answer class equally often")
-    curriculum: list[Stage] | None = Field(None, description="stages trained in order; their steps add up to the run's")
+    dataset_balanced: Boolean = Field(default=False, description="the fixed set holds every answer class equally often")
+    curriculum: list[Stage] | None = Field(
+        default=None, description="stages trained in order; their steps add up to the run's"
+    )
 
     _root = ("train",)
 
@@ -428,7 +474,8 @@ class Train(Section):
     def _consistent(self):
         if self.max_length < self.min_length:
             raise _rule(
-                f"training lengths must satisfy 1 <= min_length <= max_length, got [{self.min_length}, {self.max_length}]"
+                "training lengths must satisfy 1 <= min_length <= max_length, "
+                f"got [{self.min_length}, {self.max_length}]"
             )
         if self.dataset_balanced and self.dataset_size is None:
             raise _rule("dataset_balanced needs a fixed training set: set dataset_size too")
@@ -484,23 +531,26 @@ class SpecTrain(Train):
         key: f"{key} is not a setting; each run's {key} comes from the list '{source}' (e.g. {source}=[{example}])"
         for key, source, example in (("lr", "lrs", "1e-3"), ("seed", "seeds", "0,1"))
     }
-    lr: SkipJsonSchema[Any] = Field(1e-3, exclude=True)
-    seed: SkipJsonSchema[Any] = Field(0, exclude=True)
-    dataset_size: _value(
-        lambda v: (
-            v
-            if v is None or _is_int(v, 1) or (isinstance(v, list) and v and all(_is_int(n, 1) for n in v))
-            else REFUSED
+    lr: SkipJsonSchema[Any] = Field(default=1e-3, exclude=True)
+    seed: SkipJsonSchema[Any] = Field(default=0, exclude=True)
+    dataset_size: Annotated[
+        Any,  # an int, a list of them or None: wider than Train's, as lr and seed are
+        _value(
+            lambda v: (
+                v
+                if v is None or _is_int(v, 1) or (isinstance(v, list) and v and all(_is_int(n, 1) for n in v))
+                else REFUSED
+            ),
+            "a positive integer or a non-empty list of them (one run each)",
+            {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1},
+                    {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
+                    {"type": "null"},
+                ]
+            },
         ),
-        "a positive integer or a non-empty list of them (one run each)",
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 1},
-                {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1},
-                {"type": "null"},
-            ]
-        },
-    ) = Field(None, description="train on one fixed set of this many examples; a list: one run per value")
+    ] = Field(default=None, description="train on one fixed set of this many examples; a list: one run per value")
 
 
 VariantName = re.compile(r"[A-Za-z0-9_-]+")
@@ -509,33 +559,44 @@ VariantName = re.compile(r"[A-Za-z0-9_-]+")
 class Eval(Section):
     """A spec's `eval:` (a task entry's is merged over it)."""
 
-    lengths: int_list(1) = Field(description="the test lengths")
-    samples: integer(1) = Field(EVAL_DEFAULTS["samples"], description="test examples per length")
-    batch_size: integer(1) = Field(EVAL_DEFAULTS["batch_size"], description="examples per forward pass")
-    chunk_size: integer(1, null="the whole input at once") = Field(
-        EVAL_DEFAULTS["chunk_size"], description="positions per forward pass on long inputs, state carried across"
+    lengths: Annotated[list, int_list(1)] = Field(description="the test lengths")
+    samples: Annotated[int, integer(1)] = Field(
+        default=EVAL_DEFAULTS["samples"], description="test examples per length"
     )
-    seed: integer(0) = Field(EVAL_DEFAULTS["seed"], description="the test set's seed")
-    variants: _value(
-        lambda v: (
-            v
-            if isinstance(v, dict)
-            and all(isinstance(k, str) and VariantName.fullmatch(k) and isinstance(p, dict) and p for k, p in v.items())
-            else REFUSED
+    batch_size: Annotated[int, integer(1)] = Field(
+        default=EVAL_DEFAULTS["batch_size"], description="examples per forward pass"
+    )
+    chunk_size: Annotated[int | None, integer(1, null="the whole input at once")] = Field(
+        default=EVAL_DEFAULTS["chunk_size"],
+        description="positions per forward pass on long inputs, state carried across",
+    )
+    seed: Annotated[int, integer(0)] = Field(default=EVAL_DEFAULTS["seed"], description="the test set's seed")
+    variants: Annotated[
+        dict | None,
+        _value(
+            lambda v: (
+                v
+                if isinstance(v, dict)
+                and all(
+                    isinstance(k, str) and VariantName.fullmatch(k) and isinstance(p, dict) and p for k, p in v.items()
+                )
+                else REFUSED
+            ),
+            "a mapping from names (letters, digits, _ or -) to non-empty mappings of task parameters, "
+            "e.g. {two_isi: {pattern: two_isi}}",
+            {
+                "type": "object",
+                "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
+                "additionalProperties": {"type": "object", "minProperties": 1},
+            },
         ),
-        "a mapping from names (letters, digits, _ or -) to non-empty mappings of task parameters, "
-        "e.g. {two_isi: {pattern: two_isi}}",
-        {
-            "type": "object",
-            "propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"},
-            "additionalProperties": {"type": "object", "minProperties": 1},
-        },
-        dict,
-    ) = Field(
-        None,
+    ] = Field(
+        default=None,
         description="the trained model scored again on the task with these parameters changed, at the same lengths",
     )
-    traces: integer(0) = Field(None, description="examples whose per-position outputs are kept per length (plotted)")
+    traces: Annotated[int | None, integer(0)] = Field(
+        default=None, description="examples whose per-position outputs are kept per length (plotted)"
+    )
 
     _root = ("eval",)
 
@@ -543,20 +604,23 @@ class Eval(Section):
 class Selection(Section):
     """How the report reads a grid of (lr, seed) runs (statetrack.results.scoring)."""
 
-    lr: choice(SELECTION_CHOICES["lr"]) = Field(
-        SELECTION_DEFAULTS["lr"], description="the lr whose mean (best_mean) or best seed (best_max) scores highest"
+    lr: Annotated[str, choice(SELECTION_CHOICES["lr"])] = Field(
+        default=SELECTION_DEFAULTS["lr"],
+        description="the lr whose mean (best_mean) or best seed (best_max) scores highest",
     )
-    seeds: choice(SELECTION_CHOICES["seeds"]) = Field(
-        SELECTION_DEFAULTS["seeds"], description="the headline: mean over seeds, or the best seed"
+    seeds: Annotated[str, choice(SELECTION_CHOICES["seeds"])] = Field(
+        default=SELECTION_DEFAULTS["seeds"], description="the headline: mean over seeds, or the best seed"
     )
-    criterion: choice(SELECTION_CHOICES["criterion"]) = Field(
-        SELECTION_DEFAULTS["criterion"],
+    criterion: Annotated[str, choice(SELECTION_CHOICES["criterion"])] = Field(
+        default=SELECTION_DEFAULTS["criterion"],
         description="a run's score: mean scaled accuracy, or the longest length extrapolated to",
     )
-    metric: choice(SELECTION_CHOICES["metric"]) = Field(
-        SELECTION_DEFAULTS["metric"], description="what the extrapolation threshold applies to"
+    metric: Annotated[str, choice(SELECTION_CHOICES["metric"])] = Field(
+        default=SELECTION_DEFAULTS["metric"], description="what the extrapolation threshold applies to"
     )
-    threshold: number(0, high=1) = Field(SELECTION_DEFAULTS["threshold"], description="the extrapolation threshold")
+    threshold: Annotated[float, number(0, high=1)] = Field(
+        default=SELECTION_DEFAULTS["threshold"], description="the extrapolation threshold"
+    )
 
     _root = ("selection",)
 
@@ -566,21 +630,27 @@ class Claim(Section):
 
     text: Text = Field(description="the claim in words")
     model: Names = Field(description="the model (display name) or models it is about")
-    task: Names | None = Field(None, description="the task or tasks (default: every task)")
-    dataset_size: integer(1) | None = Field(None, description="runs on a fixed training set of this size")
-    measure: Measure | None = Field(None, description="what is measured (default: paper.measure)")
+    task: Names | None = Field(default=None, description="the task or tasks (default: every task)")
+    dataset_size: Annotated[int, integer(1)] | None = Field(
+        default=None, description="runs on a fixed training set of this size"
+    )
+    measure: Measure | None = Field(default=None, description="what is measured (default: paper.measure)")
     lengths: LengthRange | None = Field(
-        None, description="one test length or [shortest, longest] (default: paper.lengths)"
+        default=None, description="one test length or [shortest, longest] (default: paper.lengths)"
     )
-    seeds: choice(SEED_RULES) = Field(SEED_RULES[0], description="how the seeds' outcomes become the verdict")
-    scale: Names | None = Field(None, description=f"the scales it is tested at ({', '.join(SCALES)}; default: all)")
-    note: Text | None = Field(None, description="a sentence printed with the verdict")
-    fit: number(0, strict=False, high=1) | None = Field(
-        None, description="the fit threshold of this claim (default: paper.fit)"
+    seeds: Annotated[str, choice(SEED_RULES)] = Field(
+        default=SEED_RULES[0], description="how the seeds' outcomes become the verdict"
     )
-    at_least: AnyNumber | None = Field(None, description="measured >= this")
-    below: AnyNumber | None = Field(None, description="measured < this")
-    beats: Names | None = Field(None, description="measured > that model's (or each model's) on the same task")
+    scale: Names | None = Field(
+        default=None, description=f"the scales it is tested at ({', '.join(SCALES)}; default: all)"
+    )
+    note: Text | None = Field(default=None, description="a sentence printed with the verdict")
+    fit: Annotated[float, number(0, strict=False, high=1)] | None = Field(
+        default=None, description="the fit threshold of this claim (default: paper.fit)"
+    )
+    at_least: AnyNumber | None = Field(default=None, description="measured >= this")
+    below: AnyNumber | None = Field(default=None, description="measured < this")
+    beats: Names | None = Field(default=None, description="measured > that model's (or each model's) on the same task")
 
     @model_validator(mode="after")
     def _one_test(self):
@@ -597,29 +667,33 @@ class Paper(Section):
     """What the paper reports, set beside the measured figures (statetrack.experiments.spec.paper_of)."""
 
     source: Text = Field(description="where the figures come from, e.g. 'Grazzi et al. 2025, Table 2'")
-    metric: str = Field("", description="what the paper's figures are, in words")
+    metric: str = Field(default="", description="what the paper's figures are, in words")
     measure: Measure = Field(
-        "scaled", description="what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME"
+        default="scaled",
+        description="what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME",
     )
     lengths: LengthRange | None = Field(
-        None, description="the test lengths the measured figure averages over (default: all)"
+        default=None, description="the test lengths the measured figure averages over (default: all)"
     )
     figures: Figures = Field(
         default_factory=dict,
         description="the paper's figure per model {model: figure}, or per task {task: {model: figure}}",
     )
     claims: list[Claim] = Field(default_factory=list, description="the claims tested")
-    fit: number(0, strict=False, high=1) = Field(
-        FIT_THRESHOLD,
+    fit: Annotated[float, number(0, strict=False, high=1)] = Field(
+        default=FIT_THRESHOLD,
         description="a claim beyond the training lengths, or a comparison's winner, is decided only on seeds whose "
         "figure at the longest training length is at least this (the fit gate)",
     )
     fit_variant: Text | None = Field(
-        None,
-        description="the evaluation variant (eval.variants) the fit is read on, where the training task's own targets are "
-        "partly unpredictable (counting's random onsets); default: the training task",
+        default=None,
+        description="the evaluation variant (eval.variants) the fit is read on, "
+        "where the training task's own targets are partly unpredictable (counting's random onsets); "
+        "default: the training task",
     )
-    notes: Text | None = Field(None, description="what the measured results do and do not show (printed in the book)")
+    notes: Text | None = Field(
+        default=None, description="what the measured results do and do not show (printed in the book)"
+    )
 
     _root = ("paper",)
 
@@ -633,7 +707,7 @@ class Paper(Section):
         return self
 
 
-def _entry(kind: str):
+def _entry(kind: str) -> Check:
     """A model or task entry: a name, or a mapping {name: ..., parameters...} (its parameters are
     checked against its signature when it is built)."""
 
@@ -644,7 +718,11 @@ def _entry(kind: str):
             return value
         raise _expected(f"a {kind} name or a mapping {{name: ..., parameters...}}")
 
-    return Annotated[Any, PlainValidator(check), WithJsonSchema({"x-entry": kind})]
+    return Check(check, {"x-entry": kind})
+
+
+ModelEntry = Annotated[Any, _entry("model")]
+TaskEntry = Annotated[Any, _entry("task")]
 
 
 def _safe_name(value):
@@ -659,7 +737,8 @@ TOP_LEVEL = {  # the spec's keys in words (the JSON Schema's descriptions)
     "description": "one paragraph shown in the report",
     "task": "one task: a name or {name: ..., parameters...}",
     "tasks": "a list of tasks; an entry may carry its own train: and eval: settings for its runs",
-    "models": "list of models: names or {name: ..., parameters...} (see `statetrack models`); an entry's `lrs` replaces the spec's for its runs",
+    "models": "list of models: names or {name: ..., parameters...} (see `statetrack models`); "
+    "an entry's `lrs` replaces the spec's for its runs",
     "model_defaults": "settings applied to every model (d_model, width, params, num_layers, mlp, ...)",
     "train": "training settings; dataset_size may be a list, one run per value",
     "eval": "evaluation: lengths, samples, batch_size, chunk_size, seed, [variants, traces]",
@@ -676,26 +755,26 @@ class Spec(Section):
     """An experiment spec, at one scale (its `scales:` merged in)."""
 
     model_config = ConfigDict(extra="forbid", title="statetrack experiment spec")
-    name: _value(
-        _safe_name,
-        ALLOWED_NAMES,
-        {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": NAME_MAX},
-        str,
-    ) = Field(None, description=TOP_LEVEL["name"])
-    description: str = Field("", description=TOP_LEVEL["description"])
-    task: _entry("task") | None = Field(None, description=TOP_LEVEL["task"])
-    tasks: list[_entry("task")] | None = Field(None, min_length=1, description=TOP_LEVEL["tasks"])
-    models: list[_entry("model")] = Field(min_length=1, description=TOP_LEVEL["models"])
+    name: Annotated[
+        str | None,
+        _value(
+            _safe_name, ALLOWED_NAMES, {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": NAME_MAX}
+        ),
+    ] = Field(default=None, description=TOP_LEVEL["name"])
+    description: str = Field(default="", description=TOP_LEVEL["description"])
+    task: TaskEntry | None = Field(default=None, description=TOP_LEVEL["task"])
+    tasks: list[TaskEntry] | None = Field(default=None, min_length=1, description=TOP_LEVEL["tasks"])
+    models: list[ModelEntry] = Field(min_length=1, description=TOP_LEVEL["models"])
     model_defaults: Mapping = Field(default_factory=dict, description=TOP_LEVEL["model_defaults"])
     train: SpecTrain = Field(default_factory=SpecTrain, description=TOP_LEVEL["train"])
     eval: Eval = Field(description=TOP_LEVEL["eval"])
-    lrs: list[number(0, high=MAX_LR, text=True)] = Field(min_length=1, description=TOP_LEVEL["lrs"])
-    seeds: list[integer(0)] = Field(min_length=1, description=TOP_LEVEL["seeds"])
+    lrs: list[Annotated[float, number(0, high=MAX_LR, text=True)]] = Field(min_length=1, description=TOP_LEVEL["lrs"])
+    seeds: list[Annotated[int, integer(0)]] = Field(min_length=1, description=TOP_LEVEL["seeds"])
     selection: Selection = Field(default_factory=Selection, description=TOP_LEVEL["selection"])
-    scales: dict[choice(SCALES), Mapping] = Field(default_factory=dict, description=TOP_LEVEL["scales"])
-    paper: Paper | None = Field(None, description=TOP_LEVEL["paper"])
+    scales: dict[Annotated[str, choice(SCALES)], Mapping] = Field(default_factory=dict, description=TOP_LEVEL["scales"])
+    paper: Paper | None = Field(default=None, description=TOP_LEVEL["paper"])
     imports: list[str] = Field(default_factory=list, description=TOP_LEVEL["imports"])
-    scale: SkipJsonSchema[Any] = Field(None, exclude=True)  # set by load_spec: the scale it was read at
+    scale: SkipJsonSchema[Any] = Field(default=None, exclude=True)  # set by load_spec: the scale it was read at
 
     @model_validator(mode="before")
     @classmethod
@@ -722,8 +801,8 @@ MODEL_SETTINGS = ("lrs",)  # run settings a model entry may give for its own run
 class ModelSettings(Section):
     """A model entry's own run settings, taken out before the model is built."""
 
-    lrs: list[number(0, high=MAX_LR, text=True)] | None = Field(
-        None,
+    lrs: list[Annotated[float, number(0, high=MAX_LR, text=True)]] | None = Field(
+        default=None,
         min_length=1,
         description="this model's learning rates, in place of the spec's `lrs` (e.g. a family's own grid)",
     )

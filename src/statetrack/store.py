@@ -4,9 +4,9 @@ Tables: `runs` (one row per run: full config, seed, lr, git revision, status, ti
 `evals` (one row per run, evaluation variant and length: accuracy, scaled accuracy, sequence
 accuracy, the model's own per-length `metrics` and the per-position accuracy as JSON; `variant` is ''
 for the training task and the name of an `eval.variants` entry otherwise), `traces` (a few examples'
-per-position outputs, where the spec asks for `eval.traces`), `curves` (training curve points, with their `metrics`) and `plans`
-(per experiment, the resolved spec and the list of runs that the latest `statetrack run` expanded,
-so a report knows which runs it expects and which are missing).
+per-position outputs, where the spec asks for `eval.traces`), `curves` (training curve points, with
+their `metrics`) and `plans` (per experiment, the resolved spec and the list of runs that the latest
+`statetrack run` expanded, so a report knows which runs it expects and which are missing).
 A run becomes `done` in the same transaction that writes its evaluations, so a run killed at any
 point is either complete or not `done`, never half-written; re-running skips only `done` runs.
 A run whose training loss became non-finite is `done` too, with `diverged_at` (the step) and its
@@ -368,7 +368,8 @@ class Store:
                 "database or disk is full",
                 "disk I/O error",
             ):
-                # SQLITE_FULL, SQLITE_IOERR (a full disk can fail the WAL's shared memory first): the write is rolled back
+                # SQLITE_FULL, SQLITE_IOERR (a full disk can fail the WAL's shared memory first): the write
+                # is rolled back
                 problem = "the disk is full" if "full" in str(error) else "a disk I/O error (a full or failing disk)"
                 raise StatetrackError(
                     f"cannot write results store {self.path}: {problem}; what was stored before is "
@@ -414,8 +415,8 @@ class Store:
             now = time.time()
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
             db.execute(
-                "INSERT INTO runs (id, experiment, model, task, seed, lr, config, git_rev, host, pid, heartbeat, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                "INSERT INTO runs (id, experiment, model, task, seed, lr, config, git_rev, host, pid, heartbeat,"
+                " status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
                 (
                     run_id,
                     experiment,
@@ -497,8 +498,8 @@ class Store:
         """
         with self._connect() as db:
             db.executemany(
-                "INSERT OR REPLACE INTO evals (run_id, variant, length, accuracy, scaled_accuracy, samples, sequence_accuracy, metrics,"
-                " position_accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO evals (run_id, variant, length, accuracy, scaled_accuracy, samples,"
+                " sequence_accuracy, metrics, position_accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         run_id,
@@ -523,7 +524,8 @@ class Store:
                 ],
             )
             db.executemany(
-                "INSERT OR REPLACE INTO curves (run_id, step, loss, accuracy, metrics, stage) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO curves (run_id, step, loss, accuracy, metrics, stage)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 [
                     (run_id, c["step"], c["loss"], c["accuracy"], _encode_metrics(c.get("metrics")), c.get("stage"))
                     for c in curve
@@ -531,7 +533,8 @@ class Store:
             )
             db.execute(
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
-                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ?, threads = ? WHERE id = ?",
+                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ?, threads = ?"
+                " WHERE id = ?",
                 (steps, num_parameters, train_seconds, eval_seconds, time.time(), host, diverged_at, threads, run_id),
             )
 
@@ -642,10 +645,13 @@ class Store:
                 "SELECT r.id, r.model, r.task, json_valid(r.config) AS config_ok,"
                 " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.task') END AS task_config,"
                 " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.eval.variants') END AS variants,"
-                " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.train.dataset_size') END AS dataset_size,"
-                " r.seed, r.lr, r.diverged_at, e.variant, e.length, e.accuracy, e.scaled_accuracy, e.sequence_accuracy, e.metrics"
+                " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.train.dataset_size') END"
+                " AS dataset_size,"
+                " r.seed, r.lr, r.diverged_at, e.variant, e.length, e.accuracy, e.scaled_accuracy,"
+                " e.sequence_accuracy, e.metrics"
                 " FROM runs r JOIN evals e ON e.run_id = r.id"
-                " WHERE r.experiment = ? AND r.status = 'done' ORDER BY r.model, r.task, e.variant, dataset_size, r.lr, r.seed, e.length",
+                " WHERE r.experiment = ? AND r.status = 'done'"
+                " ORDER BY r.model, r.task, e.variant, dataset_size, r.lr, r.seed, e.length",
                 (experiment,),
             ).fetchall()
         out, damaged = [], []

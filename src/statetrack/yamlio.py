@@ -14,6 +14,8 @@ Timestamps are read as the strings they are written as, so `description: 2025-01
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from statetrack.errors import StatetrackError
@@ -27,7 +29,7 @@ _PLAIN = (str, int, float, bool, type(None))
 class _Loader(yaml.SafeLoader):
     """Safe loading without the implicit timestamp type, refusing duplicate keys."""
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
             first: dict = {}
             for key_node, _ in node.value:
@@ -100,7 +102,7 @@ def _check_values(value: object, where: str) -> None:
         )
 
 
-def load(text: str) -> object:
+def load(text: str) -> Any:  # a parsed document: a mapping, list, scalar or None
     """Parse one YAML document strictly (see the module docstring); raises StatetrackError."""
     try:
         loader = _Loader(text)  # reads the first characters: a control character is refused here

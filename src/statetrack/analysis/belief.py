@@ -190,8 +190,9 @@ def format_decay(decay: BeliefDecay) -> str:
     lines.append(text_table(header, body))
     if decay.flush_to_zero:
         lines.append(
-            "note: this process flushes subnormals to zero (torch.set_flush_denormal(True)): a state drops to 0 as soon "
-            "as its largest component falls below the smallest normal, which can be before its norm does"
+            "note: this process flushes subnormals to zero (torch.set_flush_denormal(True)): "
+            "a state drops to 0 as soon as its largest component falls below the smallest normal, "
+            "which can be before its norm does"
         )
     for dtype in DTYPES:
         if (decay.observed(dtype) == NEVER).all() and decay.typical(dtype) > length:
@@ -229,7 +230,8 @@ def format_decay(decay: BeliefDecay) -> str:
         )
     lines += [
         "",
-        "decoded belief h_t / ||h_t||_1 vs the exact float64 renormalised tracker (max over states and sequences of |b - b_exact|):",
+        "decoded belief h_t / ||h_t||_1 vs the exact float64 renormalised tracker "
+        "(max over states and sequences of |b - b_exact|):",
         text_table(header, body),
     ]
     return "\n".join(lines)

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from statetrack.errors import StatetrackError, unknown
+from statetrack.layers.bilinear import Bilinear
 from statetrack.models import zoo
-from statetrack.models.model import SequenceModel
+from statetrack.models.model import Block, SequenceModel
 from statetrack.tasks.base import SPECIALS
 from statetrack.training.evaluate import evaluate_lengths
 
@@ -57,14 +58,15 @@ class Automaton:
     labels: torch.Tensor
     num_classes: int
     name: str = "automaton"
-    token_names: list[str] = field(default=None)
-    state_names: list[str] = field(default=None)
+    token_names: list[str] | None = None  # None: the ids as names (__post_init__ fills them in)
+    state_names: list[str] | None = None
 
     def __post_init__(self):
         t, labels = self.transitions, self.labels
         if t.dim() != 2 or t.dtype != torch.long or t.numel() == 0:
             raise StatetrackError(
-                f"{self.name}: transitions must be a non-empty long tensor [vocab, states], got {t.dtype} {tuple(t.shape)}"
+                f"{self.name}: transitions must be a non-empty long tensor [vocab, states], "
+                f"got {t.dtype} {tuple(t.shape)}"
             )
         n = t.shape[1]
         if int(t.min()) < 0 or int(t.max()) >= n:
@@ -73,11 +75,13 @@ class Automaton:
             )
         if labels.shape != (n,) or labels.dtype != torch.long:
             raise StatetrackError(
-                f"{self.name}: labels must be a long tensor [{n}] (one class per state), got {labels.dtype} {tuple(labels.shape)}"
+                f"{self.name}: labels must be a long tensor [{n}] (one class per state), "
+                f"got {labels.dtype} {tuple(labels.shape)}"
             )
         if int(labels.min()) < 0 or int(labels.max()) >= self.num_classes:
             raise StatetrackError(
-                f"{self.name}: labels must be classes in [0, {self.num_classes}), got values in [{int(labels.min())}, {int(labels.max())}]"
+                f"{self.name}: labels must be classes in [0, {self.num_classes}), "
+                f"got values in [{int(labels.min())}, {int(labels.max())}]"
             )
         if not 0 <= self.initial < n:
             raise StatetrackError(f"{self.name}: initial state must be in [0, {n}), got {self.initial}")
@@ -219,7 +223,9 @@ def _assemble(
     embedding, project = basis[:V], basis[-hidden:].t()  # [V, d], [d, hidden]
     labels = automaton.labels[reachable]
     readout = torch.zeros(C, d, dtype=torch.float64).index_add_(0, labels, states.double() @ project.t())
-    block, mixer = model.blocks[0], model.blocks[0].mixer
+    block = model.blocks[0]
+    mixer = block.mixer
+    assert isinstance(block, Block) and isinstance(mixer, Bilinear)  # the one block of a bilinear spec
     with torch.no_grad():
         model.embedding.weight.copy_(embedding)
         for norm in (block.norm1, model.norm):
@@ -241,6 +247,8 @@ def _check(model: SequenceModel, automaton: Automaton, reachable: list[int], sta
     the automaton's next state and the argmax its label. Returns the smallest logit margin."""
     index = {q: i for i, q in enumerate(reachable)}
     margin = math.inf
+    tokens_named = automaton.token_names
+    assert tokens_named is not None  # filled in by Automaton.__post_init__
     for s in range(automaton.vocab_size):
         following = [index[q] for q in automaton.transitions[s, reachable].tolist()]
         tokens = torch.full((len(reachable), 1), s, dtype=torch.long)
@@ -248,9 +256,7 @@ def _check(model: SequenceModel, automaton: Automaton, reachable: list[int], sta
         h = h / h.norm(dim=-1, keepdim=True)
         error = (h - states[following].float()).abs().max().item()
         if error > 1e-4:
-            raise RuntimeError(
-                f"exact construction: token {automaton.token_names[s]!r} leaves the states off by {error:.2e}"
-            )
+            raise RuntimeError(f"exact construction: token {tokens_named[s]!r} leaves the states off by {error:.2e}")
         logits = logits[:, 0].double()
         target = automaton.labels[reachable][following]
         right = logits.gather(1, target[:, None])[:, 0]
@@ -307,25 +313,29 @@ def _commuting_permutations(automaton: Automaton, structure: str) -> tuple[list[
     index = torch.full((automaton.num_states,), -1, dtype=torch.long)
     index[reachable] = torch.arange(n)
     perms = index[automaton.transitions[:, reachable]]
-    hint = f"structure {structure!r} computes only automata whose tokens permute the states and commute, {_COMMUTING_USE}; use full, cp or block"
+    hint = (
+        f"structure {structure!r} computes only automata whose tokens permute the states and commute, "
+        f"{_COMMUTING_USE}; use full, cp or block"
+    )
+    tokens_named, names = automaton.token_names, automaton.state_names
+    assert tokens_named is not None and names is not None  # filled in by Automaton.__post_init__
     for s in range(automaton.vocab_size):
         first: dict[int, int] = {}
         for j, target in enumerate(perms[s].tolist()):
             i = first.setdefault(target, j)
             if i == j:
                 continue
-            names = automaton.state_names
             raise StatetrackError(
-                f"{automaton.name}: token {automaton.token_names[s]!r} sends states {names[reachable[i]]!r} and "
+                f"{automaton.name}: token {tokens_named[s]!r} sends states {names[reachable[i]]!r} and "
                 f"{names[reachable[j]]!r} to the same state, which no {structure} transition can do; {hint}"
             )
     for s in range(automaton.vocab_size):  # s after t against t after s, for every t
         clash = (perms[s][perms] != perms[:, perms[s]]).any(-1).nonzero()
         if not len(clash):
             continue
-        t = clash[0].item()
+        t = int(clash[0])
         raise StatetrackError(
-            f"{automaton.name}: tokens {automaton.token_names[s]!r} and {automaton.token_names[t]!r} do not commute "
+            f"{automaton.name}: tokens {tokens_named[s]!r} and {tokens_named[t]!r} do not commute "
             f"(their order matters), but {structure} transitions do; {hint}"
         )
     return reachable, parent, perms
@@ -424,6 +434,7 @@ def _commuting(automaton: Automaton, structure: str, normalize_every: int, scale
         orders.append(order)
     if structure == "diagonal" and max(orders) > 2:
         s = max(range(len(orders)), key=orders.__getitem__)
+        assert automaton.token_names is not None  # filled in by Automaton.__post_init__
         raise StatetrackError(
             f"{automaton.name}: token {automaton.token_names[s]!r} cycles states with period {orders[s]}, but a real "
             f"diagonal A(x) can only flip signs: structure 'diagonal' computes only tokens of order 2 (parity, Z2xZ2); "
@@ -440,22 +451,20 @@ def _commuting(automaton: Automaton, structure: str, normalize_every: int, scale
         signs = torch.cos(math.pi * 2 * k_tokens / exponent).round()
         states = torch.cos(2 * math.pi * k_states / exponent).round() / math.sqrt(planes)
 
-        def set_transitions(mixer, x):
+        def set_signs(mixer, x):
             mixer.D.copy_(_solve(x, signs))
 
         h0 = torch.full((planes,), 1 / math.sqrt(planes))
-        return _assemble(
-            automaton, structure, planes, {}, set_transitions, states, h0, reachable, normalize_every, scale
-        )
+        return _assemble(automaton, structure, planes, {}, set_signs, states, h0, reachable, normalize_every, scale)
     angles = 2 * math.pi * k_tokens / exponent  # in (-pi, pi]
     phase = 2 * math.pi * k_states / exponent
     states = torch.stack([phase.cos(), phase.sin()], -1).flatten(1) / math.sqrt(planes)  # planes as (re, im) pairs
 
-    def set_transitions(mixer, x):
+    def set_angles(mixer, x):
         mixer.Theta.copy_(_solve(x, angles))
 
     return _assemble(
-        automaton, structure, 2 * planes, {}, set_transitions, states, states[0], reachable, normalize_every, scale
+        automaton, structure, 2 * planes, {}, set_angles, states, states[0], reachable, normalize_every, scale
     )
 
 
@@ -473,7 +482,8 @@ def build_exact(
 
 
 def construct(task, structure: str = "full", normalize_every: int = 1) -> Construction:
-    """`build_exact` for a task (`automaton_for_task`): a model whose argmax is the task's answer at every supervised position."""
+    """`build_exact` for a task (`automaton_for_task`): a model whose argmax is the task's answer at
+    every supervised position."""
     return build_exact(automaton_for_task(task), structure, normalize_every)
 
 

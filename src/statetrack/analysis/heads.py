@@ -44,7 +44,8 @@ def delta_layers(model, name: str = "this model") -> list[tuple[int, DeltaProduc
     if not layers:
         mixers = ", ".join(sorted({type(block.mixer).__name__ for block in model.blocks})) or "none"
         raise StatetrackError(
-            f"the heads analysis needs a delta-rule model ({', '.join(SUPPORTED)}); {name} has no such layer (mixers: {mixers})"
+            f"the heads analysis needs a delta-rule model ({', '.join(SUPPORTED)}); "
+            f"{name} has no such layer (mixers: {mixers})"
         )
     return layers
 
@@ -60,14 +61,14 @@ def wrapped_gates(mixer: DeltaProduct, edit):
         calls[0] += 1
         return edit(original(x))
 
-    mixer.gates = gates
+    mixer.__dict__["gates"] = gates  # an instance attribute, which shadows the method
     try:
         yield calls
     finally:
         if shadowed is None:
-            del mixer.gates
+            del mixer.__dict__["gates"]
         else:
-            mixer.gates = shadowed
+            mixer.__dict__["gates"] = shadowed
 
 
 def scale_beta(mixer: DeltaProduct, heads: list[int], factor: float):
@@ -220,14 +221,16 @@ def format_heads(result: dict, chance: float) -> str:
     top = result["rows"][0]
     lines = [
         f"accuracy {base:.3f} (chance {chance:.3f}); with all heads' beta x {FACTOR:g}: {result['all_heads']:.3f}",
-        f"per head: beta over every token; keys PC1 = the share of the keys' variance on their first principal component, "
+        "per head: beta over every token; "
+        "keys PC1 = the share of the keys' variance on their first principal component, "
         f"keys {SHARE:.0%} = the components for {SHARE:.0%} of it;\naccuracy with that head's beta x {FACTOR:g} "
         f"(range (0, 2) -> (0, 1) for [-1,1]), and the drop from {base:.3f}",
         text_table(header, body),
     ]
     if base < 0.9:
         lines.append(
-            f"note: the model is at {base:.3f} accuracy on these inputs; a ranking of heads by what they break says little"
+            f"note: the model is at {base:.3f} accuracy on these inputs; "
+            "a ranking of heads by what they break says little"
         )
     if top["drop"] > 0.01:
         lines.append(
@@ -355,7 +358,8 @@ def analyze_heads(
     batch = task.sample(samples, length, eval_generator(seed, length))
     if not batch.mask.any():
         raise StatetrackError(
-            f"the {samples} inputs of length {length} have no supervised position; use more --samples or another --length"
+            f"the {samples} inputs of length {length} have no supervised position; "
+            "use more --samples or another --length"
         )
     result = head_analysis(net, batch, layers, sweep)
     title = f"{row['model']} on {row['task']} (run {row['id']}, {samples} inputs of length {length})"

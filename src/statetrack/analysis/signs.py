@@ -1,4 +1,5 @@
-"""Which coordinate of a real-diagonal bilinear model carries parity at long lengths (Ebrahimi & Memisevic 2025, Prop. 2.4).
+"""Which coordinate of a real-diagonal bilinear model carries parity at long lengths (Ebrahimi &
+Memisevic 2025, Prop. 2.4).
 
 For a pure real-diagonal model h_T[i] = h0[i] prod_t a_{x_t}[i], with a_0 and a_1 the diagonals of
 A(x) for the two bits. The sign of coordinate i follows the parity of the ones when a_0[i] > 0 >
@@ -100,8 +101,12 @@ def analyze_signs(
             raise StatetrackError(f"experiment {run!r} has no finished real-diagonal bilinear run on parity")
     else:
         rows = [find_run(store, run, model, run_seed)]
-    lines, counts = [], {}
-    header = f"{'run':16}  {'model':32}  {'N':>4}  {'seed':>4}  {'coord':>5}  {'a(0)':>7}  {'a(1)':>7}  {'lead':>6}  {'kind':10}  {'longest: scaled acc':>19}"
+    lines: list[str] = []
+    counts: dict[str, int] = {}  # runs per kind of dominant coordinate
+    header = (
+        f"{'run':16}  {'model':32}  {'N':>4}  {'seed':>4}  {'coord':>5}  "
+        f"{'a(0)':>7}  {'a(1)':>7}  {'lead':>6}  {'kind':10}  {'longest: scaled acc':>19}"
+    )
     for row in sorted(rows, key=lambda r: (r["model"], str(r["config"]["train"].get("dataset_size")), r["seed"])):
         net, task = load_run_model(row, results_dir)
         top = prediction(net, task)
@@ -115,6 +120,10 @@ def analyze_signs(
         counts[top["kind"]] = counts.get(top["kind"], 0) + 1
     summary = "; ".join(f"{counts.get(k, 0)} of {len(rows)} {k} ({v})" for k, v in KINDS.items())
     return (
-        "Dominant coordinate on balanced bits (largest (log|a(0)| + log|a(1)|) / 2) of each run; lead = its growth rate "
-        "minus the next coordinate's, per bit\n" + header + "\n" + "\n".join(lines) + f"\n{summary}"
+        "Dominant coordinate on balanced bits (largest (log|a(0)| + log|a(1)|) / 2) of each run; "
+        "lead = its growth rate minus the next coordinate's, per bit\n"
+        + header
+        + "\n"
+        + "\n".join(lines)
+        + f"\n{summary}"
     )

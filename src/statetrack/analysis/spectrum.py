@@ -28,7 +28,8 @@ def first_bilinear_mixer(model, structure: str, analysis: str):
     mixer = model.blocks[0].mixer if len(model.blocks) else None
     if not isinstance(mixer, Bilinear) or mixer.structure != structure:
         raise StatetrackError(
-            f"the {analysis} analysis needs a bilinear model with structure {structure!r} (its first layer), got {type(mixer).__name__}"
+            f"the {analysis} analysis needs a bilinear model with structure {structure!r} (its first layer), "
+            f"got {type(mixer).__name__}"
             + (f" with structure {mixer.structure!r}" if isinstance(mixer, Bilinear) else "")
         )
     return mixer
@@ -100,7 +101,8 @@ def format_stats(spectra: list[dict], inputs: torch.Tensor | None = None, vocab:
         st = spectrum_stats(s["eigenvalues"])
         lines.append(
             f"{head}: {st['count']} eigenvalues, real part in [{st['min_real']:.4f}, {st['max_real']:.4f}], "
-            f"negative {100 * st['fraction_negative_real']:.1f}%, below -0.5 {100 * st['fraction_below_minus_half']:.1f}%, "
+            f"negative {100 * st['fraction_negative_real']:.1f}%, "
+            f"below -0.5 {100 * st['fraction_below_minus_half']:.1f}%, "
             f"complex {100 * st['fraction_complex']:.1f}%, max |lambda| {st['max_modulus']:.4f}"
         )
         if inputs is not None and s["eigenvalues"].shape[:2] == inputs.shape:

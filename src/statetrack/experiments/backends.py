@@ -22,6 +22,7 @@ import os
 import queue
 import socket
 import time
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
@@ -155,7 +156,7 @@ class LocalBackend:
     in_process = False
 
     def __init__(
-        self, workers: int, results_dir: Path, device: str, imports: list[str] = (), log_to: dict | None = None
+        self, workers: int, results_dir: Path, device: str, imports: Sequence[str] = (), log_to: dict | None = None
     ):
         self.slots = workers
         self.threads = max(1, available_cores() // workers)
@@ -262,7 +263,7 @@ class RayBackend:
         device: str,
         cpus_per_run: float = 1,
         gpus_per_run: float | None = None,
-        imports: list[str] = (),
+        imports: Sequence[str] = (),
         log_to: dict | None = None,
     ):
         try:
@@ -451,7 +452,7 @@ def make_backend(
     device: str,
     address: str | None = None,
     gpus_per_run: float | None = None,
-    imports: list[str] = (),
+    imports: Sequence[str] = (),
     runs: int | None = None,
     progress: bool = True,
     log_to: dict | None = None,

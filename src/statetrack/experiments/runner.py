@@ -27,6 +27,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -252,7 +253,8 @@ def run_experiment(
     failed_before = sum(1 for r in runs if status[r.id] == "failed")
     held = sum(1 for r in todo if store.holder(r.id, lease) is not None)
     summary = (
-        f"experiment {spec['name']} ({scale}): {len(runs)} runs, {sum(s == 'done' for s in status.values())} already done"
+        f"experiment {spec['name']} ({scale}): {len(runs)} runs, "
+        f"{sum(s == 'done' for s in status.values())} already done"
         + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
         + (f", {held} in training by other drivers" if held else "")
     )
@@ -274,12 +276,15 @@ def run_experiment(
         else None
     )
     store.set_plan(spec["name"], spec, experiment.plan())
-    if not todo:
+    if pool is None:  # nothing to train
         log(summary)
         return
     log(f"{summary}; {pool.describe()}")
-    pending, in_flight, elsewhere, started = list(todo), {}, [], 0
-    steps, by_id = {}, {r.id: r for r in todo}  # run id -> (step, total) as pool workers report it
+    pending, started = list(todo), 0
+    in_flight: dict[Any, RunSpec] = {}  # the backend's handle -> its run
+    elsewhere: list[RunSpec] = []  # runs that another driver trains
+    steps: dict[str, tuple[int, int]] = {}  # run id -> (step, total) as pool workers report it
+    by_id = {r.id: r for r in todo}
     heartbeat = Heartbeat(store, lease)
     cancel = True
     try:

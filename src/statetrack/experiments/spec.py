@@ -17,6 +17,7 @@ import copy
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
@@ -140,7 +141,7 @@ def overrides_name(base: str, overrides: list[str]) -> str:
     return name
 
 
-def load_spec(name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None) -> dict:
+def load_spec(name_or_path: str, scale: str = "quick", overrides: Sequence[str] = (), name: str | None = None) -> dict:
     """The spec at `scale` with `key=value` overrides applied and every section checked. Its name is
     `name` when given; else, with overrides, `overrides_name` (a run with overrides is an experiment
     of its own and leaves the one it started from as it was); else the spec's own."""
@@ -305,7 +306,11 @@ class Experiment:
 
 
 def resolve(
-    name_or_path: str, scale: str = "quick", overrides: list[str] = (), name: str | None = None, imports: list[str] = ()
+    name_or_path: str,
+    scale: str = "quick",
+    overrides: Sequence[str] = (),
+    name: str | None = None,
+    imports: Sequence[str] = (),
 ) -> Experiment:
     """The experiment `statetrack run` would train, checked and resolved, with nothing written: the
     user's modules of `imports` first (the spec may name what they register), then the spec
@@ -361,6 +366,7 @@ def check_buildable(model: dict, task) -> int:
                 raise StatetrackError(
                     f"model {model['name']!r} cannot be built with {settings}: {type(error).__name__}: {error}"
                 ) from None
+    raise AssertionError("unreachable: the CPU attempt returns or raises")
 
 
 def _dataset_sizes(spec: dict) -> list[dict]:
@@ -398,7 +404,8 @@ def expand(spec: dict) -> list[RunSpec]:
     model is built for each task, every training and evaluation length is checked against the task, and
     each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
     tasks = [_task_spec(t, spec) for t in spec_tasks(spec)]
-    # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.models.sizing): each run's model is concrete
+    # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.models.sizing):
+    # each run's model is concrete
     models, model_lrs = zip(*[model_entry(m, spec) for m in spec["models"]])
     for entry, task, trains, eval_spec in tasks:
         train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
@@ -440,7 +447,7 @@ def expand(spec: dict) -> list[RunSpec]:
                     eval_spec,
                     len(eval_spec.get("variants") or {}),
                 )
-    runs = {}  # by id: a value listed twice is one run
+    runs: dict[str, RunSpec] = {}  # by id: a value listed twice is one run
     labels = model_labels(list(models))
     for task, _, trains, eval_spec in tasks:
         for model, label, lrs in zip(models, labels, model_lrs):

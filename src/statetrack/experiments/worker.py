@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -130,7 +131,7 @@ def die_with(driver: tuple[str, int, int | None] | None) -> None:
 
 
 def prepare_worker(
-    threads: int | None, imports: list[str] = (), driver: tuple[str, int, int | None] | None = None
+    threads: int | None, imports: Sequence[str] = (), driver: tuple[str, int, int | None] | None = None
 ) -> None:
     """Set up a worker process: it ends with its `driver` (`die_with`; None in the driver itself),
     torch threads (1 for pool workers: small models run best single-threaded side by side, and
@@ -236,6 +237,7 @@ def train_and_evaluate(
                 logger.close(ended)
             except Exception as error:  # a tracker that cannot close its run costs the tracker, never the stored result
                 print(
-                    f"warning: {type(logger).__name__} could not end run {run.id}: {' '.join(str(error).split())[:200]}",
+                    f"warning: {type(logger).__name__} could not end run {run.id}: "
+                    f"{' '.join(str(error).split())[:200]}",
                     file=sys.stderr,
                 )

@@ -24,15 +24,15 @@ chunks is renormalised at the same steps as the whole input. Without it, an addi
 A(x) grows the state overflows on long inputs.
 
 Fast path (`forward`; figures in docs/performance.md): full and block through
-`ops.dense.bilinear_transition`, which for one large head (full) never forms A(x_t) but contracts the
-state with W and then with x_t each step, and for small heads (block) forms every A(x_t) in one
-matrix product, time-major, before the dense scan (a compiled loop on the CPU); cp in its R coordinates z = V^T h, where the
-transition M diag(C^T x_t) (M = V^T U) is R x R; diagonal and rotation through the diagonal scan of
-`ops.diagonal` (rotation as a complex scan on the d_h/2 planes). At evaluation a pure model's
-renormalised states come from `_renormalised_states`: all steps at once in log-magnitude form for the
-diagonal structures, a per-step loop for the dense ones (transitions formed a bounded number of
-steps at a time). `forward_reference` is the definition: a per-step loop that forms A(x_t) inside
-the loop.
+`ops.dense.bilinear_transition`, which for one large head (full) never forms A(x_t) but contracts
+the state with W and then with x_t each step, and for small heads (block) forms every A(x_t) in one
+matrix product, time-major, before the dense scan (a compiled loop on the CPU); cp in its R
+coordinates z = V^T h, where the transition M diag(C^T x_t) (M = V^T U) is R x R; diagonal and
+rotation through the diagonal scan of `ops.diagonal` (rotation as a complex scan on the d_h/2
+planes). At evaluation a pure model's renormalised states come from `_renormalised_states`: all
+steps at once in log-magnitude form for the diagonal structures, a per-step loop for the dense ones
+(transitions formed a bounded number of steps at a time). `forward_reference` is the definition: a
+per-step loop that forms A(x_t) inside the loop.
 """
 
 from __future__ import annotations
@@ -73,9 +73,16 @@ def _uniform(shape, bound: float) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
 
 
-@register_model("bilinear", display=_display, stack_defaults={"mlp": False})  # one cell, linear readout, as published
+@register_model(
+    "bilinear",
+    display=_display,
+    summary="Bilinear RNN h_t = A(x_t) h_{t-1}, A linear in x: full, CP, block, rotation or real diagonal "
+    "(Ebrahimi & Memisevic 2025)",
+    stack_defaults={"mlp": False},  # one cell, linear readout, as published
+)
 class Bilinear(Spectral, nn.Module):
-    """Bilinear RNN h_t = A(x_t) h_{t-1}, A linear in x: full, CP, block, rotation or real diagonal (Ebrahimi & Memisevic 2025).
+    """Bilinear RNN h_t = A(x_t) h_{t-1}, A linear in x: full, CP, block, rotation or real diagonal
+    (Ebrahimi & Memisevic 2025).
 
     The module docstring has the equations. `hidden` (d_h) defaults to d_model; `rank` is R of the CP
     form, `block_size` b of the block form. Init: weights uniform with the range chosen so that the
@@ -212,7 +219,8 @@ class Bilinear(Spectral, nn.Module):
         return self.transition(x)
 
     def transition_eigenvalues(self, x):
-        """Eigenvalues of A(x_t): the diagonal itself, the rotations' e^{i theta} (and conjugates implied), or those of the blocks."""
+        """Eigenvalues of A(x_t): the diagonal itself, the rotations' e^{i theta} (and conjugates
+        implied), or those of the blocks."""
         if self.structure in ("diagonal", "rotation"):
             return self.transition(x)
         return super().transition_eigenvalues(x)

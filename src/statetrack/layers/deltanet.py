@@ -8,6 +8,8 @@ run by the `delta_rule` op for n_h = 1 (the faster path) and by `delta_product` 
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,15 +28,34 @@ from statetrack.layers.registry import register_model
 from statetrack.ops import delta_product, delta_rule
 
 
+class _Decay(TypedDict, total=False):
+    g: torch.Tensor  # [B, T, H] log-gate, where the family has a decay
+
+
+class DeltaInputs(_Decay):
+    """The delta rule's inputs in the `delta_product` layout (`DeltaProduct.gates`)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    beta: torch.Tensor
+
+
 def householder(k: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """I - beta k k^T for k [..., D] and beta [...]: [..., D, D]."""
     eye = torch.eye(k.shape[-1], dtype=k.dtype, device=k.device)
     return eye - beta[..., None, None] * k[..., :, None] * k[..., None, :]
 
 
-@register_model("deltaproduct", display="DeltaProduct_{n_h} {eig_range}")
+@register_model(
+    "deltaproduct",
+    display="DeltaProduct_{n_h} {eig_range}",
+    summary="n_h delta-rule steps per token, a product of n_h generalized Householders (Siems et al. 2025); "
+    "eig_range [-1,1] as Grazzi et al. 2025",
+)
 class DeltaProduct(Spectral, nn.Module):
-    """n_h delta-rule steps per token, a product of n_h generalized Householders (Siems et al. 2025); eig_range [-1,1] as Grazzi et al. 2025.
+    """n_h delta-rule steps per token, a product of n_h generalized Householders (Siems et al. 2025);
+    eig_range [-1,1] as Grazzi et al. 2025.
 
     Per head, token t applies n_h micro-steps j = 1..n_h, each with its own key, value and beta:
 
@@ -73,7 +94,7 @@ class DeltaProduct(Spectral, nn.Module):
         self.o_norm = nn.RMSNorm(self.head_dim)
         self.o_proj = nn.Linear(inner, d_model, bias=False)
 
-    def gates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def gates(self, x: torch.Tensor) -> DeltaInputs:
         """The delta rule's inputs for x [B, T, d_model], token t's micro-step j at t * n_h + j:
         q [B, T, H, D]; k, v [B, T n_h, H, D]; beta [B, T n_h, H] (the `delta_product` layout)."""
         B, T, _ = x.shape
@@ -109,9 +130,15 @@ class DeltaProduct(Spectral, nn.Module):
         return A
 
 
-@register_model("deltanet", display="DeltaNet {eig_range}")
+@register_model(
+    "deltanet",
+    display="DeltaNet {eig_range}",
+    summary="The delta rule, matrix state per head (Schlag et al. 2021; Yang et al. 2024b); "
+    "eig_range [-1,1] as Grazzi et al. 2025",
+)
 class DeltaNet(DeltaProduct):
-    """The delta rule, matrix state per head (Schlag et al. 2021; Yang et al. 2024b); eig_range [-1,1] as Grazzi et al. 2025.
+    """The delta rule, matrix state per head (Schlag et al. 2021; Yang et al. 2024b); eig_range [-1,1]
+    as Grazzi et al. 2025.
 
         S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,    o_t = S_t^T q_t
 
@@ -125,9 +152,15 @@ class DeltaNet(DeltaProduct):
         super().__init__(d_model, num_heads, n_h=1, head_dim=head_dim, eig_range=eig_range)
 
 
-@register_model("gated_deltanet", display="Gated DeltaNet {eig_range}")
+@register_model(
+    "gated_deltanet",
+    display="Gated DeltaNet {eig_range}",
+    summary="The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025); "
+    "eig_range [-1,1] as Grazzi et al. 2025",
+)
 class GatedDeltaNet(DeltaNet):
-    """The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025); eig_range [-1,1] as Grazzi et al. 2025.
+    """The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025); eig_range [-1,1]
+    as Grazzi et al. 2025.
 
         S_t = (I - beta_t k_t k_t^T)(alpha_t S_{t-1}) + beta_t k_t v_t^T,
 
@@ -147,7 +180,7 @@ class GatedDeltaNet(DeltaNet):
             self.a_proj.bias.copy_(inverse_softplus(log_uniform_dt(self.num_heads)))
         self.A_log = nn.Parameter(torch.log(torch.empty(self.num_heads).uniform_(1, 16)))
 
-    def gates(self, x):
+    def gates(self, x: torch.Tensor) -> DeltaInputs:
         gates = super().gates(x)
         gates["g"] = -self.A_log.exp() * F.softplus(self.a_proj(x))  # [B, T, H], log alpha
         return gates

@@ -93,12 +93,17 @@ def _check_settings(reflections, width: int, width_name: str, max_iter, eval_max
 class _FixedPoint(Recorder, nn.Module):
     """The iteration loop shared by the fixed-point layers: `solve(step, y0)` with `step(y_prev) -> (y, carry)`."""
 
+    max_iter: int | str  # set by the layer, checked by _check_settings: an integer or "gamma"
+    eval_max_iter: int
+    tol: float
+
     def _iteration_cap(self) -> int:
         if not self.training:
             return self.eval_max_iter
         if self.max_iter == "gamma":
             draw = torch.distributions.Gamma(4.0, 1.0).sample().item()
             return max(1, round(draw))
+        assert isinstance(self.max_iter, int)
         return self.max_iter
 
     def solve(self, step, y0: torch.Tensor, restrict=None):
@@ -318,9 +323,15 @@ class FixedPointRNN(_FixedPoint):
         return torch.linalg.eigvals(self.transition_matrices(x))
 
 
-@register_model("bedouin", display="Bedouin r={reflections}")
+@register_model(
+    "bedouin",
+    display="Bedouin r={reflections}",
+    summary="Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan "
+    "(Movahedi et al. 2025, Sec. 5)",
+)
 class Bedouin(_FixedPoint):
-    """Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan (Movahedi et al. 2025, Sec. 5)."""
+    """Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan
+    (Movahedi et al. 2025, Sec. 5)."""
 
     departures = (
         "no short convolution (as the paper); the input branch keeps Mamba's SiLU; "

@@ -42,8 +42,9 @@ def causal_conv(conv: CausalConv1d, x: torch.Tensor, state=None):
     if state is None:
         state = x.new_zeros(B, k - 1, C)
     padded = torch.cat([state, x], dim=1)  # [B, k - 1 + T, C]
-    w = conv.conv.weight[:, 0]  # [C, k]
-    y = torch.addcmul(conv.conv.bias, padded[:, :T], w[:, 0])
+    w, bias = conv.conv.weight[:, 0], conv.conv.bias  # [C, k], [C]
+    assert bias is not None  # CausalConv1d's convolution has one
+    y = torch.addcmul(bias, padded[:, :T], w[:, 0])
     for j in range(1, k):
         y = torch.addcmul(y, padded[:, j : j + T], w[:, j])
     return y, padded[:, padded.shape[1] - (k - 1) :].clone()
@@ -116,7 +117,8 @@ class Mamba(Spectral, nn.Module):
         conv_state, h0 = state if state is not None else (None, None)
         u, z, dt, B_t, C_t, conv_state = self._projections(x, conv_state)
         scale = EIG_RANGES[self.eig_range]
-        # the fused loop where it applies (no [B, T, E, N] tensor), else (CUDA, no C compiler, other dtypes) the materialised form
+        # the fused loop where it applies (no [B, T, E, N] tensor), else (CUDA, no C compiler, other
+        # dtypes) the materialised form
         impl = "native" if native_applies(u, dt, B_t, C_t, self.A_log, *(() if h0 is None else (h0,))) else "torch"
         y, h_last = selective_scan(u, dt, self.A_log.exp(), B_t, C_t, h0, scale=scale, impl=impl)
         y = y + self.D * u

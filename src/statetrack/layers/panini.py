@@ -53,9 +53,15 @@ def transpositions(n: int) -> torch.Tensor:
 
 
 # ---- the learnable mixer --------------------------------------------------------------------------
-@register_model("panini", display="Panini")
+@register_model(
+    "panini",
+    display="Panini",
+    summary="Panini: a matrix state between two input-dependent transitions, H_t = A_l H_{t-1} A_r + B, "
+    "decoded by Sinkhorn-Knopp (Siems et al. 2026)",
+)
 class Panini(nn.Module):
-    """Panini: a matrix state between two input-dependent transitions, H_t = A_l H_{t-1} A_r + B, decoded by Sinkhorn-Knopp (Siems et al. 2026).
+    """Panini: a matrix state between two input-dependent transitions, H_t = A_l H_{t-1} A_r + B,
+    decoded by Sinkhorn-Knopp (Siems et al. 2026).
 
     Per head, with the paper's factorisation A_l = P_s(x_t) D_l(x_t), A_r = D_r(x_t) (App. C.2):
 
@@ -72,16 +78,18 @@ class Panini(nn.Module):
 
     Choices the paper leaves open (`departures`): the mixture runs over the identity and the
     transpositions (they generate S_n; all n! permutations are intractable), B is rank one, the
-    decoder is a linear map of the flattened decoded states (the dependence of dec on x_t is left
-    to the residual stream and MLP after the mixer), and by default (`renormalize`) the state itself
-    is projected by Sinkhorn after every step, where the paper keeps the recurrence linear and
-    projects only the output: the linear state loses the mass of the revealed row and column at
-    every reveal and can underflow (the paper's Fig. 12 cycle does in float32 after 149 cycles),
-    and the projected one tracks the exact marginals more closely (docs/models.md gives the figures). `renormalize: false` is the paper's form.
-    Sinkhorn stops per matrix at `sinkhorn_tol` (max |row or column sum - 1|) or after
-    `sinkhorn_iters` sweeps. Initialisation: P_s near I (c_0 about 0.9), D near I (0.88), g
-    about 0.12, so the state is kept at the start. State: H [B, heads, n, n].
+    decoder is a linear map of the flattened decoded states (the dependence of dec on x_t is left to
+    the residual stream and MLP after the mixer), and by default (`renormalize`) the state itself is
+    projected by Sinkhorn after every step, where the paper keeps the recurrence linear and projects
+    only the output: the linear state loses the mass of the revealed row and column at every reveal
+    and can underflow (the paper's Fig. 12 cycle does in float32 after 149 cycles), and the
+    projected one tracks the exact marginals more closely (docs/models.md gives the figures).
+    `renormalize: false` is the paper's form. Sinkhorn stops per matrix at `sinkhorn_tol` (max |row
+    or column sum - 1|) or after `sinkhorn_iters` sweeps. Initialisation: P_s near I (c_0 about
+    0.9), D near I (0.88), g about 0.12, so the state is kept at the start. State: H [B, heads, n, n].
     """
+
+    permutations: torch.Tensor  # a buffer: the identity and the transpositions, [K + 1, n, n]
 
     departures = (
         "the paper gives the factorisation A_l = P_s D_l, A_r = D_r but not how they depend on x_t: here "
@@ -157,6 +165,10 @@ class Panini(nn.Module):
 class PaniniTable(nn.Module):
     """The Panini recurrence with fixed A_l, A_r, B per token id ([V, n, n] each): token ids [B, T]
     -> (decoded beliefs [B, T, n, n], state [B, n, n]); H_0 = I."""
+
+    A_l: torch.Tensor  # buffers, [V, n, n] each
+    A_r: torch.Tensor
+    B: torch.Tensor
 
     def __init__(
         self,

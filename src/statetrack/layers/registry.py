@@ -26,28 +26,32 @@ from statetrack.errors import StatetrackError
 # ---- optional features of a mixer ----------------------------------------------------------------
 @runtime_checkable
 class Departures(Protocol):
-    """`departures: str` (a class attribute): where the layer departs on purpose from its published model (the catalogue's column)."""
+    """`departures: str` (a class attribute): where the layer departs on purpose from its published
+    model (the catalogue's column)."""
 
     departures: str
 
 
 @runtime_checkable
 class FrozenInput(Protocol):
-    """`frozen_input: bool`: true when the recurrence is frozen, so SequenceModel freezes the embedding and first norm feeding it."""
+    """`frozen_input: bool`: true when the recurrence is frozen, so SequenceModel freezes the
+    embedding and first norm feeding it."""
 
     frozen_input: bool
 
 
 @runtime_checkable
 class TransitionEigenvalues(Protocol):
-    """`transition_eigenvalues(x [B, T, D]) -> [B, T, ..., n]`: the eigenvalues of every token's state transition (spectrum analysis)."""
+    """`transition_eigenvalues(x [B, T, D]) -> [B, T, ..., n]`: the eigenvalues of every token's
+    state transition (spectrum analysis)."""
 
     def transition_eigenvalues(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 @runtime_checkable
 class TransitionMatrices(Protocol):
-    """`transition_matrices(x [B, T, D]) -> [B, T, H, n, n]`: every token's dense state transitions (NotImplementedError where there are none)."""
+    """`transition_matrices(x [B, T, D]) -> [B, T, H, n, n]`: every token's dense state transitions
+    (NotImplementedError where there are none)."""
 
     def transition_matrices(self, x: torch.Tensor) -> torch.Tensor: ...
 

@@ -21,7 +21,7 @@ class _TorchRNN(nn.Module):
     cell's own (h, or (h, c) for the LSTM), each [num_layers=1, B, hidden].
     """
 
-    cell: type[nn.RNNBase]
+    cell: type[nn.LSTM | nn.GRU | nn.RNN]
 
     def __init__(self, d_model: int, hidden: int | None = None):
         super().__init__()
@@ -41,7 +41,10 @@ class LSTM(_TorchRNN):
     """torch.nn.LSTM as a token mixer (Hochreiter & Schmidhuber 1997)."""
 
     cell = nn.LSTM
-    departures = "none (torch.nn.LSTM: the forget-gate LSTM of Gers et al. 2000); a linear map back to d_model when hidden differs"
+    departures = (
+        "none (torch.nn.LSTM: the forget-gate LSTM of Gers et al. 2000); "
+        "a linear map back to d_model when hidden differs"
+    )
 
 
 @register_model("rnn", display="RNN")
@@ -57,7 +60,10 @@ class GRU(_TorchRNN):
     """torch.nn.GRU as a token mixer (Cho et al. 2014)."""
 
     cell = nn.GRU
-    departures = "none (torch.nn.GRU; its candidate applies the reset gate after the hidden matmul, as cuDNN); a linear map back to d_model when hidden differs"
+    departures = (
+        "none (torch.nn.GRU; its candidate applies the reset gate after the hidden matmul, as cuDNN); "
+        "a linear map back to d_model when hidden differs"
+    )
 
 
 @register_model("nru", display="NRU")

@@ -78,7 +78,7 @@ def _counter(spec: dict):
     spec = zoo.resolve(spec)
     rest = {k: v for k, v in spec.items() if k not in ("d_model", "num_layers")}
     key = json.dumps(rest, sort_keys=True, default=repr)
-    mixer = zoo.get_entry(spec["name"]).mixer
+    mixer: type = zoo.get_entry(spec["name"]).mixer  # the class itself is the cache's key
     return lambda d: _cached_count(mixer, key, int(d))
 
 
@@ -203,7 +203,7 @@ def nearest_width(spec: dict | str, params: float) -> tuple[dict, int]:
     first = buildable(high, +1) or buildable(high, -1) or low
     candidates = [first]
     for step in (+1, -1):  # two buildable widths on each side: counts are not always strictly monotone
-        d = first
+        d: int | None = first
         for _ in range(2):
             d = buildable(d + step, step) if d is not None else None
             if d is not None:
@@ -219,8 +219,9 @@ def fit_width(spec: dict | str, params) -> dict:
     fitted, count = nearest_width(spec, budget)
     if abs(count - budget) > TOLERANCE * budget:
         raise StatetrackError(
-            f"model {fitted['name']!r} ({zoo.display_name(fitted)}): no d_model gives {budget:,.0f} parameters per layer "
-            f"within {TOLERANCE:.0%}; nearest: d_model {fitted['d_model']} with {count:,} ({count / budget - 1:+.1%})"
+            f"model {fitted['name']!r} ({zoo.display_name(fitted)}): "
+            f"no d_model gives {budget:,.0f} parameters per layer within {TOLERANCE:.0%}; "
+            f"nearest: d_model {fitted['d_model']} with {count:,} ({count / budget - 1:+.1%})"
         )
     return fitted
 

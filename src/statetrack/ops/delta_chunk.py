@@ -3,7 +3,8 @@
 Per chunk of C steps (batched over B, H and all chunks), with cumulative log-gate gamma, Dec_ij =
 exp(gamma_i - gamma_j) for i >= j, Gam = exp(gamma), Gl = exp(gamma_C - gamma), tot = Gam_C:
 
-    Kb = diag(beta) K,   A = (Kb K^T) (.) Dec,   T = (I + strictly-lower A)^-1,   W = T (Kb (.) Gam),   U = T diag(beta) V
+    Kb = diag(beta) K,   A = (Kb K^T) (.) Dec,   T = (I + strictly-lower A)^-1,
+    W  = T (Kb (.) Gam),   U = T diag(beta) V
     M  = tot I - Kd^T W,   X = Kd^T U,   Kd = Gl (.) K,   S_{n+1} = M_n S_n + X_n   (the only sequential step)
     V' = U - W S_n,   P = lower(Q K^T (.) Dec),   Qd = diag(Gam) Q,   O = Qd S_n + P V'
 

@@ -11,7 +11,8 @@ transformers with the delta rule over sequence length", section 3; gated form as
 Yang et al. 2025, section 3.3). Within a chunk of C steps with cumulative log-gate gamma_i and
 decay Gamma_i = exp(gamma_i):
 
-    A   = strictly-lower(diag(beta) (Gamma_i / Gamma_j) K K^T),      (I + A) [W | U] = [diag(beta Gamma) K | diag(beta) V]
+    A   = strictly-lower(diag(beta) (Gamma_i / Gamma_j) K K^T),
+          (I + A) [W | U] = [diag(beta Gamma) K | diag(beta) V]
     P   = lower(Q K^T (.) Gamma_i / Gamma_j)                          (diagonal included)
     O   = (diag(Gamma) Q - P W) S + P U
     S' = (Gamma_C I - K~^T W) S + K~^T U,                            K~ = diag(Gamma_C / Gamma) K

@@ -172,8 +172,10 @@ def dense_transition_reference(
     matrix = (b is not None and b.dim() == 5) or (initial_state is not None and initial_state.dim() == 4)
     if initial_state is not None:
         h = initial_state
+    elif matrix and b is not None:  # without an initial state, matrix means b is [B, T, H, D, E]
+        h = A.new_zeros((B, H, D, b.shape[-1]))
     else:
-        h = A.new_zeros((B, H, D, b.shape[-1]) if matrix else (B, H, D))
+        h = A.new_zeros((B, H, D))
     states = []
     b_steps = b.unbind(1) if b is not None else [None] * T
     for A_t, b_t in zip(A.unbind(1), b_steps):
@@ -198,7 +200,13 @@ def dense_transition(
     _check(A, b, initial_state)
     B, T, H, D, _ = A.shape
     matrix = (b is not None and b.dim() == 5) or (initial_state is not None and initial_state.dim() == 4)
-    E = (b.shape[-1] if b is not None else initial_state.shape[-1]) if matrix else 1
+    if not matrix:
+        E = 1
+    elif b is not None:
+        E = b.shape[-1]
+    else:
+        assert initial_state is not None  # matrix: b or the initial state is in the matrix form
+        E = initial_state.shape[-1]
     h0 = initial_state if initial_state is not None else A.new_zeros((B, H, D, E) if matrix else (B, H, D))
     if T == 0:
         return A.new_zeros((B, 0) + tuple(h0.shape[1:])), (h0 if output_final_state else None)

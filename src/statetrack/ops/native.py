@@ -125,27 +125,27 @@ def build(target_dir: Path | None = None) -> Path:
 
 
 def _declare(library):
-    P, I = ctypes.c_void_p, ctypes.c_int64
+    P, N = ctypes.c_void_p, ctypes.c_int64  # a pointer, an integer size
     for suffix in DTYPES.values():
-        getattr(library, f"scan_{suffix}_forward").argtypes = [P, P, P, P, I, I, I, I]
-        getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, I, I, I, I]
+        getattr(library, f"scan_{suffix}_forward").argtypes = [P, P, P, P, N, N, N, N]
+        getattr(library, f"scan_{suffix}_backward").argtypes = [P, P, P, P, P, P, P, N, N, N, N]
     for suffix in ("f32", "f64"):
-        getattr(library, f"dense_scan_{suffix}_forward").argtypes = [P, P, P, I, I, I, I]
-        getattr(library, f"dense_scan_{suffix}_backward").argtypes = [P, P, P, P, P, I, I, I, I]
-        getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, I, I, I]
-        getattr(library, f"slstm_{suffix}_forward").argtypes = [P, P, P, P, P, P, P, I, I, I, I, I]
-        getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, I, I, I, I, I, I, ctypes.c_double, I]
-        getattr(library, f"fixed_point_{suffix}_iterate").argtypes = [P] * 9 + [I] * 5
-        getattr(library, f"fixed_point_{suffix}_backward").argtypes = [P] * 16 + [I] * 5
-        getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 12 + [I] * 6
-        getattr(library, f"bedouin_{suffix}_backward").argtypes = [P] * 20 + [I] * 6
-        getattr(library, f"panini_{suffix}_forward").argtypes = [P] * 8 + [I] * 4 + [ctypes.c_double, I]
-        getattr(library, f"panini_{suffix}_backward").argtypes = [P] * 11 + [I] * 6
-        getattr(library, f"ids4_{suffix}_forward").argtypes = [P] * 10 + [I] * 5
-        getattr(library, f"ids4_{suffix}_backward").argtypes = [P] * 18 + [I] * 5
+        getattr(library, f"dense_scan_{suffix}_forward").argtypes = [P, P, P, N, N, N, N]
+        getattr(library, f"dense_scan_{suffix}_backward").argtypes = [P, P, P, P, P, N, N, N, N]
+        getattr(library, f"unit_lower_inverse_{suffix}").argtypes = [P, P, N, N, N]
+        getattr(library, f"slstm_{suffix}_forward").argtypes = [P, P, P, P, P, P, P, N, N, N, N, N]
+        getattr(library, f"nru_{suffix}_forward").argtypes = [P, P, P, P, P, N, N, N, N, N, N, ctypes.c_double, N]
+        getattr(library, f"fixed_point_{suffix}_iterate").argtypes = [P] * 9 + [N] * 5
+        getattr(library, f"fixed_point_{suffix}_backward").argtypes = [P] * 16 + [N] * 5
+        getattr(library, f"bedouin_{suffix}_iterate").argtypes = [P] * 12 + [N] * 6
+        getattr(library, f"bedouin_{suffix}_backward").argtypes = [P] * 20 + [N] * 6
+        getattr(library, f"panini_{suffix}_forward").argtypes = [P] * 8 + [N] * 4 + [ctypes.c_double, N]
+        getattr(library, f"panini_{suffix}_backward").argtypes = [P] * 11 + [N] * 6
+        getattr(library, f"ids4_{suffix}_forward").argtypes = [P] * 10 + [N] * 5
+        getattr(library, f"ids4_{suffix}_backward").argtypes = [P] * 18 + [N] * 5
     for suffix, S in (("f32", ctypes.c_float), ("f64", ctypes.c_double)):
-        getattr(library, f"selective_scan_{suffix}_forward").argtypes = [P] * 9 + [S] + [I] * 5
-        getattr(library, f"selective_scan_{suffix}_backward").argtypes = [P] * 14 + [S] + [I] * 5
+        getattr(library, f"selective_scan_{suffix}_forward").argtypes = [P] * 9 + [S] + [N] * 5
+        getattr(library, f"selective_scan_{suffix}_backward").argtypes = [P] * 14 + [S] + [N] * 5
     return library
 
 

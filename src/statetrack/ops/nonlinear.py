@@ -293,12 +293,12 @@ class _NRUFused(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, pre, W, h0, m0, hidden, heads, normalize):
-        B, T, O = pre.shape
+        B, T, Od = pre.shape
         Hd, K = hidden, heads
         M = W.shape[0] - Hd
         Z = pre.new_empty(B, T, Hd + M)  # Z[:, t] = [h_{t-1}, m_{t-1}], the input of step t
         Z[:, 0, :Hd], Z[:, 0, Hd:] = h0, m0
-        A = pre.new_empty(T, B, O)  # the activations (after the ReLU)
+        A = pre.new_empty(T, B, Od)  # the activations (after the ReLU)
         sign = pre.new_tensor([1.0] * K + [-1.0] * K)  # + alpha_i v^w_i, - beta_i v^e_i
         norms = pre.new_empty(T, B, 2 * K) if normalize else None  # the 5-norms, clamped
         v4 = pre.new_empty(B, 2 * K, M) if normalize else None
@@ -324,11 +324,11 @@ class _NRUFused(torch.autograd.Function):
     def backward(ctx, grad_y, grad_h, grad_m):
         W, Z, A, sign, norms = ctx.saved_tensors
         Hd, K, normalize = ctx.sizes
-        T, B, O = A.shape
+        T, B, Od = A.shape
         M = W.shape[0] - Hd
         gh = grad_h if grad_h is not None else Z.new_zeros(B, Hd)
         gm = grad_m if grad_m is not None else Z.new_zeros(B, M)
-        G = Z.new_empty(B, T, O)  # the gradient of the pre-activations, which is that of pre
+        G = Z.new_empty(B, T, Od)  # the gradient of the pre-activations, which is that of pre
         v4 = Z.new_empty(B, 2 * K, M) if normalize else None
         Wt = W.t()
         for t in reversed(range(T)):
@@ -358,5 +358,5 @@ class _NRUFused(torch.autograd.Function):
             dz = torch.mm(g, Wt)
             gh = dz[:, :Hd]
             gm = gm + dz[:, Hd:]
-        grad_W = torch.mm(Z.view(B * T, -1).t(), G.view(B * T, O)) if ctx.needs_input_grad[1] else None
+        grad_W = torch.mm(Z.view(B * T, -1).t(), G.view(B * T, Od)) if ctx.needs_input_grad[1] else None
         return G, grad_W, gh, gm, None, None, None

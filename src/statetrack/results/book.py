@@ -101,7 +101,8 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
         parts.append({**part, "finished": time.strftime("%Y-%m-%d"), "machine": machine()})
     # parts whose runs, with the later parts', come to more than the plan holds belong to an earlier
     # measurement that a later one trained again (e.g. the suite run afresh into a new store)
-    kept, trained = [], 0
+    kept: list[dict] = []  # the parts of the latest measurement
+    trained = 0
     for earlier in reversed(parts):
         trained += earlier["runs"]
         if trained > len(ids) and kept:
@@ -227,8 +228,8 @@ def settings_line(spec: dict) -> str:
         f"tasks {'; '.join(names)}; trained {lengths}"
         + (" (some tasks set their own lengths)" if own else "")
         + f", {steps} steps, batch {train.get('batch_size', '-')}; {model}; "
-        f"lr {_join(spec['lrs'])}{own_lrs}; seeds {_join(spec['seeds'])}; evaluated at {_join(evaluate.get('lengths', []))} "
-        f"({evaluate.get('samples', 512)} samples per length)"
+        f"lr {_join(spec['lrs'])}{own_lrs}; seeds {_join(spec['seeds'])}; "
+        f"evaluated at {_join(evaluate.get('lengths', []))} ({evaluate.get('samples', 512)} samples per length)"
     )
 
 
@@ -444,10 +445,11 @@ def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
         )
     header = ["experiment", "reproduces", "quick-scale claims", "wall time (quick)"]
     body = []
-    for name, description in shipped_specs().items():
+    for name in shipped_specs():
         snapshot = snapshots.get((name, "quick"))
         raw = spec_paper(name, "quick")
-        source = paper_of({"name": name, "paper": raw})["source"] if raw else "-"
+        paper = paper_of({"name": name, "paper": raw}) if raw else None
+        source = paper["source"] if paper is not None else "-"
         verdicts = verdict_line(scored(snapshot).verdicts) if snapshot else "not measured yet"
         body.append(
             [

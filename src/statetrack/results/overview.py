@@ -41,7 +41,7 @@ def planned_runs(raw: dict, scale: str = "quick") -> int:
     """How many runs the spec `raw` (as written) plans at `scale`; a value listed twice is one run."""
     spec = deep_merge(raw, (raw.get("scales") or {}).get(scale) or {})
     models = {json.dumps(m, sort_keys=True): m for m in spec["models"]}.values()
-    own = lambda m: m.get("lrs") if isinstance(m, dict) and m.get("lrs") else spec["lrs"]  # noqa: E731
+    own = lambda m: m["lrs"] if isinstance(m, dict) and m.get("lrs") else spec["lrs"]  # noqa: E731
     runs_per_seed = sum(len({float(lr) for lr in own(m)}) for m in models)  # a model entry's lrs replace the spec's
     seeds = len({int(seed) for seed in spec["seeds"]})
     tasks = {json.dumps(t, sort_keys=True): t for t in spec_tasks(spec)}

@@ -12,6 +12,7 @@ import math
 import re
 import statistics
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -109,7 +110,7 @@ def _mark_training(ax, lengths: tuple[int, int] | None, shown: list[int]) -> Non
 
 def _shared_legend(fig, axes) -> None:
     """One legend for the figure, below the plots: every label once, in the order first drawn."""
-    seen = {}
+    seen: dict[str, Any] = {}  # label -> the first artist drawn with it
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
@@ -506,7 +507,8 @@ def _position_label(run: dict) -> str:
     """What the run's task counts per-position accuracy along (`Task.position_label`)."""
     from statetrack.tasks import TASKS
 
-    cls = TASKS.get((run["config"].get("task") or {}).get("name"))
+    name = (run["config"].get("task") or {}).get("name")
+    cls = TASKS.get(name) if name is not None else None
     return cls.position_label if cls is not None else "input position"
 
 
@@ -540,8 +542,10 @@ def plot_position_accuracy(
     models = list(dict.fromkeys(entry_label(x[0]) for x in series))
     fig, axes = plt.subplots(len(tasks), 1, figsize=(9, 3.2 * len(tasks)), squeeze=False)
     for ax, task in zip(axes[:, 0], tasks):
-        lengths, unit, train_length = set(), "input position", None
-        for e, length, values, unit in (x for x in series if x[0]["task"] == task):
+        of_task = [x for x in series if x[0]["task"] == task]
+        unit = of_task[-1][3] if of_task else "input position"  # what a position is, on the x axis
+        lengths, train_length = set(), None
+        for e, length, values, _ in of_task:
             train_length = (train_lengths or {}).get(e.get("run_task", task))
             xs = [i for i, v in enumerate(values) if v is not None]
             style = curve_style(models.index(entry_label(e)))

@@ -419,6 +419,7 @@ def paper_tables(scored: Scored) -> list[tuple]:
         scored.scale,
         scored.verdicts,
     )
+    assert paper is not None  # called for an experiment with a paper section
     sections = []
     measured_text = MEASURE_TEXT.get(
         paper["measure"], paper["measure"].removeprefix("metric:").replace("_", " ") + " (mean over seeds)"
@@ -454,11 +455,13 @@ def paper_tables(scored: Scored) -> list[tuple]:
     if verdicts:
         body = [[v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]] for v in verdicts]
         note = (
-            f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, at every planned length of its "
-            f"range, and its seed rule decides; {PASS}: it holds; {FAIL}: it does not; {INCONCLUSIVE}: {FIT_GATE_TEXT}; "
-            f"{NOT_MEASURED}: a run or a planned length it needs is missing (not finished, or failed); {NOT_RUN}: it names a "
-            f"model, task or scale this scale of the spec does not run; {NOT_IN_RUN}: it names a model or task that this run's "
-            f"overrides left out. Measured: {MEASURED_KEY}." + (f" {QUICK_NOTE}" if scale == "quick" else "")
+            f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, "
+            "at every planned length of its range, and its seed rule decides; "
+            f"{PASS}: it holds; {FAIL}: it does not; {INCONCLUSIVE}: {FIT_GATE_TEXT}; "
+            f"{NOT_MEASURED}: a run or a planned length it needs is missing (not finished, or failed); "
+            f"{NOT_RUN}: it names a model, task or scale this scale of the spec does not run; "
+            f"{NOT_IN_RUN}: it names a model or task that this run's overrides left out. "
+            f"Measured: {MEASURED_KEY}." + (f" {QUICK_NOTE}" if scale == "quick" else "")
         )
         sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
     return sections
@@ -581,6 +584,7 @@ def write_report(scored: Scored, results_dir: str | Path = "results", formats: t
 def _write_report(scored: Scored, results_dir) -> Path:
     experiment, plan, summary, runs, data = scored.experiment, scored.plan, scored.summary, scored.runs, scored.data
     description, selection, missing, others = scored.description, scored.selection, scored.missing, scored.others
+    assert data is not None  # checked by write_report
     out = under(results_dir, experiment)
     out.mkdir(parents=True, exist_ok=True)
     expected = len(plan["runs"])
@@ -599,12 +603,16 @@ def _write_report(scored: Scored, results_dir) -> Path:
     rule = describe_selection(selection) + "".join(f". {line}" for line in alike_lines(summary))
     several_seeds = any(len(e["per_seed"]) > 1 for e in summary)
     mean_headline = selection["seeds"] == "mean"
-    tables = [("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))]
+    # (title, note, (header, body) or (header, body, the number of text columns first))
+    tables: list[tuple[str, str, tuple]] = [
+        ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))
+    ]
     if efficiency:
         tables.append(
             (
                 "Data efficiency: scaled accuracy at the test length vs training-set size N",
-                "mean ± sample std over seeds at the lr selected for each N; N = fixed training examples (train.dataset_size)",
+                "mean ± sample std over seeds at the lr selected for each N; "
+                "N = fixed training examples (train.dataset_size)",
                 data_efficiency_rows(efficiency),
             )
         )
@@ -698,7 +706,8 @@ def _write_report(scored: Scored, results_dir) -> Path:
         tables = paper_tables(scored) + tables
     if scored.verdicts:
         status_line += f". Did it reproduce? {verdict_line(scored.verdicts)}"
-    # verdicts first, then the accuracy plot, then the tables (columns that hold one value named in the note), then the other plots
+    # verdicts first, then the accuracy plot, then the tables (columns that hold one value named in
+    # the note), then the other plots
     tables = [(title, *_without_constant_columns(note, table)) for title, note, table in tables]
     claims_first = sorted(range(len(tables)), key=lambda i: not tables[i][0].startswith("Claims"))
     tables = [tables[i] for i in claims_first]
@@ -812,9 +821,12 @@ def write_index(store: Store, results_dir: str | Path = "results", papers: dict 
         for r, link in zip(rows, links)
     )
     head = "".join(f"<th{cls(i)}>{html.escape(h)}</th>" for i, h in enumerate(header))
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>statetrack results</title>
+    page = (
+        f"""<!doctype html><html><head><meta charset="utf-8"><title>statetrack results</title>
 <style>{STYLE}</style></head><body><h1>statetrack results</h1>
-<div class="wide"><table class="index"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div></body></html>"""
+<div class="wide"><table class="index"><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"""
+        "</table></div></body></html>"
+    )
     path = results_dir / "index.html"
     write_text(path, page)
     return path

@@ -69,13 +69,15 @@ def describe_selection(selection: dict | None) -> str:
 def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     """Rows of `Store.results` -> one entry per (task, model, dataset_size) with the selected figures.
 
-    Each entry: task, run_task and variant (an evaluation variant's entry has task "<run_task> [<variant>]"), model, dataset_size (None for fresh batches), lr (selected), lengths, seeds, selection, score (the headline's
-    criterion value), headline (per-length scaled accuracy: mean over seeds or the best seed's),
-    best and best_seed, mean and std (per length over seeds at the selected lr; the sample std), per_seed
-    ({seed: {scaled, accuracy, sequence, score}} at that lr), lr_scores ({lr: score under the lr rule}),
-    sequence_mean and sequence_std (sequence accuracy per length over the seeds at the selected lr that
-    measured it) and sequence_differs (some run of the entry, at any lr, has a sequence accuracy
-    other than its accuracy: only then is it worth a table of its own).
+    Each entry: task, run_task and variant (an evaluation variant's entry has task
+    "<run_task> [<variant>]"), model, dataset_size (None for fresh batches), lr (selected), lengths, seeds,
+    selection, score (the headline's criterion value), headline (per-length scaled accuracy: mean
+    over seeds or the best seed's), best and best_seed, mean and std (per length over seeds at the
+    selected lr; the sample std), per_seed ({seed: {scaled, accuracy, sequence, score}} at that lr),
+    lr_scores ({lr: score under the lr rule}), sequence_mean and sequence_std (sequence accuracy per
+    length over the seeds at the selected lr that measured it) and sequence_differs (some run of the
+    entry, at any lr, has a sequence accuracy other than its accuracy: only then is it worth a table
+    of its own).
     """
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
     # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy}, {length: sequence accuracy where measured})
@@ -113,14 +115,14 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             "metrics": metrics,
             "score": run_score(scaled, measured, selection),
         }
+
+    def lr_score(runs_at_lr: dict) -> tuple:  # the lr rule's score of one lr's runs ({seed: record})
+        scores = [s["score"] for s in runs_at_lr.values()]
+        return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
+
     summary = []
     for (task, model, size), by_lr in groups.items():
-
-        def lr_score(lr):
-            scores = [s["score"] for s in by_lr[lr].values()]
-            return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
-
-        lr_scores = {lr: lr_score(lr) for lr in sorted(by_lr)}
+        lr_scores = {lr: lr_score(by_lr[lr]) for lr in sorted(by_lr)}
         lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
         seeds = by_lr[lr]
         best_seed = max(sorted(seeds), key=lambda s: seeds[s]["score"])
@@ -194,9 +196,9 @@ def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
 def data_efficiency(summary: list[dict]) -> list[dict]:
     """Accuracy against training-set size (Ebrahimi & Memisevic 2025, Fig. 2), read off `summarize`:
     one entry per (task, model) with runs on fixed training sets: task, model, length (the task's
-    longest evaluation length) and by_size {N: {mean, std, best, seeds}}, the scaled accuracy at that
-    length over seeds (and how many seeds measured it) at the lr the selection rule picked for that N (None where not evaluated).
-    Empty unless the runs of some task differ in N."""
+    longest evaluation length) and by_size {N: {mean, std, best, seeds}}, the scaled accuracy at
+    that length over seeds (and how many seeds measured it) at the lr the selection rule picked for
+    that N (None where not evaluated). Empty unless the runs of some task differ in N."""
     out = []
     for task in sorted({e["task"] for e in summary}):
         entries = [e for e in summary if e["task"] == task and e["dataset_size"] is not None]
@@ -307,6 +309,7 @@ def score(
     spec = plan["spec"]
     selection = selection_of({**spec, "selection": selection if selection is not None else spec.get("selection")})
     planned = planned_names(plan)
+    assert planned is not None  # the names of a plan
     summary = with_train_lengths(summarize(results, selection), planned)
     resolved = paper_of({"name": experiment, "paper": paper if paper is not None else spec.get("paper")})
     verdicts = claim_verdicts(resolved, summary, planned) if resolved else []
@@ -541,7 +544,9 @@ def planned_names(plan: dict | None) -> dict | None:
     this scale that the run's overrides took out)}; None without a plan."""
     if plan is None:
         return None
-    lengths, train, seeds = defaultdict(set), {}, defaultdict(set)
+    lengths: defaultdict[str, set[int]] = defaultdict(set)
+    train: dict[str, int] = {}
+    seeds: defaultdict[tuple, set[int]] = defaultdict(set)
     for r in plan["runs"]:
         lengths[r["task"]].update(r.get("lengths") or [])
         if r.get("train_length") is not None:
@@ -615,16 +620,17 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
     the longest training length, None when not evaluated there} for the seeds the fit gate set
     aside), train_length (the gate's length, None when not gated) and inconclusive}.
 
-    The fit gate: a claim about extrapolation, and every comparison, is decided only on the seeds
-    of its model that reached `claim["fit"]` on the claim's measure at the longest training length
+    The fit gate: a claim about extrapolation, and every comparison, is decided only on the seeds of
+    its model that reached `claim["fit"]` on the claim's measure at the longest training length
     (`gate_length`, `fit_figure`); the other seeds count as undecided, so that no ✓ or ✗ rests on a
     model that did not learn what it was trained on. A comparison gates the model claimed to win,
     not the ones it beats. missing: planned models (or model on task) without a finished entry;
     unplanned: what it names that this plan does not run (`planned`, from `planned_names`; None: all
     it names). Verdict: ✗ when some entry fails under the seed rule, else "not in this run" when
     what it names that the plan does not run was left out by the run's overrides (`left_out`), else
-    "not run at this scale" when it names a scale, model or task the plan does not run, else "not measured" when something
-    is missing or unmeasured, else "inconclusive" when the gate left the seed rule undecided, else ✓."""
+    "not run at this scale" when it names a scale, model or task the plan does not run, else
+    "not measured" when something is missing or unmeasured, else "inconclusive" when the gate left
+    the seed rule undecided, else ✓."""
     out = []
     for claim in paper["claims"]:
         results, missing, reason = [], [], ""
@@ -648,7 +654,8 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
             for n in claim["models"] + (claim["bound"] if claim["test"] == "beats" else [])
             if n not in models + rivals
         ]
-        unplanned += [t for t in claim["tasks"] or [] if t not in tasks]
+        if tasks is not None:  # (None exactly when the claim names no task)
+            unplanned += [t for t in claim["tasks"] if t not in tasks]
         for model in models if tasks != [] and (claim["test"] != "beats" or rivals) else []:
             entries = [
                 e
@@ -664,7 +671,11 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
             )
             for e in entries:
                 lengths, why = claim_lengths(e, claim["measure"], claim["lengths"], planned)
-                figures, value, rival, unfit, gate = {}, None, None, {}, None
+                figures: dict[int, float | None] = {}  # seed -> its figure
+                unfit: dict[int, float | None] = {}  # seed -> its figure at the gate, below the fit threshold
+                value: float | None = None
+                rival: float | None = None
+                gate: int | None = None
                 if lengths is not None:
                     figures, value = _entry_figure(e, claim, lengths, planned)
                     gate = gate_length(e, claim, lengths, planned)
@@ -688,7 +699,7 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                     }
                     missing += [f"{name} on {e['task']}" for name, values in against.items() if not values]
                     values = [v for vs in against.values() for v in vs]
-                    rival = None if not values or None in values else max(values)
+                    rival = None if not values or None in values else max(v for v in values if v is not None)
                     why = why or (None if rival is not None else "a rival not measured")
                 bound = rival if claim["test"] == "beats" else claim["bound"]
                 outcomes = [
@@ -699,6 +710,7 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                 unmeasured = sum(o is None for s, o in zip(figures, outcomes) if s not in unfit)
                 inconclusive = holds is None and why is None and bool(unfit)
                 if inconclusive:
+                    assert gate is not None  # only a gated claim has unfit seeds
                     why = unfit_text(e["model"], unfit, gate)
                 elif holds is None and why is None and unmeasured:
                     why = f"{unmeasured} of {len(outcomes)} seeds not measured"

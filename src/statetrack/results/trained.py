@@ -97,7 +97,8 @@ def find_run(store: Store, run: str, model: str | None = None, seed: int | None 
     if not chosen:
         models = sorted({r["model"] for r in rows})
         raise StatetrackError(
-            f"experiment {run!r} has no finished run of model {model!r} (seed {seed}); models: {', '.join(models) or 'none'}"
+            f"experiment {run!r} has no finished run of model {model!r} (seed {seed}); "
+            f"models: {', '.join(models) or 'none'}"
         )
     return min(chosen, key=lambda r: (r["seed"], r["lr"], r["task"]))
 
@@ -108,8 +109,8 @@ def load_run_model(row: dict, results_dir: str | Path, device: str | torch.devic
     path = checkpoint_path(results_dir, row["experiment"], row["id"])
     if not path.is_file():
         raise StatetrackError(
-            f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); pass the results folder it ran with "
-            f"(--results-dir, or results_dir= in Python)"
+            f"run {row['id']} has no checkpoint at {path} (status: {row['status']}); "
+            f"pass the results folder it ran with (--results-dir, or results_dir= in Python)"
         )
     task = make_task(**config["task"])
     model = zoo.build_model(config["model"], task.vocab_size, task.num_classes)

@@ -134,7 +134,10 @@ class ModularArithmeticPrecedence(FinalAnswerTask):
     `length` counts the operands, as in `modarith`; an example has 2n - 1 task tokens.
     """
 
-    summary = "integers and + - * mod m with operator precedence (* before + -), m = 5 (Grazzi et al. 2025); length = operands"
+    summary = (
+        "integers and + - * mod m with operator precedence (* before + -), m = 5 (Grazzi et al. 2025); "
+        "length = operands"
+    )
     operators = ("+", "-", "*")
 
     def __init__(self, m: int = 5):

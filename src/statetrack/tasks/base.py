@@ -74,7 +74,7 @@ class Task:
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
-    min_length: ClassVar[int] = 1
+    min_length: int = 1  # the class's, or an instance's own where it depends on the parameters
     # What per-position accuracy is counted along: "token" (the input position) or "supervised"
     # (the k-th supervised position of each example, e.g. the k-th reveal of a REPL trace).
     position_unit: ClassVar[str] = "token"
@@ -146,7 +146,8 @@ class Task:
 
 
 class FinalAnswerTask(Task):
-    """The format of Ebrahimi & Memisevic 2025: `[BOS] s_1 ... s_n [EOI]`, one answer predicted at [EOI], loss only there.
+    """The format of Ebrahimi & Memisevic 2025: `[BOS] s_1 ... s_n [EOI]`, one answer predicted at
+    [EOI], loss only there.
 
     Subclasses list their symbols in `symbols` and implement `_draw(batch_size, length, g)`
     returning symbol indices [B, n'] (n' may differ from `length`, e.g. operators interleaved)

@@ -200,7 +200,7 @@ class ModularArithmeticBrackets(FinalAnswerTask):
             out.append(m + min(int(draws.pop() * 3), 2))
             self._precedence(length - 1 - left, draws, out)
 
-    def _draw(self, batch_size, length, g):
+    def _draw(self, batch_size: int, length: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         symbols, answers = [], []
         if self.grammar == "bracketed":
             # at most `length` draws per example (see _bracketed)
@@ -214,7 +214,7 @@ class ModularArithmeticBrackets(FinalAnswerTask):
         uniforms = torch.rand(batch_size, 3 * length, generator=g, dtype=torch.float64).tolist()
         for row in uniforms:
             row.reverse()  # pop() from the end consumes the draws in order
-            tokens: list[int] = []
+            tokens = []  # filled in by _precedence
             try:
                 self._precedence(length, row, tokens)
             except RecursionError:

@@ -30,6 +30,7 @@ from statetrack.errors import StatetrackError
 from statetrack.limits import check_export_size
 from statetrack.paths import open_for_write, write_text
 from statetrack.tasks.base import Batch, Task
+from statetrack.tasks.word_problems import WordProblem
 
 CHUNK = 1024
 
@@ -74,6 +75,7 @@ def export_task(
     files = {}
     for length in lengths:
         if word_problem and fmt == "csv":
+            assert isinstance(task, WordProblem)  # the task registered as word_problem
             path = out / f"{task.group}={length}.csv"
             with open_for_write(path, newline="") as f:
                 writer = csv.writer(f)

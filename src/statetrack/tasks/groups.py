@@ -179,7 +179,8 @@ def _parse_factor(token: str, full_name: str) -> tuple[str, int]:
     minimum = {"Z": 2, "S": 2, "A": 3}[kind]
     if size < minimum:
         raise StatetrackError(
-            f"unknown group {_shown_name(full_name)}: {kind}{size} needs {kind}<n> with n >= {minimum}; expected {_VALID_FORMS}"
+            f"unknown group {_shown_name(full_name)}: {kind}{size} needs {kind}<n> with n >= {minimum}; "
+            f"expected {_VALID_FORMS}"
         )
     return kind, size
 

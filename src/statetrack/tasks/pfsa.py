@@ -83,7 +83,9 @@ class PermutationPFSA(Task):
     def _belief(self, batch: Batch) -> torch.Tensor:
         """The exact distribution over the answer classes [B, T, C]: the joint belief, or in marginal
         mode the distribution of the element at position 0 (row 0 of the marginal matrix)."""
-        return batch.soft_targets if self.mode == "joint" else batch.soft_targets[..., 0, :]
+        soft = batch.soft_targets
+        assert soft is not None  # this task's batches carry their exact beliefs
+        return soft if self.mode == "joint" else soft[..., 0, :]
 
     def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """KL(b || softmax(logits)) to the exact belief b at the supervised positions (Siems et al. 2026
@@ -111,10 +113,10 @@ class PermutationPFSA(Task):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Belief recurrence over the joint state for token ids `inputs` [B, T].
 
-        Returns (beliefs [B, T, n!], or [B, T, n, n] marginals with `marginal`; norms [B, T]): with `renormalise` the PFSA-SR update
-        b = f(T Z b) (norms are then the per-step survival probabilities s_t); without it the
-        linear recurrence h = T Z h of Siems et al. 2026, whose norm ||h_t||_1 = prod_k s_k decays
-        geometrically and underflows at a predictable length.
+        Returns (beliefs [B, T, n!], or [B, T, n, n] marginals with `marginal`; norms [B, T]): with
+        `renormalise` the PFSA-SR update b = f(T Z b) (norms are then the per-step survival
+        probabilities s_t); without it the linear recurrence h = T Z h of Siems et al. 2026, whose
+        norm ||h_t||_1 = prod_k s_k decays geometrically and underflows at a predictable length.
         """
         b_size, length = inputs.shape
         h = torch.zeros(b_size, len(self.states), dtype=dtype)
@@ -126,7 +128,7 @@ class PermutationPFSA(Task):
             (inputs - self._reveal0).clamp(min=0) % self.n,
         )
         consistent, after, onehot = self.consistent.to(dtype), self.after, self.onehot.to(dtype)
-        beliefs, norms = [], []
+        per_step, norms = [], []
         for t in range(length):
             shuffled = (1 - self.noise) * h.gather(1, after[pair[:, t]]) + self.noise * h  # swaps are involutions
             revealed = h * consistent[pos[:, t], elem[:, t]]
@@ -134,9 +136,9 @@ class PermutationPFSA(Task):
             norm = h.sum(dim=1)
             if renormalise:
                 h = h / norm[:, None]
-            beliefs.append(h @ onehot if marginal else h)
+            per_step.append(h @ onehot if marginal else h)
             norms.append(norm)
-        beliefs = torch.stack(beliefs, dim=1)
+        beliefs = torch.stack(per_step, dim=1)
         if marginal:
             beliefs = beliefs.reshape(b_size, length, self.n, self.n)
         return beliefs, torch.stack(norms, dim=1)
@@ -169,6 +171,7 @@ class PermutationPFSA(Task):
 
     def describe(self, batch: Batch, index: int = 0) -> str:
         tokens = " ".join(self.vocab[i] for i in batch.inputs[index].tolist())
+        assert batch.soft_targets is not None  # this task's batches carry their exact beliefs
         final = batch.soft_targets[index, -1]
         if self.mode == "joint":
             top = final.topk(min(3, final.numel()))

@@ -25,7 +25,10 @@ class WordProblem(Task):
     `50 46 20 48` give the targets `g1, g1*g2, g1*g2*g3, g1*g2*g3*g4`.
     """
 
-    summary = "group word problem (Z_m, S_n, A_n, products like A4xZ5); target = prefix product at every position (Merrill et al. 2024)"
+    summary = (
+        "group word problem (Z_m, S_n, A_n, products like A4xZ5); "
+        "target = prefix product at every position (Merrill et al. 2024)"
+    )
     min_length = 1
 
     def __init__(self, group: str = "A5"):

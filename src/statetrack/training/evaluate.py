@@ -51,6 +51,7 @@ def predict(model, inputs: torch.Tensor, chunk_size: int | None = None, probabil
             if predictions is None:
                 predictions = chunk.new_empty(inputs.shape + chunk.shape[2:])
             predictions[:, start : start + chunk.shape[1]] = chunk
+        assert predictions is not None  # the input is longer than chunk_size: at least one chunk
         return predictions
     finally:
         if serial:
@@ -93,18 +94,18 @@ def eval_generator(seed: int, length: int) -> torch.Generator:
     return torch.Generator().manual_seed(1_000_003 * seed + length)
 
 
-def _by_position(hits: torch.Tensor, mask: torch.Tensor, unit: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def _by_position(hits: torch.Tensor, mask: torch.Tensor, unit: str) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(right answers, supervised examples) per position [P] of one batch: per input position
     (`unit` "token"), or per k-th supervised position of each example ("supervised", e.g. per reveal);
-    (None, None) beyond MAX_POSITIONS positions."""
+    None beyond MAX_POSITIONS positions."""
     if unit == "token":
         if hits.shape[1] > MAX_POSITIONS:
-            return None, None
+            return None
         return hits.sum(0).cpu(), mask.sum(0).cpu()
     k = (mask.long().cumsum(1) - 1)[mask]  # the rank of each supervised position in its example
     size = int(k.max()) + 1 if k.numel() else 0
     if size > MAX_POSITIONS:
-        return None, None
+        return None
     return (
         torch.zeros(size, dtype=torch.long, device=k.device).index_add_(0, k, hits[mask].long()).cpu(),
         torch.bincount(k, minlength=size).cpu(),
@@ -187,8 +188,11 @@ def evaluate_lengths(
     diagnostics.drain(model)  # nothing recorded before this call counts
     for length in tqdm(lengths, desc="evaluate", disable=not progress, leave=False):
         g = eval_generator(seed, length)
-        correct = total = whole = examples = 0
-        by_position = count_by_position = None
+        correct: float = 0  # counts, summed from .item() (int | float to the checker)
+        total: float = 0
+        whole: float = 0
+        examples: float = 0
+        per_position: tuple[torch.Tensor, torch.Tensor] | None = None  # (right answers, supervised) per position
         records: dict[str, list[float]] = {}
         task_sums: dict[str, float] = {}
         row: dict = {}
@@ -201,8 +205,8 @@ def evaluate_lengths(
                 probabilities = predict(model, batch.inputs, chunk_size, probabilities=True)
                 predicted = probabilities.argmax(-1)
                 weight = batch.mask.sum().item()
-                for name, value in task.metrics(probabilities, batch).items():
-                    task_sums[name] = task_sums.get(name, 0.0) + value * weight
+                for name, mean in task.metrics(probabilities, batch).items():
+                    task_sums[name] = task_sums.get(name, 0.0) + mean * weight
             else:
                 predicted = predict(model, batch.inputs, chunk_size)
             right = (predicted == batch.targets) | ~batch.mask
@@ -212,10 +216,13 @@ def evaluate_lengths(
             supervised = batch.mask.any(dim=1)
             whole += (right.all(dim=1) & supervised).sum().item()
             examples += supervised.sum().item()
-            hits, counts = _by_position(hits, batch.mask, task.position_unit) if positions else (None, None)
-            if hits is not None:
-                by_position = hits if by_position is None else _add_padded(by_position, hits)
-                count_by_position = counts if count_by_position is None else _add_padded(count_by_position, counts)
+            counted = _by_position(hits, batch.mask, task.position_unit) if positions else None
+            if counted is not None:
+                per_position = (
+                    counted
+                    if per_position is None
+                    else (_add_padded(per_position[0], counted[0]), _add_padded(per_position[1], counted[1]))
+                )
             diagnostics.merge(records, diagnostics.drain(model))
         accuracy = correct / total
         metrics = {**diagnostics.summarize(records), **{name: value / total for name, value in task_sums.items()}}
@@ -228,9 +235,9 @@ def evaluate_lengths(
             "metrics": metrics,
             **row,
         }
-        if by_position is not None:
+        if per_position is not None:
             row["position_accuracy"] = [
-                None if n == 0 else h / n for h, n in zip(by_position.tolist(), count_by_position.tolist())
+                None if n == 0 else h / n for h, n in zip(per_position[0].tolist(), per_position[1].tolist())
             ]
         results.append(row)
     return results

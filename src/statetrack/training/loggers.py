@@ -153,7 +153,6 @@ class WandbLogger(Logger):
         except ImportError:
             raise StatetrackError("W&B logging needs the wandb package: pip install 'statetrack[wandb]'") from None
         self.wandb = wandb
-        kwargs = {"dir": str(folder)} if folder else {}
         if folder:
             Path(folder).mkdir(parents=True, exist_ok=True)
         labels = [f"{key}:{value}"[:64] for key, value in (tags or {}).items()]  # W&B tags are short strings
@@ -163,9 +162,9 @@ class WandbLogger(Logger):
             config={**config, **(tags or {})},
             group=group,
             tags=labels,
-            mode=mode,
+            mode=mode,  # type: ignore[arg-type]  # WANDB_MODE as given; wandb checks it against its Literal
             reinit="create_new",
-            **kwargs,
+            dir=str(folder) if folder else None,
         )
 
     def log_point(self, point: dict) -> None:
@@ -173,7 +172,7 @@ class WandbLogger(Logger):
 
     def log_eval(self, rows: list[dict], score: float | None = None) -> None:
         if rows:
-            columns = ["variant", "length", *EVAL_KEYS]
+            columns: list[str | int] = ["variant", "length", *EVAL_KEYS]  # the type wandb.Table declares
             table = self.wandb.Table(
                 columns=columns,
                 data=[[r.get("variant") or "", r["length"], *(r.get(k) for k in EVAL_KEYS)] for r in rows],
@@ -212,7 +211,7 @@ class MLflowLogger(Logger):
                     raise
         experiment_id = found.experiment_id
         run_tags = {f"statetrack.{key}": str(value) for key, value in (tags or {}).items()}
-        if (tags or {}).get("git_rev", "unknown") != "unknown":
+        if tags and tags.get("git_rev", "unknown") != "unknown":
             run_tags["mlflow.source.git.commit"] = str(tags["git_rev"]).removesuffix("+dirty")
         self.run_id = self.client.create_run(experiment_id, run_name=name, tags=run_tags).info.run_id
         self.client.log_batch(self.run_id, params=[Param(key, value[:6000]) for key, value in flatten(params).items()])

@@ -45,13 +45,14 @@ class FixedTrainingSet:
     """`size` examples drawn once from `task` with `generator`, served in epochs.
 
     Each example's length is uniform in [min_length, max_length]; tasks sample one length per batch,
-    so the examples are kept in buckets by length. Each epoch every bucket is shuffled and split into
-    batches of at most `batch_size` (sizes differing by at most one) and the epoch's batches come in
-    a shuffled order: every example is seen once per epoch, and a bucket comes up in proportion to
-    its number of batches (about its size / batch_size). With `balanced`, the answers (the target at
-    each example's last supervised position) are spread over the classes as evenly as `size` allows,
-    as Ebrahimi & Memisevic 2025's two parity examples, one odd and one even. Epoch e's order is fixed by (the set's shuffle seed, e), so a step's batch depends on
-    the step alone and a run resumed from a checkpoint sees the batches of an uninterrupted one.
+    so the examples are kept in buckets by length. Each epoch every bucket is shuffled and split
+    into batches of at most `batch_size` (sizes differing by at most one) and the epoch's batches
+    come in a shuffled order: every example is seen once per epoch, and a bucket comes up in
+    proportion to its number of batches (about its size / batch_size). With `balanced`, the answers
+    (the target at each example's last supervised position) are spread over the classes as evenly as
+    `size` allows, as Ebrahimi & Memisevic 2025's two parity examples, one odd and one even. Epoch
+    e's order is fixed by (the set's shuffle seed, e), so a step's batch depends on the step alone
+    and a run resumed from a checkpoint sees the batches of an uninterrupted one.
     """
 
     def __init__(
@@ -80,7 +81,8 @@ class FixedTrainingSet:
         self.shuffle_seed = int(torch.randint(2**62, (1,), generator=generator))
         self.splits = [math.ceil(len(b.inputs) / batch_size) for b in self.buckets]
         self.batches_per_epoch = sum(self.splits)
-        self._epoch, self._plan = -1, []
+        self._epoch = -1
+        self._plan: list[tuple[int, torch.Tensor]] = []  # the current epoch's (`epoch_plan`)
 
     def __len__(self) -> int:
         return sum(len(b.inputs) for b in self.buckets)
@@ -133,8 +135,12 @@ def _draw_answers(
                     )
                 )
         if not need:
-            soft = None if picked[0].soft_targets is None else torch.cat([b.soft_targets for b in picked])
-            return Batch(*(torch.cat([getattr(b, k) for b in picked]) for k in ("inputs", "targets", "mask")), soft)
+
+            def joined(key: str) -> torch.Tensor:
+                return torch.cat([getattr(b, key) for b in picked])
+
+            soft = None if picked[0].soft_targets is None else joined("soft_targets")
+            return Batch(joined("inputs"), joined("targets"), joined("mask"), soft)
     raise StatetrackError(
         f"dataset_balanced: task {task.name!r} gave no example with answer {task.answers[need[0]]!r} "
         f"at length {length} in {tries} tries; drop dataset_balanced for this task"
@@ -238,7 +244,8 @@ class Trainer:
         )
         self.step = 0
         # one row per log: step, loss, accuracy (training window means), epochs (fixed set), and `metrics`:
-        # median and max over the window of what the layers record (statetrack.diagnostics; e.g. iterations per sequence)
+        # median and max over the window of what the layers record (statetrack.diagnostics; e.g.
+        # iterations per sequence)
         self.curve: list[dict] = []
         self.stopped_early = False
         self.seconds = 0.0
@@ -341,7 +348,7 @@ class Trainer:
         return self.tasks[self.stage].sample(self.config.batch_size, length, self.generator).to(self.device)
 
     def _curve_point(self, loss: float, accuracy: float, records: dict[str, list[float]], stage: int) -> dict:
-        point = {"step": self.step, "loss": loss, "accuracy": accuracy}
+        point: dict[str, object] = {"step": self.step, "loss": loss, "accuracy": accuracy}
         if records:
             point["metrics"] = diagnostics.summarize(records)
         if self.config.curriculum is not None:
@@ -374,6 +381,7 @@ class Trainer:
             self._resume(self.checkpoint_path)
         self.model.train()
         start = time.perf_counter() - self.seconds
+        window_records: dict[str, list[float]]  # what the layers recorded over the logging window
         window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}
         diagnostics.drain(self.model)
         bar = tqdm(total=c.steps, initial=self.step, desc="train", disable=not self.progress, leave=False)
@@ -401,9 +409,9 @@ class Trainer:
             # early stopping ends the run, so only in the last stage of a curriculum
             early_stop = c.early_stop_loss is not None or c.early_stop_accuracy is not None
             if early_stop and self.step % c.val_every == 0 and stage == len(self.plan) - 1:
-                loss, accuracy = self._validation()
-                self.stopped_early = (c.early_stop_loss is not None and loss < c.early_stop_loss) or (
-                    c.early_stop_accuracy is not None and accuracy >= c.early_stop_accuracy
+                val_loss, val_accuracy = self._validation()
+                self.stopped_early = (c.early_stop_loss is not None and val_loss < c.early_stop_loss) or (
+                    c.early_stop_accuracy is not None and val_accuracy >= c.early_stop_accuracy
                 )
             self.seconds = time.perf_counter() - start
             if self.step % c.checkpoint_every == 0:
