@@ -120,11 +120,11 @@ def test_experiments_one_line_each_with_planned_runs_and_last_wall_time(tmp_path
 
 
 def test_experiments_counts_the_runs_expand_makes_for_every_shipped_spec():
-    from statetrack.experiments.spec import expand, load_spec
-    from statetrack.results.overview import planned_runs, shipped_raw_specs
+    from statetrack.experiments.spec import expand, load_spec, shipped_specs
+    from statetrack.results.overview import planned_runs
 
-    for name, raw in shipped_raw_specs().items():
-        assert planned_runs(raw) == len(expand(load_spec(name))), name
+    for name in shipped_specs():
+        assert planned_runs(name) == len(expand(load_spec(name))), name
 
 
 def test_experiments_read_the_checkouts_snapshots_and_show_a_dash_without_one(monkeypatch, capsys):

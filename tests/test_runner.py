@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-import yaml
 
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import RunOptions, run_experiment
@@ -211,7 +210,7 @@ def test_a_model_entry_may_give_its_own_learning_rates(tmp_path):
         by_model.setdefault(run.model_name, set()).add(run.lr)
         assert "lrs" not in run.model
     assert by_model == {"LSTM": {1e-2, 3e-3}, "GRU": {1e-3}} and len(runs) == 6
-    assert planned_runs(yaml.safe_load(path.read_text())) == 6
+    assert planned_runs(str(path)) == 6
     path.write_text(path.read_text().replace("lrs: [1.0e-2, 3.0e-3]", "lrs: [-1]"))
     with pytest.raises(StatetrackError, match=r"models\[0\]\.lrs\[0\] must be"):
         load_spec(str(path))

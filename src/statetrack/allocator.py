@@ -10,12 +10,12 @@ def keep_freed_memory() -> bool:
     """Tell glibc's malloc to keep freed memory for reuse instead of returning it to the OS.
 
     By default glibc maps every allocation above 32 MiB fresh from the kernel and unmaps it on free,
-    so each large tensor pays a page fault per 4 KiB page when first written: at B=8, T=1024 and a
-    state of 1024 a [B, T, state] tensor costs ~13 ms of faults against ~1 ms of arithmetic on this
-    machine (docs/performance.md). Raising the mmap and trim thresholds keeps such blocks in the heap,
-    as the PyTorch CPU tuning guides get by preloading jemalloc or tcmalloc. The resident size then
-    stays at the process's peak. Called by the CLI and by every run (`train_and_evaluate`); `STATETRACK_MALLOC=system`
-    leaves malloc alone. Returns True when the settings were applied (glibc only).
+    so each large tensor pays a page fault per 4 KiB page when first written, which for a
+    [B, T, state] tensor of a long input costs more than the arithmetic that fills it. Raising the
+    mmap and trim thresholds keeps such blocks in the heap, as the PyTorch CPU tuning guides get by
+    preloading jemalloc or tcmalloc. The resident size then stays at the process's peak. Called by
+    the CLI and by every run (`train_and_evaluate`); `STATETRACK_MALLOC=system` leaves malloc alone.
+    Returns True when the settings were applied (glibc only).
     """
     if os.environ.get("STATETRACK_MALLOC", "keep") == "system":
         return False

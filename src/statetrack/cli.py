@@ -171,7 +171,7 @@ def cmd_reproduce(args) -> int:
     from statetrack.experiments.backends import default_workers
     from statetrack.experiments.runner import run_experiment
     from statetrack.experiments.spec import resolve, shipped_specs
-    from statetrack.results.book import write_book, write_snapshot
+    from statetrack.results.book import record_part, write_book
     from statetrack.results.report import write_report
     from statetrack.results.scoring import score_store
 
@@ -188,21 +188,14 @@ def cmd_reproduce(args) -> int:
     failed = 0
     for number, name in enumerate(names, 1):
         print(f"== [{number}/{len(names)}] {name} ({args.scale} scale)")
-        start, trained = time.time(), 0
+        start = time.time()
         experiment = resolve(name, args.scale, [], name=name, imports=_imports(args))
         try:
             run_experiment(experiment, args.results_dir, options, store_path=args.store)
         finally:  # an interrupted part's time still counts: its finished runs are in the store
             store = _store(args) if _store_path(args).exists() else None
-            if store is not None and store.plan(name) is not None:
-                ids = {r["id"] for r in store.plan(name)["runs"]}
-                trained = sum(1 for r in store.runs(name) if r["id"] in ids and (r["finished_at"] or 0) >= start)
-                write_snapshot(
-                    store,
-                    name,
-                    args.book_dir,
-                    {"seconds": round(time.time() - start, 1), "runs": trained, "workers": workers},
-                )
+            if store is not None:
+                record_part(store, name, args.book_dir, start, workers)
         scored = score_store(store, name, run_data=True)
         write_report(scored, args.results_dir)
         failed += sum(1 for r in scored.missing if r["status"] == "failed")
@@ -334,81 +327,20 @@ def _model_sizes(args) -> int:
     from statetrack.models import sizing, zoo
     from statetrack.results.report import text_table
 
-    settings = _params(args.settings or [])
-    for key in ("d_model", "width", "params"):
-        if key in settings:
-            raise StatetrackError(f"--set {key}: the width comes from --params BUDGET or --width N")
-    if args.num_layers is not None and args.num_layers < 1:
-        raise StatetrackError(f"--num-layers must be >= 1, got {args.num_layers}")
     budget = None if args.budget is None else sizing.parse_budget(args.budget, "--params")
     if args.width is not None and args.width < 1:
         raise StatetrackError(f"--width must be >= 1, got {args.width}")
-    names = args.names or list(zoo.MODELS)
-    specs: list[dict] = []
-    used: set[str] = set()  # the --set keys some listed model has
-    for name in names:
-        known = zoo.resolve(name)  # unknown names and presets: as in a spec
-        own = {
-            k: v for k, v in settings.items() if k in known and k != "name"
-        }  # --set applies where the model has the key
-        used.update(own)
-        specs.append({"name": name, **own, **({} if args.num_layers is None else {"num_layers": args.num_layers})})
-    unused = [k for k in settings if k not in used]
-    if unused:
-        raise StatetrackError(
-            f"--set {unused[0]}: none of the listed models has a parameter {unused[0]!r} (see `statetrack models`)"
-        )
-
-    layers = args.num_layers is not None
-    header = (
-        ["model", "display name", "d_model", "per layer"]
-        + (["vs budget"] if budget is not None else [])
-        + ([f"{args.num_layers} layers"] if layers else [])
+    if args.num_layers is not None and args.num_layers < 1:
+        raise StatetrackError(f"--num-layers must be >= 1, got {args.num_layers}")
+    table = sizing.sizes_table(
+        args.names or list(zoo.MODELS), _params(args.settings or []), budget, args.width, args.num_layers
     )
-    body, notes, failed = [], [], []
-    for name, spec in zip(names, specs):
-        try:
-            if budget is not None:
-                spec, count = sizing.nearest_width(spec, budget)
-            else:
-                spec = zoo.resolve({**spec, "d_model": args.width})
-                count = sizing.layer_parameters(spec)
-        except StatetrackError as error:
-            body.append(
-                [name, zoo.display_name(spec), "-", "-"]
-                + (["-"] if budget is not None else [])
-                + (["-"] if layers else [])
-            )
-            failed.append(f"{name}: {error}")
-            continue
-        row = [name, zoo.display_name(spec), str(spec["d_model"]), f"{count:,}"]
-        if budget is not None:
-            deviation = count / budget - 1
-            far = abs(deviation) > sizing.TOLERANCE
-            row.append(f"{deviation:+.2%}" + (" *" if far else ""))
-            if far:
-                notes.append(
-                    f"{name}: * no d_model comes within {sizing.TOLERANCE:.0%} of the budget; "
-                    "`params:` in a spec would refuse it"
-                )
-        if layers:
-            row.append(f"{sizing.stack_parameters(spec):,}")
-        body.append(row)
-    if budget is not None:
-        print(
-            f"d_model nearest to {budget:,.0f} trainable parameters per layer (mixer, LayerNorms and MLP; "
-            f"embedding and readout not counted)"
-        )
-    else:
-        print(
-            f"trainable parameters per layer at d_model {args.width} "
-            "(mixer, LayerNorms and MLP; embedding and readout not counted)"
-        )
-    print(text_table(header, body))
-    for note in notes:
+    print(table.title)
+    print(text_table(table.header, table.body))
+    for note in table.notes:
         print(note)
-    if failed:  # the table shows the others; the settings that fail a model are the command's error
-        raise StatetrackError("; ".join(failed))
+    if table.failed:  # the table shows the others; the settings that fail a model are the command's error
+        raise StatetrackError("; ".join(table.failed))
     return 0
 
 
@@ -539,15 +471,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from statetrack.results.report import (
-        extrapolation_caption,
-        extrapolation_rows,
-        metric_rows,
-        metrics_by_length,
-        sequence_rows,
-        table_rows,
-        text_table,
-    )
+    from statetrack.results.report import results_text
     from statetrack.results.scoring import score_store
 
     check_name(args.experiment)
@@ -555,22 +479,9 @@ def cmd_results(args) -> int:
     _known_experiment(store, args.experiment)
     if args.json:
         plan = store.plan(args.experiment)
-        print(json.dumps(store.results(args.experiment, {r["id"] for r in plan["runs"]}), indent=1))
+        print(json.dumps(store.results(args.experiment, {r["id"] for r in plan["runs"]} if plan else None), indent=1))
         return 0
-    scored = score_store(store, args.experiment, run_data=True)
-    summary = scored.summary
-    print(text_table(*table_rows(summary, "headline")))
-    if any(e["sequence_differs"] for e in summary):
-        header, body, _ = sequence_rows(summary)
-        print(
-            f"\nsequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}"
-        )
-    if summary and scored.selection["criterion"] == "extrapolation":
-        header, body, _ = extrapolation_rows(summary)
-        print(f"\nextrapolation ({extrapolation_caption(scored.selection)}):\n{text_table(header, body)}")
-    assert scored.data is not None  # scored with run_data
-    for title, table in metric_rows(metrics_by_length(scored.data, summary, scored.runs)):
-        print(f"\n{title}, mean over seeds:\n{text_table(*table)}")
+    print(results_text(score_store(store, args.experiment, run_data=True)))
     return 0
 
 

@@ -93,7 +93,7 @@ def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int) -
     """Estimated bytes of training and of evaluation and floating-point operations of one run.
     `train` is its TrainConfig, `params` the model's parameter count."""
     width = model["d_model"] * 4  # float32 bytes per token and layer
-    layers = model.get("num_layers", 1)
+    layers = model["num_layers"]
     train_bytes = (
         16 * params + train.batch_size * train.max_length * width * layers * TRAIN_ACTIVATIONS
     )  # weights, grads, Adam
@@ -121,7 +121,7 @@ def check_run_sizes(
         return
     sizes = run_sizes(params, model, train, eval_spec, variants)
     memory = available_memory() if memory is None else memory
-    shape = f"d_model {model['d_model']}, num_layers {model.get('num_layers', 1)}"
+    shape = f"d_model {model['d_model']}, num_layers {model['num_layers']}"
     if sizes["train_bytes"] > memory:
         raise StatetrackError(
             f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} "

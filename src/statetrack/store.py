@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
+from statetrack.labels import variant_label
 from statetrack.paths import check_name
 
 DEFAULT_STORE = Path("results") / "statetrack.db"
@@ -673,7 +674,7 @@ class Store:
             if r["variant"]:
                 overrides = (json.loads(r["variants"]) if r["variants"] else {}).get(r["variant"]) or {}
                 row.update(
-                    task=f"{r['task']} [{r['variant']}]",
+                    task=variant_label(r["task"], r["variant"]),
                     variant=r["variant"],
                     task_params={**row["task_params"], **overrides},
                 )

@@ -111,9 +111,8 @@ class InProcessBackend:
     def share_cores(self, shared: bool) -> None:
         """Torch threads for the next run: one while other drivers train on this machine, else the
         cores other processes leave free (`free_cores`, at least one), as a pool worker takes its
-        share of the cores. Threads beyond the free cores wait on each other's hand-offs: two drivers
-        with two threads each on two cores ran the demo 16x slower than with one thread each, and on
-        a 2-core machine busy with other work 200 steps took 79 s with two threads, 0.8 s with one."""
+        share of the cores. Threads beyond the free cores wait on each other's hand-offs, which costs a
+        small model far more than the second thread gains it."""
         torch.set_num_threads(1 if shared else max(1, min(self.threads, round(free_cores()))))
 
     def submit(self, run: RunSpec) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from statetrack import limits, yamlio
 from statetrack.errors import StatetrackError, unknown
+from statetrack.labels import task_label, variant_label
 from statetrack.models import sizing, zoo
 from statetrack.paths import NAME_MAX, check_name
 from statetrack.plugins import load_imports, resolve_imports
@@ -44,14 +45,19 @@ from statetrack.tasks import make_task
 from statetrack.training.train import TrainConfig, curriculum_tasks
 
 
+def shipped_names() -> list[str]:
+    """Names of the experiments shipped with the package, sorted."""
+    folder = resources.files("statetrack.experiments") / "specs"
+    return sorted(entry.name[: -len(".yaml")] for entry in folder.iterdir() if entry.name.endswith(".yaml"))
+
+
 def shipped_specs() -> dict[str, str]:
     """Names of the experiments shipped with the package -> their description."""
     folder = resources.files("statetrack.experiments") / "specs"
-    names = {}
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            names[entry.name[: -len(".yaml")]] = (yamlio.load(entry.read_text()) or {}).get("description", "")
-    return names
+    return {
+        name: (yamlio.load((folder / f"{name}.yaml").read_text()) or {}).get("description", "")
+        for name in shipped_names()
+    }
 
 
 def read_spec(name_or_path: str) -> dict:
@@ -71,9 +77,9 @@ def read_spec(name_or_path: str) -> dict:
             raise StatetrackError(f"cannot read experiment file {name_or_path!r}: {error.strerror or error}") from None
         default_name, folder = path.stem, path.parent
     else:
-        specs = shipped_specs()
-        if name_or_path not in specs:
-            raise unknown("experiment", name_or_path, specs)
+        names = shipped_names()
+        if name_or_path not in names:
+            raise unknown("experiment", name_or_path, names)
         text = (resources.files("statetrack.experiments") / "specs" / f"{name_or_path}.yaml").read_text()
         default_name, folder = name_or_path, None
     try:
@@ -195,7 +201,7 @@ def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:
                     **((spec.get("eval") or {}).get("variants") or {}),
                     **((entry.get("eval") or {}).get("variants") or {}),
                 }
-                tasks.update([name] + [f"{name} [{v}]" for v in variants])
+                tasks.update([name] + [variant_label(name, v) for v in variants])
             models.update(model_labels([model_entry(m, spec)[0] for m in spec.get("models") or []]))
         except (StatetrackError, AttributeError, KeyError, TypeError):
             pass
@@ -328,23 +334,21 @@ def train_range(train: dict) -> tuple[int, int]:
     return min(stage["min_length"] for stage in stages), max(stage["max_length"] for stage in stages)
 
 
-def task_label(task: dict) -> str:
-    """A task's name in tables: `word_problem(group=A5)`."""
-    params = {k: v for k, v in task.items() if k != "name"}
-    return task["name"] + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
-
-
 def _task_spec(entry, spec: dict):
-    """(the task's spec dict, the task built from it, its own `train` and `eval` settings merged over
-    the spec's): the name and parameters are checked now, not mid-sweep. A task entry's `train:` and
-    `eval:` override the spec's for that task's runs only (e.g. counting's medium signals train and
-    test at length 600 where the short ones use 200); the schema has checked them (validate_spec)."""
+    """(the task's spec dict, its own `train` settings per dataset size and `eval` settings merged
+    over the spec's). A task entry's `train:` and `eval:` override the spec's for that task's runs
+    only (e.g. counting's medium signals train and test at length 600 where the short ones use 200);
+    the schema has checked them (validate_spec). Every run is evaluated at its longest training
+    length, so that the fit gate of the claims (statetrack.results.scoring.gate_length) can read
+    whether it learned what it was trained on."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     own = {key: entry.pop(key) for key in TASK_SETTINGS if key in entry}
-    eval_spec = deep_merge(spec.get("eval") or {}, own.get("eval", {}))
-    train = deep_merge(spec.get("train") or {}, own.get("train", {}))
-    eval_spec = {**EVAL_DEFAULTS, **eval_spec}
-    return entry, make_task(**entry), _dataset_sizes({**spec, "train": train}), eval_spec
+    eval_spec = {**EVAL_DEFAULTS, **deep_merge(spec.get("eval") or {}, own.get("eval", {}))}
+    trains = _dataset_sizes({**spec, "train": deep_merge(spec.get("train") or {}, own.get("train", {}))})
+    longest = max(train_range(train)[1] for train in trains)
+    if longest not in eval_spec["lengths"]:
+        eval_spec["lengths"] = sorted([*eval_spec["lengths"], longest])
+    return entry, trains, eval_spec
 
 
 def check_buildable(model: dict, task) -> int:
@@ -399,25 +403,17 @@ def model_labels(models: list[dict]) -> list[str]:
     return labels
 
 
-def expand(spec: dict) -> list[RunSpec]:
-    """Every (task, model, dataset size, lr, seed) of the spec as a RunSpec, validated: each distinct
-    model is built for each task, every training and evaluation length is checked against the task, and
-    each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
-    tasks = [_task_spec(t, spec) for t in spec_tasks(spec)]
-    # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.models.sizing):
-    # each run's model is concrete
-    models, model_lrs = zip(*[model_entry(m, spec) for m in spec["models"]])
-    for entry, task, trains, eval_spec in tasks:
-        train_config = TrainConfig.from_dict({**trains[0], "lr": float(spec["lrs"][0])})
+def _check_runs(spec: dict, tasks: list[tuple], models: list[dict]) -> None:
+    """Build each task and check its lengths, curriculum and evaluation variants; build each distinct
+    model for each task; bound each run's memory and arithmetic. A bad setting is one line here,
+    before anything trains or is written."""
+    params = {}  # parameter count by (model, task's vocabulary and classes)
+    for entry, trains, eval_spec in tasks:
         try:
-            curriculum_tasks(task, train_config)  # each stage's task and lengths (one stage without a curriculum)
+            task = make_task(**entry)
+            curriculum_tasks(task, TrainConfig.from_dict(trains[0]))  # each stage's task and lengths
         except StatetrackError as error:
             raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
-        # every run is evaluated at its longest training length, so that the fit gate of the claims
-        # (statetrack.results.scoring.gate_length) can read whether it learned what it was trained on
-        longest = max(train_range(train)[1] for train in trains)
-        if longest not in eval_spec["lengths"]:
-            eval_spec["lengths"] = sorted([*eval_spec["lengths"], longest])
         for length in eval_spec["lengths"]:
             task.check_length(length)
         for name, overrides in (eval_spec.get("variants") or {}).items():
@@ -431,25 +427,35 @@ def expand(spec: dict) -> list[RunSpec]:
                     )
             except StatetrackError as error:
                 raise StatetrackError(f"experiment {spec['name']!r}: eval variant {name!r}: {error}") from None
-    params = {}  # parameter count by (model, task's vocabulary and classes)
-    for _, task, trains, eval_spec in tasks:
         for model in models:
             key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
             if key not in params:
                 params[key] = check_buildable(model, task)
             for train in trains:
-                config = TrainConfig.from_dict({**train, "lr": float(spec["lrs"][0])})
                 limits.check_run_sizes(
                     spec["name"],
                     params[key],
-                    {**zoo.MODEL_DEFAULTS, **model},
-                    config,
+                    model,
+                    TrainConfig.from_dict(train),
                     eval_spec,
                     len(eval_spec.get("variants") or {}),
                 )
+
+
+def expand(spec: dict, check: bool = True) -> list[RunSpec]:
+    """Every (task, model, dataset size, lr, seed) of the spec as a RunSpec; a value listed twice is
+    one run. `check` (what a run needs; `statetrack experiments` only counts): each task is built
+    and every training and evaluation length checked against it, each distinct model is built for
+    each task, and each run's estimated memory and arithmetic are bounded (statetrack.limits)."""
+    tasks = [_task_spec(t, spec) for t in spec_tasks(spec)]
+    # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.models.sizing):
+    # each run's model is concrete
+    models, model_lrs = zip(*[model_entry(m, spec) for m in spec["models"]])
+    if check:
+        _check_runs(spec, tasks, list(models))
     runs: dict[str, RunSpec] = {}  # by id: a value listed twice is one run
     labels = model_labels(list(models))
-    for task, _, trains, eval_spec in tasks:
+    for task, trains, eval_spec in tasks:
         for model, label, lrs in zip(models, labels, model_lrs):
             for base in trains:
                 for lr in lrs:

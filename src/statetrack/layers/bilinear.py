@@ -323,8 +323,8 @@ class Bilinear(Spectral, nn.Module):
         """Per-step loop for full, block and cp (in its R coordinates), transitions formed for as many
         steps at a time as fit in `budget` elements (so memory does not grow with the length).
         Transitions of size >= 32 step a row vector, h^T A^T with the transposes formed directly:
-        there batched row-times-matrix products run 3-5x faster than matrix-times-column ones, and
-        below it 2x slower."""
+        there batched row-times-matrix products beat matrix-times-column ones, and below it they lose
+        (`benchmarks/bilinear.py`)."""
         B, T, K = x.shape
         k = self.normalize_every
         if self.structure == "cp":

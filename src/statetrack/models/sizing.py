@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from dataclasses import dataclass
 
 from statetrack.errors import StatetrackError
 from statetrack.models import zoo
@@ -272,3 +273,77 @@ def apply_sizing(entry: dict | str, defaults: dict | None = None) -> dict:
     if budget is None:
         return zoo.resolve(merged)
     return fit_width(merged, budget)
+
+
+@dataclass
+class SizesTable:
+    """`statetrack models --params B` / `--width N`: a title, one row per model and the notes."""
+
+    title: str
+    header: list[str]
+    body: list[list[str]]
+    notes: list[str]  # models no width brings within TOLERANCE of the budget
+    failed: list[str]  # models the settings cannot build, with the error
+
+
+def sizes_table(
+    names: list[str], settings: dict, budget: float | None, width: int | None, num_layers: int | None
+) -> SizesTable:
+    """Per-layer parameter counts of the models `names`: at the d_model nearest `budget` parameters
+    per layer, else at d_model `width`; `settings` apply to each model that has the key (the width
+    keys excepted), and `num_layers` adds a column for the whole stack."""
+    for key in ("d_model", "width", "params"):
+        if key in settings:
+            raise StatetrackError(f"--set {key}: the width comes from --params BUDGET or --width N")
+    specs: list[dict] = []
+    used: set[str] = set()  # the settings some listed model has
+    for name in names:
+        known = zoo.resolve(name)  # unknown names and presets: as in a spec
+        own = {k: v for k, v in settings.items() if k in known and k != "name"}
+        used.update(own)
+        specs.append({"name": name, **own, **({} if num_layers is None else {"num_layers": num_layers})})
+    unused = [k for k in settings if k not in used]
+    if unused:
+        raise StatetrackError(
+            f"--set {unused[0]}: none of the listed models has a parameter {unused[0]!r} (see `statetrack models`)"
+        )
+    header = (
+        ["model", "display name", "d_model", "per layer"]
+        + (["vs budget"] if budget is not None else [])
+        + ([f"{num_layers} layers"] if num_layers is not None else [])
+    )
+    body: list[list[str]] = []
+    notes: list[str] = []
+    failed: list[str] = []
+    for name, spec in zip(names, specs):
+        try:
+            if budget is not None:
+                spec, count = nearest_width(spec, budget)
+            else:
+                spec = zoo.resolve({**spec, "d_model": width})
+                count = layer_parameters(spec)
+        except StatetrackError as error:
+            blanks = (["-"] if budget is not None else []) + (["-"] if num_layers is not None else [])
+            body.append([name, zoo.display_name(spec), "-", "-", *blanks])
+            failed.append(f"{name}: {error}")
+            continue
+        row = [name, zoo.display_name(spec), str(spec["d_model"]), f"{count:,}"]
+        if budget is not None:
+            deviation = count / budget - 1
+            far = abs(deviation) > TOLERANCE
+            row.append(f"{deviation:+.2%}" + (" *" if far else ""))
+            if far:
+                notes.append(
+                    f"{name}: * no d_model comes within {TOLERANCE:.0%} of the budget; "
+                    "`params:` in a spec would refuse it"
+                )
+        if num_layers is not None:
+            row.append(f"{stack_parameters(spec):,}")
+        body.append(row)
+    counted = "(mixer, LayerNorms and MLP; embedding and readout not counted)"
+    title = (
+        f"d_model nearest to {budget:,.0f} trainable parameters per layer {counted}"
+        if budget is not None
+        else f"trainable parameters per layer at d_model {width} {counted}"
+    )
+    return SizesTable(title, header, body, notes, failed)

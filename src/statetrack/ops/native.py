@@ -29,7 +29,7 @@ Threads: the library is built with `-fopenmp` and shares torch's OpenMP runtime 
 libgomp.so.1 before us, so ours binds to that copy), so a call runs on the same thread pool as
 torch's own ops, with `torch.get_num_threads()` threads. Threads of our own would compete with that
 pool: after each parallel torch op its idle workers spin for a while, and a native call made then
-ran 1.6x slower (measured in docs/performance.md). Sharing the runtime also shares its limit: in a
+competes with them for the cores. Sharing the runtime also shares its limit: in a
 child forked after the parent ran parallel work, the first parallel call hangs, ours as torch's
 (which is why the experiment runner spawns its workers). Where the compiler has no OpenMP the
 library is built without it and runs on one thread.

@@ -146,6 +146,19 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
     return path
 
 
+def record_part(store, experiment: str, book_dir: str | Path, started_at: float, workers: int | None) -> Path | None:
+    """Write the experiment's snapshot with one more part: the wall time since `started_at` (one
+    `statetrack reproduce` of it, finished or interrupted) and the runs of its plan that finished
+    since then. None when the experiment has no plan yet (it stopped before recording one)."""
+    plan = store.plan(experiment)
+    if plan is None:
+        return None
+    ids = {r["id"] for r in plan["runs"]}
+    trained = sum(1 for r in store.runs(experiment) if r["id"] in ids and (r["finished_at"] or 0) >= started_at)
+    part = {"seconds": round(time.time() - started_at, 1), "runs": trained, "workers": workers}
+    return write_snapshot(store, experiment, book_dir, part)
+
+
 def read_snapshots(book_dir: str | Path) -> dict:
     """{(experiment, scale): snapshot} of every snapshot file under `book_dir`/results."""
     out = {}
@@ -193,7 +206,7 @@ def _join(values) -> str:
 def settings_line(spec: dict) -> str:
     """The settings a reader needs, read from the spec as run: tasks, training lengths, steps, batch,
     width, layers, lrs, seeds, evaluation lengths and samples."""
-    from statetrack.experiments.spec import task_label
+    from statetrack.labels import task_label
 
     train, evaluate, defaults = spec.get("train") or {}, spec.get("eval") or {}, spec.get("model_defaults") or {}
     tasks = spec_tasks(spec)

@@ -558,6 +558,25 @@ def latex_table(header: list[str], body: list[list[str]], caption: str = "", lef
     return "\n".join(lines) + "\n"
 
 
+def results_text(scored: Scored) -> str:
+    """`statetrack results`: the headline table, then the sequence-accuracy, extrapolation and metric
+    tables where the experiment has them, as plain text."""
+    summary = scored.summary
+    parts = [text_table(*table_rows(summary, "headline"))]
+    if any(e["sequence_differs"] for e in summary):
+        header, body, _ = sequence_rows(summary)
+        parts.append(
+            f"sequence accuracy (all supervised positions right), mean ± std over seeds:\n{text_table(header, body)}"
+        )
+    if summary and scored.selection["criterion"] == "extrapolation":
+        header, body, _ = extrapolation_rows(summary)
+        parts.append(f"extrapolation ({extrapolation_caption(scored.selection)}):\n{text_table(header, body)}")
+    if scored.data is not None:
+        for title, table in metric_rows(metrics_by_length(scored.data, summary, scored.runs)):
+            parts.append(f"{title}, mean over seeds:\n{text_table(*table)}")
+    return "\n\n".join(parts)
+
+
 def write_report(scored: Scored, results_dir: str | Path = "results", formats: tuple[str, ...] = ("png",)) -> Path:
     """Write results/<experiment>/report.md, report.html, the plots (PNG, and each further format of
     `formats`: svg, pdf) and LaTeX tables (headline.tex, and paper_vs_measured.tex where the spec

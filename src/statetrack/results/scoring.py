@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import covers, paper_of
+from statetrack.labels import split_variant_label, variant_label
 from statetrack.schema import SELECTION_DEFAULTS, selection_of
 from statetrack.store import RESULT_KEYS
 from statetrack.training.evaluate import extrapolation_length, run_score
@@ -88,7 +89,7 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
     variants: dict = {}  # task -> (the runs' task, the evaluation variant; '' for the training task)
     for r in rows:
         variant = r.get("variant") or ""
-        variants[r["task"]] = (r["task"][: -len(f" [{variant}]")] if variant else r["task"], variant)
+        variants[r["task"]] = split_variant_label(r["task"]) if variant else (r["task"], "")
         scaled, accuracy, sequence, metrics = runs[(r["task"], r["model"], r.get("dataset_size"), r["lr"], r["seed"])]
         for name in set(r) - set(RESULT_KEYS):  # e.g. tv_distance, iterations_median
             if isinstance(r[name], (int, float)):
@@ -569,7 +570,7 @@ def _planned(kind: str, name: str, planned: dict | None) -> bool:
         return True
     if kind == "model":
         return any(covers(name, m) for m in planned["models"])
-    return name in planned["tasks"] or (name.endswith("]") and name[: name.rfind(" [")] in planned["tasks"])
+    return name in planned["tasks"] or split_variant_label(name)[0] in planned["tasks"]
 
 
 def seeds_verdict(outcomes: list, rule: str = "majority") -> bool | None:
@@ -770,7 +771,7 @@ def _trained_entry(entry: dict, summary: list[dict], variant: str | None = None)
     """The summary entry on which the fit of `entry`'s runs is read: the same runs scored on the task
     they trained on, or on the evaluation variant `variant` (`paper.fit_variant`) where that task's
     own targets are partly unpredictable; `entry` itself when it is that one or none is found."""
-    task = entry.get("run_task", entry["task"]) + (f" [{variant}]" if variant else "")
+    task = variant_label(entry.get("run_task", entry["task"]), variant)
     return next(
         (
             e

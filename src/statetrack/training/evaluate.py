@@ -34,9 +34,7 @@ def predict(model, inputs: torch.Tensor, chunk_size: int | None = None, probabil
     A CPU input of at most SERIAL_BATCH sequences runs on one torch thread (the thread count is
     restored after): a recurrence steps through time with little work per step, so a second thread
     saves little, while on a machine shared with other jobs every hand-off between threads waits for
-    a core. At batch 1 on 2 cores beside one other busy process, two threads took up to 73 s per
-    100k tokens (GRU; LSTM and DeltaProduct 40 s), one thread at most 2.5 s for every model but
-    Panini (docs/performance.md, "Long inputs")."""
+    a core (docs/performance.md, "Long inputs")."""
     read = (lambda logits: logits.float().softmax(-1)) if probabilities else (lambda logits: logits.argmax(-1))
     threads = torch.get_num_threads()
     serial = inputs.device.type == "cpu" and inputs.shape[0] <= SERIAL_BATCH and threads > 1
