@@ -15,9 +15,9 @@ $(CORE): pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $(CORE)
 
-# the tests' extras on top: Ray, the trackers, the oracles
+# the tests' extras on top: Ray, the trackers, the oracles, and the linters
 $(STAMP): $(CORE)
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,lint]"
 	touch $(STAMP)
 
 # lint and types first (seconds), then the default suite

@@ -217,7 +217,7 @@ def test_long_input_benchmark_prints_every_figure():
     out = subprocess.run([sys.executable, str(script), "--json", "--models", "lstm", "slstm", "--T", "300", "600",
                           "--chunk", "128", "--width", "8", "--threads", "1"], capture_output=True, text=True, check=True,
                          timeout=120).stdout
-    rows = json.loads(out)
+    rows = json.loads(out)["rows"]
     assert sorted((r["model"], r["T"]) for r in rows) == [("lstm", 300), ("lstm", 600), ("slstm", 300), ("slstm", 600)]
     keys = {"seconds", "tokens_per_s", "peak_mb", "growth_mb", "tokens", "load_1min", "busy"}
     assert all(keys <= set(r) and r["tokens"] == r["T"] and r["seconds"] > 0 for r in rows)
