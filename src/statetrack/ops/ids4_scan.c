@@ -1,4 +1,4 @@
-/* IDS4's recurrence (statetrack/layers/s4d.py; Merrill et al. 2024), its zero-order hold, the
+/* IDS4's recurrence (statetrack/ops/ids4.py; Merrill et al. 2024), its zero-order hold, the
    complex diagonal scan and the read-out in one pass per (batch row, channel c), over the modes n:
 
        lambda_t = lr + i (A_im + phi_t),   a_t given (exp(dt_t lambda_t), from the caller),

@@ -1,4 +1,4 @@
-/* The renormalised Panini recurrence of statetrack/layers/panini.py (Siems et al. 2026, App. C.2),
+/* The renormalised Panini recurrence of statetrack/ops/panini.py (Siems et al. 2026, App. C.2),
    one matrix at a time:
 
        X_t = A_l,t H_{t-1} A_r,t + B_t,    H_t = Sinkhorn(X_t),    H_{-1} = H0,
