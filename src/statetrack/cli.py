@@ -92,7 +92,7 @@ def cmd_run(args) -> int:
     from statetrack.results.scoring import describe_selection, score_store
 
     options = _run_options(args)
-    options.check()  # a backend or tracker option that cannot work fails before the spec's modules are imported
+    options.check()  # a backend option that cannot work fails before the spec's modules are imported
     experiment = resolve(args.experiment, args.scale, args.overrides, args.name, _imports(args))
     if args.dry_run:
         return dry_run(args, experiment)

@@ -193,13 +193,17 @@ class RunOptions:
     lease: float = LEASE_SECONDS
     progress: bool = True
 
-    def check(self) -> dict:
-        """Check the options before anything is written (a tracker that cannot be reached, a backend
-        option that does not apply); returns the trackers to log to."""
+    def check(self) -> None:
+        """Check the options' values (a backend option that does not apply, an empty tracker name);
+        nothing is contacted, so the command line calls it before the spec's modules are imported."""
         check_backend(self.backend, self.workers, self.address, self.device, self.gpus_per_run, self.lease)
         for option, value in (("--tensorboard", self.tensorboard), ("--wandb", self.wandb), ("--mlflow", self.mlflow)):
             if value is not None and not str(value).strip():
                 raise StatetrackError(f"{option} needs a value; got an empty one")
+
+    def trackers(self) -> dict:
+        """The trackers to log every run to, each checked before anything is written (a tracking
+        server that cannot be reached, a folder that cannot be written)."""
         log_to = {
             k: v
             for k, v in {
@@ -231,7 +235,8 @@ def run_experiment(
     Everything is checked (the options, the device, every folder a run writes) before the store is
     opened, so a bad setting trains nothing and writes nothing.
     """
-    log_to = options.check()
+    options.check()
+    log_to = options.trackers()
     spec, runs, imports = experiment.spec, list(experiment.runs), list(experiment.imports)
     device, workers, backend, lease = options.device, options.workers, options.backend, options.lease
     retry_failed, progress, tensorboard = options.retry_failed, options.progress, options.tensorboard
