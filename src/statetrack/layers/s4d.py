@@ -160,14 +160,14 @@ class S4D(Spectral, nn.Module):
         starts = None
         if K > 1:  # states at chunk ends, then the state entering each chunk
             w_re, w_im = ends(Q)
-            full = u.view(d, Bsz, K, Q)[:, :, :-1] @ torch.cat([w_re, w_im], -1)[:, None]  # [d, B, K-1, 2n]
+            full = _shared_product(u.view(d, Bsz, K, Q)[:, :, :-1], torch.cat([w_re, w_im], -1))  # [d, B, K-1, 2n]
             aQ = torch.complex(p_re[..., Q], p_im[..., Q])  # [d, n]
             starts, _ = diagonal_scan(aQ.expand(Bsz, K - 1, d, n), as_complex(full), h0)  # S_1 .. S_{K-1}
             starts = torch.cat([h0[:, None] if h0 is not None else torch.zeros_like(starts[:, :1]), starts], 1)
         elif h0 is not None:
             starts = h0[:, None]
         w_re, w_im = ends(r)
-        last = u.view(d, Bsz, K, Q)[:, :, -1:] @ torch.cat([w_re, w_im], -1)[:, None]  # [d, B, 1, 2n]
+        last = _shared_product(u.view(d, Bsz, K, Q)[:, :, -1:], torch.cat([w_re, w_im], -1))  # [d, B, 1, 2n]
         h_last = as_complex(last)[:, 0]
         if starts is not None:
             s = torch.view_as_real(starts).permute(2, 0, 1, 4, 3).reshape(d, Bsz * K, 2 * n)  # [d, B K, (re, im) n]
@@ -183,6 +183,14 @@ class S4D(Spectral, nn.Module):
         """The complex diagonal transitions a_t [B, T, d_model, modes]."""
         a, _ = self._discretize(x)
         return a.expand(x.shape[:2] + a.shape[2:])
+
+
+def _shared_product(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """v [d, B, K, Q] @ w [d, Q, m] -> [d, B, K, m], w shared over B and K: one [B K, Q] @ [Q, m]
+    product per channel. Broadcasting w over B (`v @ w[:, None]`) would make autograd expand it to
+    [d, B, Q, m] and reduce an outer product per row for its gradient."""
+    d, B, K, Q = v.shape
+    return (v.reshape(d, B * K, Q) @ w).view(d, B, K, w.shape[-1])
 
 
 @register_model("ids4", display="IDS4")
