@@ -161,3 +161,21 @@ def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_again(tmp_pa
     for a, b in zip(straight.state_dict().values(), trainer.model.state_dict().values()):
         torch.testing.assert_close(a, b)
     assert torch.load(path, weights_only=True)["step"] == 12  # a readable checkpoint in its place
+
+
+def test_clip_null_trains_without_clipping():
+    """`clip: null` turns clipping off: the weights equal those of a threshold no gradient reaches,
+    and differ from those of one every gradient exceeds."""
+    task = make_task("modadd", m=5)
+    spec = {"name": "lstm", "d_model": 8}
+
+    def trained(clip):
+        config = TrainConfig(steps=10, batch_size=8, lr=1e-2, clip=clip, min_length=2, max_length=6,
+                             early_stop_loss=None, device="cpu")
+        model = make(spec, task)
+        Trainer(model, task, config, progress=False).fit()
+        return model.state_dict()
+
+    off, never, always = trained(None), trained(1e9), trained(1e-4)
+    assert all(torch.equal(value, never[key]) for key, value in off.items())
+    assert not all(torch.equal(value, always[key]) for key, value in off.items())

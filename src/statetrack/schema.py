@@ -416,7 +416,9 @@ class Train(Section):
     )
     weight_decay: Annotated[float, number(0, strict=False)] = Field(default=0.0, description="AdamW weight decay")
     betas: Betas = Field(default=(0.9, 0.999), description="AdamW betas")
-    clip: Annotated[float, number(0)] = Field(default=1.0, description="gradient-norm clipping")
+    clip: Annotated[float, number(0)] | None = Field(
+        default=1.0, description="the largest gradient norm, clipped to it after every backward pass; null: no clipping"
+    )
     min_length: Annotated[int, integer(1)] = Field(default=3, description="shortest training length")
     max_length: Annotated[int, integer(1)] = Field(default=40, description="longest training length")
     warmup: Annotated[int, integer(0)] = Field(default=0, description="linear warm-up steps")

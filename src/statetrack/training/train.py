@@ -396,7 +396,8 @@ class Trainer:
                 raise Diverged(self.step, loss.item())
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
+            if c.clip is not None:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
