@@ -216,6 +216,46 @@ def test_a_model_entry_may_give_its_own_learning_rates(tmp_path):
         load_spec(str(path))
 
 
+def test_a_model_entry_may_give_its_own_training_settings(tmp_path, capsys):
+    """`train:` in a model entry is merged over the spec's (and its task's) for that model's runs
+    only: one model's budget grows alone. The other models' runs, and their ids, are as without
+    it; the plan and the dry run show each run's own steps; a model cannot move the longest
+    training length (the fit gate reads it per task), and a bad setting names its key path."""
+    from cli_helpers import run_cli
+    from statetrack.errors import StatetrackError
+
+    base = ("task: {name: parity}\nmodels: [{name: lstm}, {name: gru}]\nmodel_defaults: {d_model: 8}\n"
+            "lrs: [1.0e-3]\nseeds: [0, 1]\ntrain: {steps: 100, max_length: 12}\neval: {lengths: [12, 24]}\n")
+    path = tmp_path / "own.yaml"
+    path.write_text(base)
+    before = {(r.model_name, r.seed): r for r in expand(load_spec(str(path)))}
+    path.write_text(base.replace("{name: lstm}", "{name: lstm, lrs: [3.0e-3], train: {steps: 400, warmup: 10}}"))
+    after = {(r.model_name, r.seed): r for r in expand(load_spec(str(path)))}
+    assert set(after) == set(before) and len(after) == 4
+    for seed in (0, 1):
+        assert after["GRU", seed].id == before["GRU", seed].id
+        lstm = after["LSTM", seed]
+        assert lstm.train["steps"] == 400 and lstm.train["warmup"] == 10 and lstm.train["max_length"] == 12
+        assert lstm.plan_entry()["steps"] == 400 and lstm.train_length == 12 and "train" not in lstm.model
+        assert lstm.model == before["LSTM", seed].model and lstm.id != before["LSTM", seed].id
+    # a model entry whose settings change nothing is the same run
+    path.write_text(base.replace("{name: lstm}", "{name: lstm, train: {steps: 100}}"))
+    assert {r.id for r in expand(load_spec(str(path)))} == {r.id for r in before.values()}
+    path.write_text(base.replace("{name: lstm}", "{name: lstm, train: {steps: 400}}"))
+    code, out, err = run_cli(capsys, "run", str(path), "--dry-run", "--results-dir", str(tmp_path / "r"))
+    assert code == 0, err
+    assert [line.split()[5] for line in out.splitlines() if line.split()[1:2] == ["LSTM"]] == ["400", "400"]
+    for bad, message in (
+        ("{steps: 0}", r"models\[0\]\.train\.steps must be"),
+        ("{stepz: 5}", r"models\[0\]\.train.*stepz"),
+        ("{max_length: 20}", "a model sets its own budget, not its lengths"),
+        ("[1, 2]", r"models\[0\]\.train must be a mapping"),
+    ):
+        path.write_text(base.replace("{name: lstm}", f"{{name: lstm, train: {bad}}}"))
+        with pytest.raises(StatetrackError, match=message):
+            expand(load_spec(str(path)))
+
+
 def test_dry_run_prints_the_plan_and_writes_nothing(tiny_spec, tmp_path, capsys):
     from cli_helpers import run_cli
 

@@ -797,7 +797,7 @@ class Spec(Section):
 
 
 TASK_SETTINGS = ("train", "eval")  # sections a task entry may override for its own runs
-MODEL_SETTINGS = ("lrs",)  # run settings a model entry may give for its own runs (not model parameters)
+MODEL_SETTINGS = ("lrs", "train")  # run settings a model entry may give for its own runs (not model parameters)
 
 
 class ModelSettings(Section):
@@ -807,6 +807,11 @@ class ModelSettings(Section):
         default=None,
         min_length=1,
         description="this model's learning rates, in place of the spec's `lrs` (e.g. a family's own grid)",
+    )
+    train: Mapping | None = Field(
+        default=None,
+        description="this model's own training settings, merged over the spec's (and its task's) for its runs "
+        "only (e.g. a longer budget: {steps: 8000}); the longest training length stays the task's",
     )
 
 
@@ -820,6 +825,8 @@ def validate_spec(spec: dict) -> None:
     for i, entry in enumerate(spec["models"]):
         if isinstance(entry, dict) and any(key in entry for key in MODEL_SETTINGS):
             ModelSettings.check({key: entry[key] for key in MODEL_SETTINGS if key in entry}, where, root=("models", i))
+            if entry.get("train") is not None:
+                SpecTrain.check({**(spec.get("train") or {}), **entry["train"]}, where, root=("models", i, "train"))
     listed = spec.get("tasks") is not None
     for i, entry in enumerate(spec["tasks"] if listed else [spec["task"]]):
         at = ("tasks", i) if listed else ("task",)
@@ -888,7 +895,8 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
             "minItems": 1,
             "items": {"type": "number", "exclusiveMinimum": 0},
             "description": ModelSettings.model_fields["lrs"].description,
-        }
+        },
+        "train": {"type": "object", "description": ModelSettings.model_fields["train"].description},
     }
     defs["ModelEntry"], defs["TaskEntry"] = entries("model", models, own), entries("task", tasks, overrides)
 

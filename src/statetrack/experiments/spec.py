@@ -382,13 +382,39 @@ def _dataset_sizes(spec: dict) -> list[dict]:
     return [{**train, "dataset_size": n} for n in dict.fromkeys(train["dataset_size"])]
 
 
-def model_entry(entry, spec: dict) -> tuple[dict, list]:
+def model_entry(entry, spec: dict) -> tuple[dict, list, dict]:
     """(the resolved model spec of a `models:` entry, the learning rates of its runs: the entry's
-    own `lrs`, else the spec's). Run settings are not model parameters: they are taken out before
-    the model is built and are no part of its name."""
+    own `lrs`, else the spec's, and its own `train:` settings, merged over the spec's and its task's
+    for its runs only: {} when it gives none). Run settings are not model parameters: they are taken
+    out before the model is built and are no part of its name."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     own = {key: entry.pop(key) for key in MODEL_SETTINGS if key in entry}
-    return sizing.apply_sizing(entry, spec.get("model_defaults") or {}), own.get("lrs") or spec["lrs"]
+    return (
+        sizing.apply_sizing(entry, spec.get("model_defaults") or {}),
+        own.get("lrs") or spec["lrs"],
+        own.get("train") or {},
+    )
+
+
+def model_trains(trains: list[dict], own: dict, where: str) -> list[dict]:
+    """A model's `train` settings for one task: its own (`own`, a model entry's `train:`) merged over
+    each of the task's (`trains`, one per dataset size). A model changes its budget, schedule,
+    batches or early stopping, never the longest training length, which the fit gate and the
+    evaluation lengths read per task. Without `own`, the task's settings as they are, so that the
+    ids of runs whose model sets nothing of its own stay the same."""
+    if not own:
+        return trains
+    out = []
+    for base in trains:
+        for train in _dataset_sizes({"train": {**base, **own}}):
+            longest, task_longest = train_range(train)[1], train_range(base)[1]
+            if longest != task_longest:
+                raise StatetrackError(
+                    f"{where}: train: trains up to length {longest}, but the task's longest training length is "
+                    f"{task_longest}; a model sets its own budget, not its lengths (set them in the task's train:)"
+                )
+            out.append(train)
+    return out
 
 
 def model_labels(models: list[dict]) -> list[str]:
@@ -403,12 +429,13 @@ def model_labels(models: list[dict]) -> list[str]:
     return labels
 
 
-def _check_runs(spec: dict, tasks: list[tuple], models: list[dict]) -> None:
+def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: list[list[list[dict]]]) -> None:
     """Build each task and check its lengths, curriculum and evaluation variants; build each distinct
-    model for each task; bound each run's memory and arithmetic. A bad setting is one line here,
-    before anything trains or is written."""
+    model for each task; bound each run's memory and arithmetic under its model's train settings
+    (`per_model[model][task]`, see `model_trains`). A bad setting is one line here, before anything
+    trains or is written."""
     params = {}  # parameter count by (model, task's vocabulary and classes)
-    for entry, trains, eval_spec in tasks:
+    for t, (entry, trains, eval_spec) in enumerate(tasks):
         try:
             task = make_task(**entry)
             curriculum_tasks(task, TrainConfig.from_dict(trains[0]))  # each stage's task and lengths
@@ -427,11 +454,16 @@ def _check_runs(spec: dict, tasks: list[tuple], models: list[dict]) -> None:
                     )
             except StatetrackError as error:
                 raise StatetrackError(f"experiment {spec['name']!r}: eval variant {name!r}: {error}") from None
-        for model in models:
+        for m, model in enumerate(models):
             key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
             if key not in params:
                 params[key] = check_buildable(model, task)
-            for train in trains:
+            for train in per_model[m][t]:
+                if train.get("curriculum") != trains[0].get("curriculum"):  # the model's own stages
+                    try:
+                        curriculum_tasks(task, TrainConfig.from_dict(train))
+                    except StatetrackError as error:
+                        raise StatetrackError(f"experiment {spec['name']!r}: models[{m}]: {error}") from None
                 limits.check_run_sizes(
                     spec["name"],
                     params[key],
@@ -450,14 +482,18 @@ def expand(spec: dict, check: bool = True) -> list[RunSpec]:
     tasks = [_task_spec(t, spec) for t in spec_tasks(spec)]
     # `width` is d_model; `params` chooses d_model for a per-layer budget (statetrack.models.sizing):
     # each run's model is concrete
-    models, model_lrs = zip(*[model_entry(m, spec) for m in spec["models"]])
-    if check:
-        _check_runs(spec, tasks, list(models))
-    runs: dict[str, RunSpec] = {}  # by id: a value listed twice is one run
+    models, model_lrs, model_train = zip(*[model_entry(m, spec) for m in spec["models"]])
     labels = model_labels(list(models))
-    for task, trains, eval_spec in tasks:
-        for model, label, lrs in zip(models, labels, model_lrs):
-            for base in trains:
+    per_model = [
+        [model_trains(trains, own, f"experiment {spec['name']!r}: model {label}") for _, trains, _ in tasks]
+        for own, label in zip(model_train, labels)
+    ]  # [model][task] -> that model's train settings on that task, one per dataset size
+    if check:
+        _check_runs(spec, tasks, list(models), per_model)
+    runs: dict[str, RunSpec] = {}  # by id: a value listed twice is one run
+    for t, (task, _, eval_spec) in enumerate(tasks):
+        for m, (model, label, lrs) in enumerate(zip(models, labels, model_lrs)):
+            for base in per_model[m][t]:
                 for lr in lrs:
                     for seed in spec["seeds"]:
                         train = {**base, "lr": float(lr), "seed": int(seed)}

@@ -237,12 +237,18 @@ def settings_line(spec: dict) -> str:
     own_lrs = "".join(
         f" ({m['name']} {_join(m['lrs'])})" for m in spec["models"] if isinstance(m, dict) and m.get("lrs")
     )
+    own_train = [
+        f"{m['name']}: " + ", ".join(f"{k} {v}" for k, v in m["train"].items())
+        for m in spec["models"]
+        if isinstance(m, dict) and m.get("train")
+    ]
     return (
         f"tasks {'; '.join(names)}; trained {lengths}"
         + (" (some tasks set their own lengths)" if own else "")
         + f", {steps} steps, batch {train.get('batch_size', '-')}; {model}; "
         f"lr {_join(spec['lrs'])}{own_lrs}; seeds {_join(spec['seeds'])}; "
         f"evaluated at {_join(evaluate.get('lengths', []))} ({evaluate.get('samples', 512)} samples per length)"
+        + (f"; models' own training settings: {'; '.join(own_train)}" if own_train else "")
     )
 
 
