@@ -182,6 +182,16 @@ def _store_with_a_result(tmp_path) -> Path:
     ("UPDATE runs SET config = 'not json' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),
     ("UPDATE evals SET accuracy = 'high' WHERE run_id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
     ("UPDATE evals SET metrics = '[1' WHERE run_id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
+    ("UPDATE runs SET config = '[1, 2]' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),
+    ("UPDATE runs SET config = '{\"model\": {}}' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),  # no task
+    ("UPDATE runs SET config = '{\"task\": {\"name\": 5}}' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),
+    ("UPDATE runs SET config = '{\"task\": {\"name\": \"parity\"}, \"train\": 3}' WHERE id = 'aaaaaaaaaaaaaaaa'",
+     "configuration"),
+    ("UPDATE runs SET lr = 'fast' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),
+    ("UPDATE runs SET seed = 'zero' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),
+    ("UPDATE runs SET config = '{\"task\": {\"name\": \"p\"}, \"eval\": {\"variants\": [1]}}'"
+     " WHERE id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
+    ("UPDATE evals SET sequence_accuracy = 'all' WHERE run_id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
 ])
 def test_rows_that_do_not_decode_are_skipped_and_named(tmp_path, damage, what):
     path = _store_with_a_result(tmp_path)
@@ -193,6 +203,54 @@ def test_rows_that_do_not_decode_are_skipped_and_named(tmp_path, damage, what):
     with pytest.warns(StoreDamaged, match=f"skipped 1 run.s. whose {what} is damaged .aaaaaaaaaaaaaaaa.") as caught:
         rows = store.results("demo") if what == "evaluation" else store.runs("demo")
     assert len(caught) == 1 and [r.get("run_id", r.get("id")) for r in rows] == ["b" * 16]
+    assert store.skipped_runs == {"a" * 16}
+
+
+@pytest.mark.parametrize("damage, reader, what", [
+    ("UPDATE curves SET loss = 'low' WHERE step = 1", "curves", "training curve"),
+    ("UPDATE evals SET position_accuracy = '{' WHERE length = 8", "evals", "evaluation"),
+    ("UPDATE evals SET length = 'long' WHERE length = 8", "evals", "evaluation"),
+    ("UPDATE traces SET data = '{\"a\": 1}'", "traces", "trace"),
+    ("UPDATE traces SET data = 'not json'", "traces", "trace"),
+])
+def test_damaged_rows_of_a_run_are_skipped_and_the_rest_read(tmp_path, damage, reader, what):
+    """curves, evals and traces of one run: a row that does not decode is skipped with one warning
+    naming the run, and the run's other rows are read."""
+    store = Store(tmp_path / "s.db")
+    run_id = "c" * 16
+    assert store.start_run(run_id, "demo", "LSTM", "parity", 0, 0.01, {"task": {"name": "parity"}}, "rev")
+    store.finish_run(run_id, [{"length": n, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 4,
+                               "position_accuracy": [1.0], "traces": [{"x": 1}]} for n in (8, 16)],
+                     [{"step": s, "loss": 0.5, "accuracy": 0.5} for s in (1, 2)], 2, 100, 0.0, 0.0)
+    db = sqlite3.connect(tmp_path / "s.db")
+    db.execute(damage)
+    db.commit()
+    db.close()
+    store = Store(tmp_path / "s.db", read_only=True)
+    with pytest.warns(StoreDamaged, match=f"skipped the damaged {what} rows of 1 run.s. .{run_id}.") as caught:
+        rows = getattr(store, reader)(run_id)
+        getattr(store, reader)(run_id)  # a second read: the same damage is reported once
+    assert len(caught) == 1
+    assert len(rows) == (0 if damage.startswith("UPDATE traces") else 1)
+
+
+@pytest.mark.parametrize("damage, problem", [
+    ("UPDATE plans SET spec = '[1, 2]'", "its spec is not a mapping"),
+    ("UPDATE plans SET spec = 'nonsense'", "it is not JSON"),
+    ("UPDATE plans SET runs = '{\"id\": 1}'", "its list of runs is not one of"),
+    ("UPDATE plans SET runs = '[{\"id\": \"x\"}]'", "its list of runs is not one of"),
+    ("UPDATE plans SET scale = X'0102'", "its scale is not a name"),
+])
+def test_a_damaged_plan_is_skipped_and_named(tmp_path, damage, problem):
+    path = _store_with_a_result(tmp_path)
+    db = sqlite3.connect(path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    store = Store(path, read_only=True)
+    with pytest.warns(StoreDamaged, match=f"skipped the plan of experiment 'demo': {problem}"):
+        assert store.plan("demo") is None
+    assert store.skipped_plans == {"demo"}
 
 
 def test_a_dropped_table_is_a_damaged_store(tmp_path):

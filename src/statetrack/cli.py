@@ -16,7 +16,7 @@ from pathlib import Path
 from statetrack import __version__, limits
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
-from statetrack.paths import check_name, check_writable, store_file
+from statetrack.paths import check_name, check_outputs, check_writable, report_outputs, store_file
 from statetrack.plugins import load_imports
 from statetrack.schema import SCALES
 from statetrack.store import LEASE_SECONDS, StoreDamaged
@@ -351,6 +351,12 @@ def cmd_experiments(args) -> int:
     from statetrack.results.overview import checkout_docs, experiments_overview
     from statetrack.results.report import text_table
 
+    if args.book_dir is not None and not Path(args.book_dir).is_dir():
+        what = "is not a folder" if Path(args.book_dir).exists() else "does not exist"
+        raise StatetrackError(
+            f"experiments: --book-dir {args.book_dir} {what}; expected the folder of the book, whose results/ "
+            "holds the snapshots (e.g. docs)"
+        )
     book_dir = args.book_dir if args.book_dir is not None else checkout_docs()
     rows = experiments_overview(book_dir, args.scale)
     if args.json:
@@ -431,9 +437,15 @@ def cmd_report(args) -> int:
     formats = check_formats(args.format)
     store = _store(args)
     names = store.experiments() if args.all else [args.experiment]
+    for name in names:  # every file the reports and the index write, before the first is written
+        check_outputs(report_outputs(args.results_dir, name), "report file")
+    if args.all:
+        check_outputs([Path(args.results_dir) / "index.md", Path(args.results_dir) / "index.html"], "index file")
     papers = {}  # the spec's `paper:` as it is now (figures added since the runs show too); else the plan's
     for name in names:
         _known_experiment(store, name)
+        if args.all and store.plan(name) is None:
+            continue  # a damaged plan (the store's warning names it) or none: a row of the index says so
         scale = (store.plan(name) or {}).get("scale")
         papers[name] = spec_paper(name, scale)
         scored = score_store(
@@ -1127,7 +1139,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--normalize-every",
-        type=_int(),
+        type=_int(1),
         default=1,
         help="the mixer's evaluation-time renormalisation period (default: 1)",
     )

@@ -43,6 +43,66 @@ def check_writable(folder: str | Path, what: str) -> None:
         raise StatetrackError(f"cannot write {what} {folder}: {existing} is not writable")
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def check_output(path: str | Path, what: str) -> None:
+    """That the file `path` can be written, checked before anything is trained or written: absent or
+    a regular file this process may write (not a folder, a FIFO, a device or a link), in a folder
+    that exists or can be created (`check_writable`). A one-line error naming `what` otherwise."""
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except NotADirectoryError:  # a file where one of its folders goes: said by check_writable below
+        mode = None
+    if mode is not None:
+        if stat.S_ISLNK(mode):  # in open_for_write's words
+            raise StatetrackError(f"{path} is a symbolic link; statetrack writes no file through a link")
+        if not stat.S_ISREG(mode):
+            raise StatetrackError(f"cannot write {what} {path}: it is {_kind(mode)}, not a regular file")
+        if not os.access(path, os.W_OK):
+            raise StatetrackError(f"cannot write {what} {path}: the file is read-only")
+    check_writable(path.parent, f"{what} {path} in the folder")
+
+
+def check_outputs(paths, what: str) -> None:
+    """`check_output` of every path: all of a command's outputs are checked before the first is written."""
+    for path in paths:
+        check_output(path, what)
+
+
+# The files a report writes in RESULTS_DIR/EXPERIMENT (results/report.py), and the endings of its
+# plots and tables whose names follow the data (one per metric family, per traced task).
+REPORT_FILES = (
+    "report.md",
+    "report.html",
+    "headline.tex",
+    "paper_vs_measured.tex",
+    "accuracy_vs_length.png",
+    "accuracy_vs_dataset_size.png",
+    "training_curves.png",
+    "position_accuracy.png",
+)
+REPORT_ENDINGS = (".md", ".html", ".tex", ".png", ".svg", ".pdf")
+
+
+def report_outputs(results_dir: str | Path, experiment: str) -> list[Path]:
+    """Every file an experiment's report may write: REPORT_FILES and whatever of its folder ends like
+    a report file (the plots named after the data), for `check_outputs`."""
+    folder = under(results_dir, experiment)
+    existing = sorted(p for p in folder.iterdir() if p.name.endswith(REPORT_ENDINGS)) if folder.is_dir() else []
+    return list(dict.fromkeys([*(folder / name for name in REPORT_FILES), *existing]))
+
+
 def under(root: str | Path, *parts: str) -> Path:
     """`root` joined with `parts`, refused unless it resolves strictly inside `root`."""
     path = Path(root).joinpath(*parts)

@@ -69,6 +69,13 @@ def import_one(item: str, origin: str = "imports"):
         if item in _loaded_files:
             return _loaded_files[item]
         path = Path(item)
+        if path.is_dir():
+            raise StatetrackError(
+                f"{origin}: {item!r} is a folder, not a .py file; name a file in it (e.g. {path / '__init__.py'}), "
+                "or its package by name with its parent folder on PYTHONPATH"
+            )
+        if path.exists() and not path.is_file():
+            raise StatetrackError(f"{origin}: {item!r} is not a regular file; expected a .py file")
         if not path.is_file():
             raise StatetrackError(f"{origin}: file {item!r} does not exist")
         name = f"statetrack_user_{path.stem}_{hashlib.sha1(item.encode()).hexdigest()[:8]}"

@@ -155,21 +155,45 @@ def _encode_metrics(metrics: dict | None) -> str | None:
     return json.dumps({str(k): float(v) for k, v in metrics.items()}, sort_keys=True) if metrics else None
 
 
-def _task_params(task_config: str | None) -> dict:
-    """The parameters of a run's task from its stored config['task'] ({name, **params}), without the name."""
-    try:
-        task = json.loads(task_config) if task_config else {}
-    except ValueError:  # a bare task name (not a mapping)
-        return {}
-    return {k: v for k, v in task.items() if k != "name"} if isinstance(task, dict) else {}
-
-
 def _decode_metrics(text: str | None) -> dict:
     """A stored metrics mapping; ValueError when it is not one."""
     metrics = json.loads(text) if text else {}
     if not isinstance(metrics, dict):
         raise ValueError("metrics are not a mapping")
     return metrics
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def decode_config(text) -> dict:
+    """A run's stored configuration: a mapping whose `task` is a mapping with a name (every reader
+    builds or labels the task from it) and whose `model`, `train` and `eval`, where present, are
+    mappings. ValueError naming what is wrong otherwise."""
+    config = json.loads(text)  # TypeError for a stored non-text, ValueError for text that is no JSON
+    if not isinstance(config, dict):
+        raise ValueError("not a mapping")
+    task = config.get("task")
+    if not isinstance(task, dict) or not isinstance(task.get("name"), str):
+        raise ValueError("no task")
+    for section in ("model", "train", "eval"):
+        if section in config and not isinstance(config[section], dict):
+            raise ValueError(f"{section} is not a mapping")
+    return config
+
+
+def decode_plan(spec_text, runs_text) -> tuple[dict, list[dict]]:
+    """A stored plan's spec (a mapping) and runs (a list of mappings, each with a text id, model and
+    task); ValueError naming what is wrong otherwise."""
+    spec, runs = json.loads(spec_text), json.loads(runs_text)
+    if not isinstance(spec, dict):
+        raise ValueError("its spec is not a mapping")
+    if not isinstance(runs, list) or not all(
+        isinstance(r, dict) and all(isinstance(r.get(k), str) for k in ("id", "model", "task")) for r in runs
+    ):
+        raise ValueError("its list of runs is not one of {id, model, task} entries")
+    return spec, runs
 
 
 BUSY_SECONDS = 60  # how long a command waits for another process's write to the store
@@ -191,6 +215,9 @@ class Store:
         written or created (the `results`, `report` and `analyze` commands)."""
         self.path = Path(path)
         self.read_only = read_only
+        self.skipped_runs: set[str] = set()  # ids of the runs readers skipped (or read in part) as damaged
+        self.skipped_plans: set[str] = set()  # experiments whose plan readers skipped as damaged
+        self._warned: set[str] = set()  # each damage is reported once per Store
         if read_only:
             if self.path.exists() and not self.path.is_file():
                 self._identify()  # says what it is instead
@@ -217,6 +244,7 @@ class Store:
                 if file_or_folder.exists() and not os.access(file_or_folder, os.W_OK):
                     raise StatetrackError(f"cannot write results store {self.path}: {what} is read-only")
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            give_up = time.monotonic() + BUSY_SECONDS  # a store another process keeps locked: one wait in all
             for attempt in range(20):
                 try:
                     with self._connect() as db:
@@ -232,7 +260,12 @@ class Store:
                 except (StoreLocked, sqlite3.OperationalError) as error:
                     # two drivers creating one store at once: switching a new file to WAL mode can
                     # report "locked" without waiting for the busy timeout; the other one finishes first
-                    if "locked" not in str(error) or attempt == 19:
+                    if "locked" not in str(error) or attempt == 19 or time.monotonic() >= give_up:
+                        if "locked" in str(error):
+                            raise StoreLocked(
+                                f"results store {self.path} is locked by another process (waited {BUSY_SECONDS} s); "
+                                "try again when it has finished"
+                            ) from None
                         raise
                     time.sleep(0.05 * (attempt + 1))
 
@@ -293,6 +326,11 @@ class Store:
             tables = {t: {r[0] for r in db.execute("SELECT name FROM pragma_table_info(?)", (t,))} for t in names}
             problems = [r[0] for r in db.execute("PRAGMA quick_check(1)")]
         except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                raise StoreLocked(
+                    f"results store {self.path} is locked by another process (waited {BUSY_SECONDS} s); "
+                    "try again when it has finished"
+                ) from None
             raise self._damaged(error) from None
         finally:
             db.close()
@@ -579,10 +617,15 @@ class Store:
         out, damaged = [], []
         for r in rows:
             try:
-                config = json.loads(r["config"])
-                if not isinstance(config, dict):
-                    raise ValueError("not a mapping")
+                config = decode_config(r["config"])
             except (TypeError, ValueError):
+                damaged.append(r["id"])
+                continue
+            if not (
+                all(isinstance(r[k], str) for k in ("id", "model", "task", "status"))
+                and isinstance(r["seed"], int)
+                and _is_number(r["lr"])
+            ):
                 damaged.append(r["id"])
                 continue
             out.append({**dict(r), "config": config})
@@ -597,23 +640,44 @@ class Store:
             self._report_damaged([run_id], "metrics")
             return {}
 
-    def _report_damaged(self, run_ids: list, what: str) -> None:
-        """Warn (StoreDamaged, one line) of the runs skipped because their `what` does not decode."""
+    def _report_damaged(self, run_ids: list, what: str, rows: bool = False) -> None:
+        """Warn (StoreDamaged, one line) of the runs skipped because their `what` does not decode
+        (`rows`: only those rows of the runs were skipped)."""
         if run_ids:
-            ids = ", ".join(map(str, sorted(set(run_ids))[:5])) + (" and more" if len(set(run_ids)) > 5 else "")
-            warnings.warn(
-                StoreDamaged(
-                    f"results store {self.path}: skipped {len(set(run_ids))} run(s) whose {what} is damaged ({ids})"
-                ),
-                stacklevel=3,
+            count = len(set(run_ids))
+            ids = ", ".join(map(str, sorted(set(run_ids), key=str)[:5])) + (" and more" if count > 5 else "")
+            skipped = (
+                f"the damaged {what} rows of {count} run(s)" if rows else f"{count} run(s) whose {what} is damaged"
             )
+            self.skipped_runs.update(map(str, run_ids))
+            self._warn(f"results store {self.path}: skipped {skipped} ({ids})")
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(StoreDamaged(message), stacklevel=4)
 
     def plan(self, experiment: str) -> dict | None:
         """The latest plan of the experiment: {experiment, scale, spec, runs, created_at}; None for an
-        experiment the store does not know (`statetrack run` records the plan before any run)."""
+        experiment the store does not know (`statetrack run` records the plan before any run) and,
+        with a StoreDamaged warning naming it, for a plan that does not decode (`decode_plan`)."""
         with self._connect() as db:
             row = db.execute("SELECT * FROM plans WHERE experiment = ?", (experiment,)).fetchone()
-        return None if row is None else {**dict(row), "spec": json.loads(row["spec"]), "runs": json.loads(row["runs"])}
+        if row is None:
+            return None
+        try:
+            spec, runs = decode_plan(row["spec"], row["runs"])
+            if row["scale"] is not None and not isinstance(row["scale"], str):
+                raise ValueError("its scale is not a name")
+        except (TypeError, ValueError) as error:
+            problem = str(error) if str(error).startswith("its ") else "it is not JSON"
+            self.skipped_plans.add(experiment)
+            self._warn(
+                f"results store {self.path}: skipped the plan of experiment {experiment!r}: {problem} "
+                "(re-run the experiment to record it again)"
+            )
+            return None
+        return {**dict(row), "spec": spec, "runs": runs}
 
     def experiments(self) -> list[str]:
         """Every experiment with runs or a plan (a grid killed before its first run has only a plan);
@@ -643,9 +707,7 @@ class Store:
         `run_ids`: only these runs (the runs of the experiment's plan, say)."""
         with self._connect() as db:
             rows = db.execute(
-                "SELECT r.id, r.model, r.task, json_valid(r.config) AS config_ok,"
-                " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.task') END AS task_config,"
-                " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.eval.variants') END AS variants,"
+                "SELECT r.id, r.model, r.task, r.config,"
                 " CASE WHEN json_valid(r.config) THEN json_extract(r.config, '$.train.dataset_size') END"
                 " AS dataset_size,"
                 " r.seed, r.lr, r.diverged_at, e.variant, e.length, e.accuracy, e.scaled_accuracy,"
@@ -655,28 +717,42 @@ class Store:
                 " ORDER BY r.model, r.task, e.variant, dataset_size, r.lr, r.seed, e.length",
                 (experiment,),
             ).fetchall()
-        out, damaged = [], []
+        out, damaged, bad_configs, configs = [], [], [], {}
         for r in rows:
             if run_ids is not None and r["id"] not in run_ids:
                 continue
             try:
+                if r["id"] not in configs:
+                    configs[r["id"]] = decode_config(r["config"])
+            except (TypeError, ValueError):
+                bad_configs.append(r["id"])
+                continue
+            config = configs[r["id"]]
+            try:
                 metrics = _decode_metrics(r["metrics"])
-            except ValueError:
-                metrics = None
-            if (
-                not r["config_ok"]
-                or metrics is None
-                or not all(isinstance(r[k], (int, float)) for k in ("length", "accuracy", "scaled_accuracy"))
+                variants = (config.get("eval") or {}).get("variants") or {}
+                overrides = (variants.get(r["variant"]) if isinstance(variants, dict) else None) or {}
+                if not (isinstance(variants, dict) and isinstance(overrides, dict)):
+                    raise ValueError("variants are not mappings")
+            except (TypeError, ValueError):
+                damaged.append(r["id"])
+                continue
+            if not (
+                all(_is_number(r[k]) for k in ("length", "accuracy", "scaled_accuracy", "lr"))
+                and isinstance(r["seed"], int)
+                and all(isinstance(r[k], str) for k in ("model", "task", "variant"))
+                and (r["sequence_accuracy"] is None or _is_number(r["sequence_accuracy"]))
+                and (r["dataset_size"] is None or isinstance(r["dataset_size"], int))
             ):
                 damaged.append(r["id"])
                 continue
-            row = {"model": r["model"], "task": r["task"], "task_params": _task_params(r["task_config"])}
+            params = {k: v for k, v in config["task"].items() if k != "name"}
+            row = {"model": r["model"], "task": r["task"], "task_params": params}
             if r["variant"]:
-                overrides = (json.loads(r["variants"]) if r["variants"] else {}).get(r["variant"]) or {}
                 row.update(
                     task=variant_label(r["task"], r["variant"]),
                     variant=r["variant"],
-                    task_params={**row["task_params"], **overrides},
+                    task_params={**params, **overrides},
                 )
             if r["dataset_size"] is not None:
                 row["dataset_size"] = r["dataset_size"]
@@ -688,6 +764,7 @@ class Store:
             for name, value in metrics.items():
                 row[f"metric_{name}" if name in RESULT_KEYS else name] = value
             out.append(row)
+        self._report_damaged(bad_configs, "configuration")
         self._report_damaged(damaged, "evaluation")
         return out
 
@@ -698,14 +775,20 @@ class Store:
             rows = db.execute(
                 "SELECT step, loss, accuracy, metrics, stage FROM curves WHERE run_id = ? ORDER BY step", (run_id,)
             ).fetchall()
-        return [
-            {
-                **{k: r[k] for k in ("step", "loss", "accuracy")},
-                "metrics": self._metrics(r["metrics"], run_id),
-                **({} if r["stage"] is None else {"stage": r["stage"]}),
-            }
-            for r in rows
-        ]
+        out, damaged = [], False
+        for r in rows:
+            if not all(_is_number(r[k]) for k in ("step", "loss", "accuracy")):
+                damaged = True
+                continue
+            out.append(
+                {
+                    **{k: r[k] for k in ("step", "loss", "accuracy")},
+                    "metrics": self._metrics(r["metrics"], run_id),
+                    **({} if r["stage"] is None else {"stage": r["stage"]}),
+                }
+            )
+        self._report_damaged([run_id] if damaged else [], "training curve", rows=True)
+        return out
 
     def evals(self, run_id: str, variant: str | None = "") -> list[dict]:
         """{length, accuracy, scaled_accuracy, samples, [variant], sequence_accuracy, metrics, position_accuracy}
@@ -717,16 +800,31 @@ class Store:
                 "SELECT * FROM evals WHERE run_id = ? AND (? IS NULL OR variant = ?) ORDER BY variant, length",
                 (run_id, variant, variant),
             ).fetchall()
-        return [
-            {
-                **{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")},
-                **({"variant": r["variant"]} if r["variant"] else {}),
-                **({} if r["sequence_accuracy"] is None else {"sequence_accuracy": r["sequence_accuracy"]}),
-                **({} if r["position_accuracy"] is None else {"position_accuracy": json.loads(r["position_accuracy"])}),
-                "metrics": self._metrics(r["metrics"], run_id),
-            }
-            for r in rows
-        ]
+        out, damaged = [], False
+        for r in rows:
+            try:
+                position = None if r["position_accuracy"] is None else json.loads(r["position_accuracy"])
+                if not (
+                    all(_is_number(r[k]) for k in ("length", "accuracy", "scaled_accuracy", "samples"))
+                    and isinstance(r["variant"], str)
+                    and (position is None or isinstance(position, list))
+                    and (r["sequence_accuracy"] is None or _is_number(r["sequence_accuracy"]))
+                ):
+                    raise ValueError("not an evaluation")
+            except (TypeError, ValueError):
+                damaged = True
+                continue
+            out.append(
+                {
+                    **{k: r[k] for k in ("length", "accuracy", "scaled_accuracy", "samples")},
+                    **({"variant": r["variant"]} if r["variant"] else {}),
+                    **({} if r["sequence_accuracy"] is None else {"sequence_accuracy": r["sequence_accuracy"]}),
+                    **({} if position is None else {"position_accuracy": position}),
+                    "metrics": self._metrics(r["metrics"], run_id),
+                }
+            )
+        self._report_damaged([run_id] if damaged else [], "evaluation", rows=True)
+        return out
 
     def traces(self, run_id: str) -> list[dict]:
         """{variant, length, examples} per traced evaluation (examples: `evaluate.trace`'s dicts)."""
@@ -734,4 +832,15 @@ class Store:
             rows = db.execute(
                 "SELECT variant, length, data FROM traces WHERE run_id = ? ORDER BY variant, length", (run_id,)
             ).fetchall()
-        return [{"variant": r["variant"], "length": r["length"], "examples": json.loads(r["data"])} for r in rows]
+        out, damaged = [], False
+        for r in rows:
+            try:
+                examples = json.loads(r["data"])
+                if not isinstance(examples, list) or not all(isinstance(e, dict) for e in examples):
+                    raise ValueError("not a list of examples")
+            except (TypeError, ValueError):
+                damaged = True
+                continue
+            out.append({"variant": r["variant"], "length": r["length"], "examples": examples})
+        self._report_damaged([run_id] if damaged else [], "trace", rows=True)
+        return out

@@ -353,7 +353,7 @@ def analyze_heads(
         raise StatetrackError(f"--samples must be >= 1, got {samples}")
     net, task = load_run_model(row, results_dir)
     layers = delta_layers(net, f"run {row['id']} ({row['model']})")
-    length = row["config"]["train"].get("max_length", 40) if length is None else length
+    length = (row["config"].get("train") or {}).get("max_length", 40) if length is None else length
     task.check_length(length)
     batch = task.sample(samples, length, eval_generator(seed, length))
     if not batch.mask.any():

@@ -84,8 +84,8 @@ def _diagonal_parity_runs(store, experiment: str) -> list[dict]:
     return [
         r
         for r in rows
-        if r["config"]["model"].get("name") == "bilinear"
-        and r["config"]["model"].get("structure") == "diagonal"
+        if (r["config"].get("model") or {}).get("name") == "bilinear"
+        and (r["config"].get("model") or {}).get("structure") == "diagonal"
         and r["config"]["task"].get("name") == "parity"
     ]
 
@@ -107,12 +107,14 @@ def analyze_signs(
         f"{'run':16}  {'model':32}  {'N':>4}  {'seed':>4}  {'coord':>5}  "
         f"{'a(0)':>7}  {'a(1)':>7}  {'lead':>6}  {'kind':10}  {'longest: scaled acc':>19}"
     )
-    for row in sorted(rows, key=lambda r: (r["model"], str(r["config"]["train"].get("dataset_size")), r["seed"])):
+    for row in sorted(
+        rows, key=lambda r: (r["model"], str((r["config"].get("train") or {}).get("dataset_size")), r["seed"])
+    ):
         net, task = load_run_model(row, results_dir)
         top = prediction(net, task)
         evals = store.evals(row["id"])
         observed = f"{evals[-1]['length']}: {evals[-1]['scaled_accuracy']:+.2f}" if evals else "not evaluated"
-        size = row["config"]["train"].get("dataset_size") or "-"
+        size = (row["config"].get("train") or {}).get("dataset_size") or "-"
         lines.append(
             f"{row['id'][:16]:16}  {row['model'][:32]:32}  {size!s:>4}  {row['seed']:>4}  {top['coordinate']:>5}  "
             f"{top['a0']:>+7.3f}  {top['a1']:>+7.3f}  {top['lead']:>6.3f}  {top['kind']:10}  {observed:>19}"

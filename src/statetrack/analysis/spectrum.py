@@ -172,7 +172,7 @@ def analyze_run(
     a StatetrackError."""
     row = find_run(store, run, model, run_seed)
     model, task = load_run_model(row, results_dir)
-    length = length or row["config"]["train"].get("max_length", 40)
+    length = length or (row["config"].get("train") or {}).get("max_length", 40)
     task.check_length(length)
     batch = task.sample(samples, length, torch.Generator().manual_seed(seed))
     spectra = layer_spectra(model, batch.inputs)

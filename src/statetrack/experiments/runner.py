@@ -20,6 +20,7 @@ stops a driver like Ctrl-C: its pool's workers are stopped and its claims releas
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -36,7 +37,7 @@ from statetrack.experiments.backends import check_backend, experiment_device, ma
 from statetrack.experiments.spec import Experiment, RunSpec
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.models.sizing import pass_flops
-from statetrack.paths import check_writable, store_file
+from statetrack.paths import check_output, check_outputs, check_writable, report_outputs, store_file
 from statetrack.store import LEASE_SECONDS, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
 
@@ -242,10 +243,16 @@ def run_experiment(
     retry_failed, progress, tensorboard = options.retry_failed, options.progress, options.tensorboard
     scale = experiment.scale
     device = experiment_device(spec["name"], runs, device, backend)
-    for run in runs:  # every folder a run writes resolves inside its root (a link planted at one is refused now)
-        checkpoint_path(results_dir, run.experiment, run.id)
+    # every file a run and the report write resolves inside its root (a link planted at one is refused
+    # now) and can be written: a folder where a checkpoint goes, a read-only results folder, fail before training
+    store_at = Path(store_path or store_file(results_dir))
+    if not os.path.lexists(store_at) or (store_at.is_file() and not store_at.is_symlink()):
+        check_output(store_at, "results store")  # a link, a FIFO, a folder: Store says what it is
+    for run in runs:
+        check_output(checkpoint_path(results_dir, run.experiment, run.id), "checkpoint")
         if tensorboard:
             tensorboard_dir(tensorboard, run)
+    check_outputs(report_outputs(results_dir, spec["name"]), "report file")
     results_dir = Path(results_dir)
     store = Store(store_path or store_file(results_dir))
     git_rev = git_revision()

@@ -65,6 +65,9 @@ def run_row(store: Store, run_id: str) -> dict:
         if run_id
         else []
     )
+    damaged = sorted(i for i in store.skipped_runs if run_id and i.startswith(run_id))
+    if not matches and damaged:
+        raise StatetrackError(f"run {damaged[0]} in {store.path} has a damaged row in the store; it cannot be read")
     if not matches:
         raise StatetrackError(
             f"no run id in {store.path} is or starts with {run_id!r}; experiments with results: "
@@ -81,7 +84,9 @@ def find_run(store: Store, run: str, model: str | None = None, seed: int | None 
     optionally `seed` (default: the lowest seed)."""
     experiments = store.experiments()
     if run not in experiments:
-        if not any(r["id"].startswith(run) for experiment in experiments for r in store.runs(experiment)):
+        if not any(r["id"].startswith(run) for experiment in experiments for r in store.runs(experiment)) and not any(
+            i.startswith(run) for i in store.skipped_runs
+        ):
             raise StatetrackError(
                 f"{run!r} is neither a run id in {store.path} nor an experiment with results "
                 f"({', '.join(experiments) or 'none'})"
@@ -106,6 +111,8 @@ def find_run(store: Store, run: str, model: str | None = None, seed: int | None 
 def load_run_model(row: dict, results_dir: str | Path, device: str | torch.device = "cpu"):
     """(model in eval mode, task) of a run, from its checkpoint under results_dir/EXPERIMENT/checkpoints."""
     config = row["config"]
+    if not isinstance(config.get("model"), dict):  # the store checks the task (`Store.runs`); the model is read here
+        raise StatetrackError(f"run {row['id']}: its stored configuration has no model; it cannot be loaded")
     path = checkpoint_path(results_dir, row["experiment"], row["id"])
     if not path.is_file():
         raise StatetrackError(

@@ -28,7 +28,7 @@ import torch
 
 from statetrack.errors import StatetrackError
 from statetrack.limits import check_export_size
-from statetrack.paths import open_for_write, write_text
+from statetrack.paths import check_outputs, open_for_write, write_text
 from statetrack.tasks.base import Batch, Task
 from statetrack.tasks.word_problems import WordProblem
 
@@ -49,6 +49,13 @@ def _ids(row) -> str:
     return " ".join(map(str, row))
 
 
+def _file_name(task: Task, length: int, fmt: str) -> str:
+    if task.name == "word_problem" and fmt == "csv":
+        assert isinstance(task, WordProblem)  # the task registered as word_problem
+        return f"{task.group}={length}.csv"  # Merrill et al.'s names
+    return f"{task.name}_len{length}.{fmt}"
+
+
 def export_task(
     task: Task, lengths: list[int], samples: int, out_dir: str, fmt: str = "csv", seed: int = 0
 ) -> list[Path]:
@@ -67,16 +74,16 @@ def export_task(
         task.check_length(length)
     check_export_size(samples, lengths, out_dir)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     word_problem = task.name == "word_problem"
-    paths = []
     meta = out / f"{task.name}.meta.json"
-    paths.append(meta)
+    targets = {length: out / _file_name(task, length, fmt) for length in lengths}
+    check_outputs([meta, *targets.values()], "export file")  # a FIFO or a folder among them: nothing written
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [meta]
     files = {}
     for length in lengths:
+        path = targets[length]
         if word_problem and fmt == "csv":
-            assert isinstance(task, WordProblem)  # the task registered as word_problem
-            path = out / f"{task.group}={length}.csv"
             with open_for_write(path, newline="") as f:
                 writer = csv.writer(f)
                 writer.writerow(["seed", "input", "target"])
@@ -84,7 +91,6 @@ def export_task(
                     for x, y in zip(batch.inputs.tolist(), batch.targets.tolist()):
                         writer.writerow([seed, _ids(x), _ids(y)])
         elif fmt == "csv":
-            path = out / f"{task.name}_len{length}.csv"
             with open_for_write(path, newline="") as f:
                 writer = csv.writer(f)
                 writer.writerow(["input", "target", "mask"])
@@ -92,7 +98,6 @@ def export_task(
                     for x, y, m in zip(batch.inputs.tolist(), batch.targets.tolist(), batch.mask.int().tolist()):
                         writer.writerow([_ids(x), _ids(y), _ids(m)])
         else:
-            path = out / f"{task.name}_len{length}.jsonl"
             with open_for_write(path) as f:
                 for batch in _batches(task, length, samples, seed):
                     soft = None if batch.soft_targets is None else batch.soft_targets.tolist()

@@ -23,13 +23,14 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import time
 import warnings
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
-from statetrack.paths import open_for_write, under
+from statetrack.paths import check_outputs, open_for_write, under
 
 # where `log_to` (a run's logging settings) may point: {"tensorboard": DIR, "wandb": PROJECT, "mlflow": URI},
 # beside "context": {"selection": the spec's selection rule, "git_rev": the driver's revision}
@@ -434,16 +435,44 @@ def stored_run(row: dict):
 def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, str]:
     """Every finished run of `experiment` (done or diverged) to `kind`: csv (curves.csv and evals.csv
     in the folder `target`), tensorboard (events under the folder `target`), wandb (runs in the
-    project `target`) or mlflow (runs at the tracking URI `target`). Returns (runs, where)."""
-    import csv
-
-    from statetrack import __version__
-
+    project `target`) or mlflow (runs at the tracking URI `target`). Returns (runs, where).
+    A csv export's files are checked before anything is written, and the folders a failed export
+    created are removed."""
     if kind not in EXPORTS:
         raise StatetrackError(f"unknown export {kind!r}; expected one of {', '.join(EXPORTS)}")
     rows = [r for r in store.runs(experiment) if r["status"] == "done"]
     if not rows:
         raise StatetrackError(f"experiment {experiment!r} has no finished runs in {store.path} to export")
+    if kind == "csv":
+        check_outputs([Path(target) / name for name in CSV_FILES], "export file")
+    # the folders this export creates: a failed export leaves none of them behind
+    made = [p for p in _export_folders(kind, target) if not os.path.lexists(p)]
+    try:
+        return _export(store, experiment, kind, target, rows)
+    except BaseException:
+        for folder in made:
+            if folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+CSV_FILES = ("curves.csv", "evals.csv")
+
+
+def _export_folders(kind: str, target: str) -> list[Path]:
+    """The folders an export of `kind` writes into (W&B: WANDB_DIR and its wandb/ folder; a file
+    tracker: its target folder)."""
+    if kind == "wandb":
+        base = Path(os.environ.get("WANDB_DIR") or ".")
+        return [base, base / "wandb"]
+    return [Path(target)] if kind in ("csv", "tensorboard") else []
+
+
+def _export(store, experiment: str, kind: str, target: str, rows: list[dict]) -> tuple[int, str]:
+    import csv
+
+    from statetrack import __version__
+
     if kind != "csv":
         from statetrack.schema import selection_of
 
@@ -490,7 +519,7 @@ def export_runs(store, experiment: str, kind: str, target: str) -> tuple[int, st
             }
             for e in store.evals(row["id"])
         ]
-    for name, table in (("curves.csv", curves), ("evals.csv", evals)):
+    for name, table in zip(CSV_FILES, (curves, evals)):
         columns = list(dict.fromkeys(k for entry in table for k in entry))
         with open_for_write(folder / name, newline="") as f:
             writer = csv.DictWriter(f, fieldnames=columns)

@@ -1,0 +1,250 @@
+"""Bad input that a command used to find late or not at all: damaged store rows read by the CLI,
+output paths that cannot be written (checked before anything trains or is written), and options
+that were accepted unchecked. Each answer is one line and exit status 2 (a damaged row: a warning
+naming it), never a traceback."""
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import run_cli
+from statetrack.store import Store
+
+RUN_ID = "0123456789abcdef"
+CONFIG = {"experiment": "exp", "model": {"name": "lstm", "d_model": 8}, "task": {"name": "modadd", "m": 3},
+          "train": {"max_length": 5}, "eval": {"lengths": [5]}}
+PLAN = [{"id": RUN_ID, "model": "LSTM", "task": "modadd(m=3)", "lr": 0.01, "seed": 0}]
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("a bad output path was found only after runs started")
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """RESULTS/statetrack.db with one finished run of experiment 'exp' and its plan (no checkpoint)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    path = tmp_path / "results" / "statetrack.db"
+    db = Store(path)
+    db.set_plan("exp", {"name": "exp"}, PLAN)
+    db.start_run(RUN_ID, "exp", "LSTM", "modadd(m=3)", 0, 0.01, CONFIG, "abc")
+    db.finish_run(RUN_ID, [{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4}],
+                  [{"step": 1, "loss": 1.0, "accuracy": 0.5}], 2, 100, 0.1, 0.1)
+    return path
+
+
+def _sql(path: Path, statement: str, *values) -> None:
+    db = sqlite3.connect(path)
+    db.execute(statement, values)
+    db.commit()
+    db.close()
+
+
+def _no_traceback(code, err, expected_code=2):
+    assert code == expected_code, err
+    assert "Traceback" not in err
+    assert all(line.startswith(("statetrack: error: ", "statetrack: warning: ")) for line in err.strip().splitlines()), err
+
+
+# ---- damaged rows ------------------------------------------------------------------------------------
+def test_a_plan_whose_spec_is_not_a_mapping_is_named_by_report(store, capsys):
+    _sql(store, "UPDATE plans SET spec = '[1, 2]'")
+    code, _, err = run_cli(capsys, "report", "exp")
+    _no_traceback(code, err)
+    assert "skipped the plan of experiment 'exp': its spec is not a mapping" in err
+    assert err.count("statetrack: warning:") == 1  # once, though two readers asked for the plan
+
+
+def test_report_all_skips_a_damaged_plan_and_writes_the_index(store, capsys):
+    _sql(store, "UPDATE plans SET runs = 'nonsense'")
+    code, out, err = run_cli(capsys, "report", "--all")
+    _no_traceback(code, err, 0)
+    assert "skipped the plan of experiment 'exp': it is not JSON" in err
+    assert (store.parent / "index.html").is_file() and not (store.parent / "exp" / "report.md").exists()
+
+
+@pytest.mark.parametrize("config, message", [
+    ({k: v for k, v in CONFIG.items() if k != "task"}, f"run {RUN_ID} in results/statetrack.db has a damaged row"),
+    ({**CONFIG, "task": "modadd"}, "has a damaged row"),
+    ({k: v for k, v in CONFIG.items() if k != "model"}, f"run {RUN_ID}: its stored configuration has no model"),
+])
+@pytest.mark.parametrize("analysis", ["spectrum", "rotations", "heads", "signs"])
+def test_analyze_a_run_whose_configuration_is_damaged(store, capsys, config, message, analysis):
+    _sql(store, "UPDATE runs SET config = ?", json.dumps(config))
+    code, _, err = run_cli(capsys, "analyze", analysis, RUN_ID[:6])
+    _no_traceback(code, err)
+    if analysis != "signs":  # signs reads the bilinear parity runs of an experiment: none here
+        assert message in err
+
+
+def test_results_and_export_skip_a_run_without_its_task(store, capsys):
+    _sql(store, "UPDATE runs SET config = ?", json.dumps({k: v for k, v in CONFIG.items() if k != "task"}))
+    for argv in (["results", "exp", "--json"], ["export", "csv", "exp"]):
+        code, out, err = run_cli(capsys, *argv)
+        assert "Traceback" not in err and f"skipped 1 run(s) whose configuration is damaged ({RUN_ID})" in err
+    assert json.loads(run_cli(capsys, "results", "exp", "--json")[1]) == []
+
+
+# ---- output paths, checked before anything is written ----------------------------------------------------
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: exp\ntask: {name: modadd, m: 3}\nmodels: [{name: lstm}]\nmodel_defaults: {d_model: 8}\n"
+                    "lrs: [0.01]\nseeds: [0]\ntrain: {steps: 2, min_length: 2, max_length: 5}\neval: {lengths: [5]}\n")
+    return path
+
+
+def _checkpoint(results: Path) -> Path:
+    from statetrack.experiments.spec import resolve
+
+    (run,) = resolve(str(results.parent / "exp.yaml")).runs
+    return results / "exp" / "checkpoints" / f"{run.id}.pt"
+
+
+def test_a_folder_where_a_checkpoint_goes_is_refused_before_training(tmp_path, spec, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    checkpoint = _checkpoint(tmp_path / "results")
+    checkpoint.mkdir(parents=True)
+    code, _, err = run_cli(capsys, "run", str(spec), "--no-progress")
+    _no_traceback(code, err)
+    assert f"cannot write checkpoint {checkpoint.relative_to(tmp_path)}: it is a folder, not a regular file" in err
+    assert not (tmp_path / "results" / "statetrack.db").exists()  # nothing written, not even the store
+
+
+@pytest.mark.parametrize("name", ["report.md", "report.html", "training_curves.png", "my_metric_vs_length.png"])
+def test_a_fifo_among_the_report_files_is_refused_before_training(tmp_path, spec, monkeypatch, capsys, name):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    (tmp_path / "results" / "exp").mkdir(parents=True)
+    os.mkfifo(tmp_path / "results" / "exp" / name)
+    code, _, err = run_cli(capsys, "run", str(spec), "--no-progress")
+    _no_traceback(code, err)
+    assert f"cannot write report file results/exp/{name}: it is a FIFO, not a regular file" in err
+
+
+def test_report_checks_every_file_before_writing_one(store, capsys):
+    folder = store.parent / "exp"
+    folder.mkdir()
+    os.mkfifo(folder / "training_curves.png")
+    code, _, err = run_cli(capsys, "report", "exp")
+    _no_traceback(code, err)
+    assert "training_curves.png: it is a FIFO" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["training_curves.png"]  # report.md was not written first
+    os.unlink(folder / "training_curves.png")
+    (store.parent / "index.md").mkdir()
+    code, _, err = run_cli(capsys, "report", "--all")
+    _no_traceback(code, err)
+    assert "cannot write index file results/index.md: it is a folder" in err
+    assert sorted(p.name for p in folder.iterdir()) == []
+
+
+def test_export_csv_with_a_fifo_target_writes_nothing(store, capsys):
+    folder = store.parent / "exp" / "csv"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "evals.csv")
+    code, _, err = run_cli(capsys, "export", "csv", "exp")
+    _no_traceback(code, err)
+    assert "cannot write export file results/exp/csv/evals.csv: it is a FIFO" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["evals.csv"]
+
+
+def test_tasks_export_with_a_fifo_target_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    os.mkfifo(tmp_path / "out" / "parity_len16.csv")
+    code, _, err = run_cli(capsys, "tasks", "export", "parity", "--lengths", "8", "16", "--samples", "2", "--out", "out")
+    _no_traceback(code, err)
+    assert "cannot write export file out/parity_len16.csv: it is a FIFO" in err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["parity_len16.csv"]
+
+
+def test_a_failed_export_leaves_no_folder_behind(store, capsys, monkeypatch):
+    import statetrack.training.loggers as loggers
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("the tracker broke")
+
+    monkeypatch.setattr(loggers, "check_log_to", lambda log_to: None)
+    monkeypatch.setattr(loggers, "run_loggers", failing)
+    monkeypatch.setenv("WANDB_DIR", str(store.parent.parent / "wandb-dir"))
+    for kind, folder in (("wandb", store.parent.parent / "wandb-dir"), ("tensorboard", store.parent / "tb")):
+        code, _, err = run_cli(capsys, "export", kind, "exp", *(["--out", str(folder)] if kind == "tensorboard" else []))
+        _no_traceback(code, err)
+        assert "the tracker broke" in err and not folder.exists(), kind
+
+
+def test_a_read_only_results_folder_is_refused_before_training(tmp_path, spec, capsys):
+    """As an unprivileged user (root writes anyway): the results folder's mode, not the first write, says no."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root ignores file modes; needs setpriv")
+    folder = Path(tempfile.mkdtemp())
+    try:
+        folder.chmod(0o755)
+        (folder / "exp.yaml").write_text(spec.read_text())
+        (folder / "results").mkdir(mode=0o555)
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        env = {**os.environ, "HOME": str(folder), "MPLCONFIGDIR": str(folder)}
+        probe = subprocess.run(prefix + [sys.executable, "-c", "import statetrack.cli"], capture_output=True, cwd=folder, env=env)
+        if probe.returncode != 0:
+            pytest.skip("the unprivileged user cannot import this checkout")
+        done = subprocess.run(prefix + [sys.executable, "-m", "statetrack.cli", "run", "exp.yaml", "--no-progress"],
+                              capture_output=True, text=True, cwd=folder, timeout=120, env=env)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines()[-1].startswith("statetrack: error: cannot write "), done.stderr
+        assert "results is not writable" in done.stderr or "read-only" in done.stderr
+        assert list((folder / "results").iterdir()) == []
+    finally:
+        shutil.rmtree(folder)
+
+
+# ---- options ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, expected", [
+    (["experiments", "--book-dir", "{tmp}/notes.txt"], "--book-dir {tmp}/notes.txt is not a folder"),
+    (["experiments", "--book-dir", "{tmp}/missing"], "--book-dir {tmp}/missing does not exist"),
+    (["construct", "parity", "--normalize-every", "0"], "--normalize-every: must be an integer from 1"),
+    (["run", "{tmp}/folder_import.yaml", "--dry-run"], "imports: '{tmp}/plugins' is a folder, not a .py file"),
+    (["run", "{tmp}/fifo_import.yaml", "--dry-run"], "imports: '{tmp}/fifo.py' is not a regular file"),
+])
+def test_an_option_is_checked(tmp_path, monkeypatch, capsys, argv, expected):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "plugins").mkdir()
+    os.mkfifo(tmp_path / "fifo.py")
+    body = "task: {name: parity}\nmodels: [{name: lstm}]\nlrs: [0.01]\nseeds: [0]\ntrain: {steps: 2}\neval: {lengths: [5]}\n"
+    (tmp_path / "folder_import.yaml").write_text("imports: [plugins/]\n" + body)
+    (tmp_path / "fifo_import.yaml").write_text("imports: [fifo.py]\n" + body)
+    code, out, err = run_cli(capsys, *[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert code == 2 and err.strip().splitlines() == [err.strip()], err
+    assert expected.replace("{tmp}", str(tmp_path)) in err
+
+
+def test_a_store_held_locked_at_open_is_one_line_after_one_wait(tmp_path, monkeypatch):
+    import time
+
+    import statetrack.store as store_module
+    from statetrack.errors import StatetrackError
+
+    path = tmp_path / "s.db"
+    Store(path).set_plan("x", {"name": "x"}, [])
+    monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.3)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(StatetrackError, match="is locked by another process"):
+            Store(path)
+        assert time.monotonic() - started < 3  # one wait of BUSY_SECONDS, not one per retry
+    finally:
+        holder.rollback()
+        holder.close()
