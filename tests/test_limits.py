@@ -2,6 +2,7 @@
 a 24 GiB machine, a setting beyond the estimate is refused until STATETRACK_NO_SIZE_LIMIT lifts it, and
 only a gRPC server counts as a reachable Ray cluster."""
 
+import re
 import socket
 import threading
 
@@ -38,7 +39,7 @@ def test_memory_estimate_against_the_memory_given(monkeypatch):
     spec = load_spec("demo", "quick")
     expand(spec)
     monkeypatch.setattr(limits, "available_memory", lambda: 2**20)  # 1 MiB
-    with pytest.raises(StatetrackError, match="needs an estimated .* of memory, more than the 0.000977 GiB available"):
+    with pytest.raises(StatetrackError, match="would take about .* of memory, more than the 0.000977 GiB available"):
         expand(spec)
 
 
@@ -102,3 +103,49 @@ def test_a_silent_server_times_out(monkeypatch):
     server.listen()  # accepts (in the kernel's backlog) and never answers
     with server, pytest.raises(StatetrackError, match="no answer within 0.5 s"):
         check_reachable(f"127.0.0.1:{server.getsockname()[1]}", timeout=0.5)
+
+
+def test_available_memory_counts_the_address_space_limit():
+    """Under `ulimit -v` the room left below the limit bounds what is available, not the machine's memory."""
+    import subprocess
+    import sys
+
+    code = ("import resource; from statetrack import limits; used = limits._vm_size(); "
+            "resource.setrlimit(resource.RLIMIT_AS, (used + 2**30, resource.RLIM_INFINITY)); "
+            "print(limits.available_memory())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 0 < int(done.stdout) <= 2**30
+
+
+@pytest.mark.parametrize("check, args, message", [
+    (limits.check_tokens, (10**5, 10**4, "tasks show"), "tasks show: 100,000 sequences of 10,000 tokens would take about 29.8 GiB"),
+    (limits.check_parameters, (4e9, "models: --params 4e9"), "models: --params 4e9 (4e+09 parameters) would take about 59.6 GiB"),
+])
+def test_one_memory_check_names_the_value_and_both_sizes(monkeypatch, check, args, message):
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**30)
+    with pytest.raises(StatetrackError, match=re.escape(message + " of memory, more than the 1 GiB available")):
+        check(*args)
+    monkeypatch.setenv(limits.LIFT, "1")
+    check(*args)
+
+
+def test_a_construction_is_sized_by_its_tables(monkeypatch):
+    from statetrack.tasks import make_task
+
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**30)
+    limits.check_construction(make_task("modadd", m=200), "full")  # 8 * 201 * 203 * 402 bytes: 0.12 GiB
+    with pytest.raises(StatetrackError, match=r"construct: modadd\(m=500\) with 500 states and 503 symbols \(full\)"):
+        limits.check_construction(make_task("modadd", m=500), "full")  # 1.9 GiB
+    limits.check_construction(make_task("modadd", m=500), "rotation")  # no dense matrix per symbol
+
+
+def test_a_fixed_training_set_is_sized(monkeypatch):
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 100 * 2**30)
+    spec = load_spec("demo", "quick", overrides=["train.dataset_size=100000000"])
+    with pytest.raises(StatetrackError, match="train.dataset_size 100000000 at train.max_length 40 would take about 119 GiB"):
+        expand(spec)
+    expand(load_spec("demo", "quick", overrides=["train.dataset_size=10000000"]))  # 11.9 GiB

@@ -332,6 +332,9 @@ def _model_sizes(args) -> int:
         raise StatetrackError(f"--width must be >= 1, got {args.width}")
     if args.num_layers is not None and args.num_layers < 1:
         raise StatetrackError(f"--num-layers must be >= 1, got {args.num_layers}")
+    if budget is not None:  # a model of that size must fit in memory to be trained
+        layers = args.num_layers or 1
+        limits.check_parameters(budget * layers, f"models: --params {args.budget} per layer x {layers} layer(s)")
     table = sizing.sizes_table(
         args.names or list(zoo.MODELS), _params(args.settings or []), budget, args.width, args.num_layers
     )
@@ -601,6 +604,7 @@ def cmd_construct(args) -> int:
     for length in args.lengths:
         task.check_length(length)
     limits.check_tokens(min(args.samples, args.batch_size), max(args.lengths), "construct")
+    limits.check_construction(task, args.structure)
     built = construct(task, args.structure, normalize_every=args.normalize_every)
     spec = built.spec
     size = f"d_model {spec['d_model']}, hidden {spec['hidden']}" + (

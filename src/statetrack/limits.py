@@ -5,13 +5,18 @@ checked by `check_int` against one of the ranges declared here: seeds and stored
 signed 64 bits of SQLite and torch, class counts (moduli, states, symbols) an embedding row each,
 lengths a sequence in memory, layers and widths a model that can be built before it is sized.
 
-Sizes: a run whose estimated memory
-exceeds what this machine has available, or whose estimated arithmetic would take a day or more,
-and a task export larger than 10 GiB or the free disk space, are refused with one line. The
-estimates are rough and leave out attention's quadratic terms and torch's own overheads, so they err
-low; `STATETRACK_NO_SIZE_LIMIT=1` in the environment lifts every bound."""
+Sizes: every size a user gives (sequences and their lengths, a fixed training set, a run's model
+and evaluation, an exact construction's tables, a parameter budget) is turned into an estimate of
+the memory it needs and checked by `check_memory` against what this process may still allocate
+(`available_memory`: the machine's available memory, `ulimit -v` and a container's cgroup limit),
+before anything is allocated, and refused in one line naming the value, the memory it needs and
+the memory there is. A run whose estimated arithmetic would take a day or more, and a task export
+larger than 10 GiB or the free disk space, are refused too. The estimates are rough and leave out
+attention's quadratic terms and torch's own overheads, so they err low; `STATETRACK_NO_SIZE_LIMIT=1`
+in the environment lifts every bound."""
 
 import os
+import resource
 import shutil
 from pathlib import Path
 
@@ -54,15 +59,37 @@ def check_int(value, what: str, low: int, high: int = MAX_INT) -> int:
     return value
 
 
+def check_memory(need: float, what: str, available: int | None = None) -> None:
+    """The one memory check: refuse, in one line naming `what` (the value and the setting it comes
+    from), a size whose estimated `need` in bytes exceeds the memory available (`available_memory`)."""
+    free = available_memory() if available is None else available
+    if need > free and not lifted():
+        raise StatetrackError(
+            f"{what} would take about {_gib(need)} of memory, more than the {_gib(free)} available; {HOW_TO_LIFT}"
+        )
+
+
 def check_tokens(count: int, length: int, what: str) -> None:
     """Refuse `count` sequences of `length` tokens whose tensors (inputs, targets, mask, outputs:
     about 32 bytes a token) exceed the memory available."""
-    need, free = 32 * count * length, available_memory()
-    if need > free and not lifted():
-        raise StatetrackError(
-            f"{what}: {count:,} sequences of {length:,} tokens need about {_gib(need)}, more than the "
-            f"{_gib(free)} of memory available; {HOW_TO_LIFT}"
-        )
+    check_memory(32 * count * length, f"{what}: {count:,} sequences of {length:,} tokens")
+
+
+def check_construction(task, structure: str) -> None:
+    """Refuse an exact construction (`statetrack construct`) whose tables exceed the memory available:
+    a transition table of states x symbols, and for the structures that keep a dense transition
+    matrix per symbol (full, cp, block) states x states x symbols float64 weights, twice (the solve's
+    copy)."""
+    states, symbols = task.num_classes + 1, task.vocab_size  # + the start state of a final-answer task
+    dense = structure in ("full", "cp", "block")
+    need = 8 * states * symbols * (2 * states if dense else 1)
+    check_memory(need, f"construct: {task!r} with {states - 1:,} states and {symbols:,} symbols ({structure})")
+
+
+def check_parameters(parameters: float, what: str) -> None:
+    """Refuse a model of `parameters` parameters that cannot be trained in the memory available: 16
+    bytes a parameter (weights, gradients and Adam's two moments, float32)."""
+    check_memory(16 * parameters, f"{what} ({parameters:.3g} parameters)")
 
 
 def lifted() -> bool:
@@ -70,8 +97,22 @@ def lifted() -> bool:
 
 
 def available_memory() -> int:
-    """Bytes of memory available to new processes: MemAvailable from /proc/meminfo, else the free
-    physical pages."""
+    """Bytes of memory this process may still allocate: the least of MemAvailable (/proc/meminfo, else
+    the free physical pages), the room left under its address-space and data limits (`ulimit -v`,
+    `ulimit -d`) and under its cgroup's memory.max (a container's limit)."""
+    bounds = [_meminfo()]
+    used = _vm_size()
+    for limit in (resource.RLIMIT_AS, getattr(resource, "RLIMIT_DATA", None)):
+        if limit is None:
+            continue
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY:
+            bounds.append(max(0, soft - used))
+    bounds.append(_cgroup_room())
+    return min(bounds)
+
+
+def _meminfo() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -85,7 +126,37 @@ def available_memory() -> int:
         return 2**62  # unknown: no bound
 
 
+def _vm_size() -> int:
+    """This process's mapped memory (VmSize): what the address-space limit already counts."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _cgroup_room() -> int:
+    """memory.max less memory.current of this process's cgroup (v2); no bound where there is none."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((line.strip().split(":", 2)[2] for line in f if line.startswith("0::")), None)
+        if path is None:
+            return 2**62
+        folder = Path("/sys/fs/cgroup") / path.lstrip("/")
+        limit = (folder / "memory.max").read_text().strip()
+        if limit == "max":
+            return 2**62
+        return max(0, int(limit) - int((folder / "memory.current").read_text()))
+    except (OSError, ValueError, IndexError):
+        return 2**62
+
+
 def _gib(size: float) -> str:
+    if size >= 10**6 * 2**30:
+        return f"{size / 2**30:.3g} GiB"
     return f"{size / 2**30:,.0f} GiB" if size >= 1000 * 2**30 else f"{size / 2**30:.3g} GiB"
 
 
@@ -121,20 +192,26 @@ def check_run_sizes(
         return
     sizes = run_sizes(params, model, train, eval_spec, variants)
     memory = available_memory() if memory is None else memory
+    dataset = getattr(train, "dataset_size", None)
+    if dataset:  # one fixed training set, held whole: inputs, targets and mask of every example
+        check_memory(
+            32 * dataset * train.max_length,
+            f"experiment {experiment!r}: train.dataset_size {dataset} at train.max_length {train.max_length}",
+            memory,
+        )
     shape = f"d_model {model['d_model']}, num_layers {model['num_layers']}"
-    if sizes["train_bytes"] > memory:
-        raise StatetrackError(
-            f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} "
-            f"with {shape} needs an estimated {_gib(sizes['train_bytes'])} of memory, "
-            f"more than the {_gib(memory)} available; {HOW_TO_LIFT}"
-        )
-    if sizes["eval_bytes"] > memory:
-        raise StatetrackError(
-            f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} "
-            f"at eval.lengths up to {max(eval_spec['lengths'])} "
-            f"with {shape} needs an estimated {_gib(sizes['eval_bytes'])} of memory, "
-            f"more than the {_gib(memory)} available; {HOW_TO_LIFT}"
-        )
+    check_memory(
+        sizes["train_bytes"],
+        f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} "
+        f"with {shape}",
+        memory,
+    )
+    check_memory(
+        sizes["eval_bytes"],
+        f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} "
+        f"at eval.lengths up to {max(eval_spec['lengths'])} with {shape}",
+        memory,
+    )
     if sizes["operations"] > MAX_OPERATIONS:
         raise StatetrackError(
             f"experiment {experiment!r}: one run of train.steps {train.steps}, train.batch_size {train.batch_size}, "

@@ -23,6 +23,8 @@ class RandomStateMachine(FinalAnswerTask):
     def __init__(self, states: int = 6, machine_seed: int = 0):
         self.states = self.check_int(self.name, "states", states, 2, limits.MAX_CLASSES)
         self.machine_seed = self.check_int(self.name, "machine_seed", machine_seed, 0)
+        # its table, [states, states] int64, built once from rows of as many: twice that at the stack
+        limits.check_memory(16 * states * states, f"task 'fsm': states {states:,} (a {states:,} x {states:,} table)")
         g = torch.Generator().manual_seed(machine_seed)
         # transitions[q, s] = delta(q, s); each row is a permutation of the states.
         self.transitions = torch.stack([torch.randperm(states, generator=g) for _ in range(states)])
