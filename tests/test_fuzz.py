@@ -172,3 +172,42 @@ def a_link_in_the_results_folder_is_never_written_through(trained_results, tmp_p
 
 test_links_quick, test_links_long = profiles((LINKED, READERS, TARGETS), a_link_in_the_results_folder_is_never_written_through,
                                             quick=20)  # each example writes a report with its plots
+
+
+# damaged stores: any value in any decoded column of a finished run's rows, read by every reader
+COLUMNS = st.sampled_from(["runs.config", "runs.lr", "runs.seed", "runs.model", "plans.spec", "plans.runs", "plans.scale",
+                           "evals.metrics", "evals.accuracy", "evals.position_accuracy", "evals.sequence_accuracy",
+                           "curves.loss", "curves.metrics", "traces.data"])
+STORE_READERS = st.sampled_from([["report", "exp"], ["report", "--all"], ["results", "exp"], ["results", "exp", "--json"],
+                                 ["export", "csv", "exp"], ["analyze", "spectrum", "0123"], ["analyze", "signs", "exp"]])
+
+
+def a_damaged_row_is_skipped_or_refused_in_one_line(tmp_path_factory, capsys, column, value, argv):
+    import json
+    import sqlite3
+
+    from statetrack.store import Store
+
+    results = tmp_path_factory.mktemp("damaged") / "r"
+    store = Store(results / "statetrack.db")
+    run_id = "0123456789abcdef"
+    store.set_plan("exp", {"name": "exp"}, [{"id": run_id, "model": "LSTM", "task": "modadd(m=3)", "lr": 0.01, "seed": 0}])
+    store.start_run(run_id, "exp", "LSTM", "modadd(m=3)", 0, 0.01, {"model": {"name": "lstm", "d_model": 8},
+                    "task": {"name": "modadd", "m": 3}, "train": {"max_length": 5}, "eval": {"lengths": [5]}}, "abc")
+    store.finish_run(run_id, [{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4, "position_accuracy": [1.0],
+                               "traces": [{"inputs": [1, 2], "targets": [0, 1], "mask": [0, 1],
+                                           "probabilities": [[0.5, 0.5], [0.2, 0.8]]}]}], [{"step": 1, "loss": 1.0, "accuracy": 0.5}], 2, 100, 0.1, 0.1)
+    table, name = column.split(".")
+    db = sqlite3.connect(results / "statetrack.db")
+    db.execute(f"UPDATE {table} SET {name} = ?", (value if isinstance(value, str) else json.dumps(value, allow_nan=True),))
+    db.commit()
+    db.close()
+    code, _, err = run_cli(capsys, *argv, "--results-dir", str(results))
+    assert "Traceback" not in err, (column, value, argv, err)
+    assert code in (0, 2), (column, value, argv, code, err)
+    assert all(line.startswith(("statetrack: error: ", "statetrack: warning: ")) for line in err.strip().splitlines()), err
+    assert sum(line.startswith("statetrack: error: ") for line in err.splitlines()) == (code == 2)
+
+
+test_damaged_quick, test_damaged_long = profiles(
+    (COLUMNS, st.one_of(VALUES, TEXT), STORE_READERS), a_damaged_row_is_skipped_or_refused_in_one_line, quick=30)

@@ -167,6 +167,22 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _numbers(values) -> bool:
+    return isinstance(values, list) and bool(values) and all(map(_is_number, values))
+
+
+def _is_example(example) -> bool:
+    """A traced example (`evaluate.trace`): inputs, targets, mask and a row of probabilities per position."""
+    if not isinstance(example, dict) or not all(_numbers(example.get(k)) for k in ("inputs", "targets", "mask")):
+        return False
+    probabilities = example.get("probabilities")
+    return (
+        isinstance(probabilities, list)
+        and len({len(example[k]) for k in ("inputs", "targets", "mask")} | {len(probabilities)}) == 1
+        and all(_numbers(row) and len(row) == len(probabilities[0]) for row in probabilities)
+    )
+
+
 def decode_config(text) -> dict:
     """A run's stored configuration: a mapping whose `task` is a mapping with a name (every reader
     builds or labels the task from it) and whose `model`, `train` and `eval`, where present, are
@@ -836,7 +852,7 @@ class Store:
         for r in rows:
             try:
                 examples = json.loads(r["data"])
-                if not isinstance(examples, list) or not all(isinstance(e, dict) for e in examples):
+                if not isinstance(examples, list) or not examples or not all(map(_is_example, examples)):
                     raise ValueError("not a list of examples")
             except (TypeError, ValueError):
                 damaged = True
