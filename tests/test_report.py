@@ -232,12 +232,18 @@ def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
         store.finish_run(run_id, [{"length": 40, "accuracy": 0.6, "scaled_accuracy": 0.2, "samples": 64}], curve,
                          curve[-1]["step"], 100, 1.0, 0.1)
         planned.append({"id": run_id, "model": "LSTM", "task": "parity", "lr": 0.01, "seed": 0 if run_id == "budget" else 1,
-                        "steps": steps})
+                        "steps": steps, "train_length": 40, "lengths": [40]})
     store.set_plan("parity", {"name": "parity", "scale": "quick"}, planned)
     md = (write_report(score_store(store, "parity", run_data=True), tmp_path) / "report.md").read_text()
     assert "2 of 2 runs done at scale quick (1 still learning when their budget ended" in md
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| budget") or line.startswith("| early")}
     assert "done, still learning" in rows["budget"] and "still learning" not in rows["early"]
+    # the fit table: the figure at the longest training length, no seed at the fit threshold 0.9, the
+    # median steps trained (1000 and 500) of the budget, one of the two runs still learning
+    fit = md.split("## Fit")[1].split("\n## ")[0]
+    assert "fit threshold 0.9" in fit
+    assert [cell.strip() for cell in fit.splitlines()[-1].strip("|").split("|")] == [
+        "parity", "LSTM", "0.01", "0.200 (0.200 to 0.200) at 40", "0 of 2", "750 of 1000", "1 of 2"]
 
 
 def test_still_learning_reads_the_last_fifth_of_the_training_curve():

@@ -256,6 +256,31 @@ def test_a_model_entry_may_give_its_own_training_settings(tmp_path, capsys):
             expand(load_spec(str(path)))
 
 
+def test_the_quick_scale_stops_a_run_once_it_fits_unless_the_spec_says_otherwise(tmp_path):
+    """At the quick scale every run stops once its held-out figure at the longest training length
+    reaches STOP_FIT, read on the spec's fit measure (sequence accuracy where its claims read it);
+    a spec, a task, a model or an override that sets early_stop_fit keeps its own (null: off); the
+    paper scale trains every step as its paper does."""
+    from statetrack.schema import STOP_FIT
+
+    base = ("task: {name: parity}\nmodels: [{name: lstm}]\nmodel_defaults: {d_model: 8}\nlrs: [1.0e-3]\n"
+            "seeds: [0]\ntrain: {steps: 100, max_length: 12}\neval: {lengths: [12]}\nscales: {paper: {}}\n")
+    path = tmp_path / "stop.yaml"
+    path.write_text(base)
+    (run,) = expand(load_spec(str(path)))
+    assert run.train["early_stop_fit"] == STOP_FIT and "early_stop_measure" not in run.train
+    (paper,) = expand(load_spec(str(path), "paper"))
+    assert "early_stop_fit" not in paper.train
+    (off,) = expand(load_spec(str(path), overrides=["train.early_stop_fit=null"]))
+    assert off.train["early_stop_fit"] is None
+    path.write_text(base + "paper: {source: x, measure: sequence, claims: []}\n")
+    (run,) = expand(load_spec(str(path)))
+    assert run.train["early_stop_measure"] == "sequence"
+    path.write_text(base.replace("{name: lstm}", "{name: lstm, train: {early_stop_fit: 0.9}}"))
+    (run,) = expand(load_spec(str(path)))
+    assert run.train["early_stop_fit"] == 0.9
+
+
 def test_dry_run_prints_the_plan_and_writes_nothing(tiny_spec, tmp_path, capsys):
     from cli_helpers import run_cli
 

@@ -37,6 +37,53 @@ def test_early_stop_accuracy_stops_a_run_once_it_fits_its_training_lengths():
     assert evaluate_lengths(model, task, [6], samples=256)[0]["accuracy"] > 0.95
 
 
+@pytest.mark.parametrize("measure", ["scaled", "sequence"])
+def test_early_stop_fit_stops_once_the_held_out_figure_at_the_longest_length_reaches_it(measure, monkeypatch):
+    """early_stop_fit reads the validation's scaled (or sequence) accuracy on held-out examples at
+    max_length, counted as evaluation counts: the run stops at the first validation at or above
+    it, and the same run without the rule trains every step."""
+    from statetrack.training import train as train_module
+
+    task = make_task("modadd", m=3)
+    seen = []
+    validation = train_module.Trainer._validation
+
+    def recorded(self):
+        figures = validation(self)
+        seen.append(figures)
+        return figures
+
+    monkeypatch.setattr(train_module.Trainer, "_validation", recorded)
+    settings = dict(steps=1500, batch_size=64, lr=1e-2, min_length=2, max_length=6, early_stop_loss=None,
+                    val_every=25, device="cpu")
+    model = make({"name": "lstm", "d_model": 32}, task)
+    config = TrainConfig(**settings, early_stop_fit=0.99, early_stop_measure=measure)
+    trainer = Trainer(model, task, config, progress=False).fit()
+    assert trainer.stopped_early and trainer.step < 1500 and trainer.step == 25 * len(seen)
+    assert seen[-1][measure] >= 0.99 and all(f[measure] < 0.99 for f in seen[:-1])
+    assert evaluate_lengths(model, task, [6], samples=256)[0]["scaled_accuracy"] > 0.9
+    seen.clear()
+    full = Trainer(make({"name": "lstm", "d_model": 32}, task), task, TrainConfig(**settings), progress=False).fit()
+    assert not full.stopped_early and full.step == 1500 and not seen  # no rule: no validation at all
+
+
+def test_the_validation_counts_as_evaluation_counts():
+    """The trainer's validation figures are evaluation's on the same examples: one counting rule."""
+    from statetrack.training.evaluate import count_right, scaled_accuracy
+
+    task = make_task("parity")
+    model = make({"name": "lstm", "d_model": 8}, task)
+    config = TrainConfig(steps=1, max_length=12, val_samples=64, device="cpu")
+    trainer = Trainer(model, task, config, progress=False)
+    figures = trainer._validation()
+    batch = task.sample(64, 12, torch.Generator().manual_seed(config.seed + 7919))
+    with torch.no_grad():
+        counts = count_right(model(batch.inputs)[0].argmax(-1), batch)[1]
+    assert figures["scaled"] == pytest.approx(scaled_accuracy(counts["correct"] / counts["total"], task.chance))
+    assert figures["sequence"] == pytest.approx(counts["whole"] / counts["examples"])
+    assert figures["accuracy"] == pytest.approx(counts["correct"] / counts["total"])
+
+
 def test_resume_from_checkpoint_equals_uninterrupted(tmp_path):
     task = make_task("parity")
     spec = {"name": "deltanet", "eig_range": "[-1,1]", "d_model": 8, "num_heads": 1}

@@ -208,8 +208,29 @@ def test_a_family_declares_its_own_stack_defaults_and_a_spec_still_wins(registry
     zoo.register_model("test_doubler", display="D", stack_defaults={"num_layers": 2, "mlp": False})(Doubler)
     assert zoo.resolve("test_doubler") == {"name": "test_doubler", "d_model": 64, "num_layers": 2, "mlp": False, "factor": 2}
     assert zoo.resolve({"name": "test_doubler", "num_layers": 3})["num_layers"] == 3
-    for bad, match in (({"heads": 2}, "stack_defaults has 'heads', which is no stack setting; expected some of: d_model, num_layers, mlp"),
+    for bad, match in (({"heads": 2}, "stack_defaults has 'heads', which is no stack setting; expected some of: d_model, num_layers, mlp, stack"),
                        (["mlp"], "stack_defaults must be a mapping")):
         with pytest.raises(StatetrackError, match=match):
             zoo.register_model("test_bad", display="X", stack_defaults=bad)(Doubler)
     assert "test_bad" not in MODELS
+
+
+def test_the_plain_stack_is_embedding_cell_readout_and_the_common_stack_stays_unnamed():
+    """`stack: plain` builds embedding -> mixer -> readout with no norm and no residual ("a single
+    recurrent cell followed by a linear classification head"): its logits are exactly the cell's
+    output read out. The common residual stack is left out of the resolved spec, so the run ids of
+    models that do not name a stack stay as they were; a bad value is a one-line error."""
+    import torch
+
+    assert "stack" not in zoo.resolve({"name": "lstm", "stack": "residual"}) and "stack" not in zoo.resolve("lstm")
+    assert zoo.resolve({"name": "lstm", "stack": "plain"})["stack"] == "plain"
+    torch.manual_seed(0)
+    plain = zoo.build_model({"name": "lstm", "d_model": 8, "stack": "plain", "mlp": False}, vocab_size=3, num_classes=2)
+    tokens = torch.randint(0, 3, (4, 7))
+    cell_output, _ = plain.blocks[0].mixer.rnn(plain.embedding(tokens))
+    assert torch.allclose(plain(tokens)[0], plain.readout(cell_output), atol=1e-6)
+    assert not any("norm" in name for name, _ in plain.named_parameters())
+    residual = zoo.build_model({"name": "lstm", "d_model": 8, "mlp": False}, vocab_size=3, num_classes=2)
+    assert any("norm" in name for name, _ in residual.named_parameters())
+    with pytest.raises(StatetrackError, match="stack must be one of residual, plain, got 'flat'"):
+        zoo.resolve({"name": "lstm", "stack": "flat"})

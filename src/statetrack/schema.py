@@ -43,6 +43,11 @@ MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is 
 # (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
 SEED_RULES = ("majority", "all", "best")
 FIT_THRESHOLD = 0.9  # the in-distribution figure a model must reach before its extrapolation is read
+# At the quick scale a run stops once its held-out figure at the longest training length reaches this
+# (train.early_stop_fit): above every fit gate, so a run that stopped is fitted with a margin, and the
+# budget a fitted run leaves is what lets the unfitted ones train longer.
+STOP_FIT = 0.99
+FIT_MEASURES = ("scaled", "sequence")  # what train.early_stop_fit reads
 CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
 # The evaluation settings every run's id holds; `variants` and `traces` are part of it only where given.
 EVAL_DEFAULTS: dict[str, Any] = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
@@ -438,6 +443,17 @@ class Train(Section):
         default=None,
         description="stop once the validation accuracy (over the supervised positions) at max_length reaches this: "
         "the run has fit its training lengths (null: no such rule)",
+    )
+    early_stop_fit: Annotated[float, number(0, high=1)] | None = Field(
+        default=None,
+        description="stop once the run fits its training lengths: the validation figure at max_length "
+        "(early_stop_measure, on held-out examples) reaches this (null: no such rule; the quick scale's default "
+        "is STOP_FIT)",
+    )
+    early_stop_measure: Annotated[str, choice(FIT_MEASURES)] = Field(
+        default=FIT_MEASURES[0],
+        description="what early_stop_fit reads: scaled accuracy over the supervised positions, or sequence accuracy "
+        "(the examples right at every supervised position)",
     )
     checkpoint_every: Annotated[int, integer(1)] = Field(default=500, description="steps between checkpoints")
     seed: Annotated[int, integer(0)] = Field(default=0, description="the run's seed (a spec gives it in `seeds`)")

@@ -225,7 +225,8 @@ def _assemble(
     readout = torch.zeros(C, d, dtype=torch.float64).index_add_(0, labels, states.double() @ project.t())
     block = model.blocks[0]
     mixer = block.mixer
-    assert isinstance(block, Block) and isinstance(mixer, Bilinear)  # the one block of a bilinear spec
+    # the one block of a bilinear spec, in the common (residual) stack
+    assert isinstance(block, Block) and isinstance(mixer, Bilinear) and isinstance(model.norm, torch.nn.LayerNorm)
     with torch.no_grad():
         model.embedding.weight.copy_(embedding)
         for norm in (block.norm1, model.norm):

@@ -34,6 +34,7 @@ from statetrack.schema import (
     EVAL_DEFAULTS,
     MODEL_SETTINGS,
     SCALES,
+    STOP_FIT,
     TASK_SETTINGS,
     TOP_LEVEL,
     Paper,
@@ -157,6 +158,8 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: Sequence[str] 
     scales = check_scales(spec.pop("scales", None), f"experiment {spec['name']!r}: ")
     written = [deep_merge(spec, scales.get(s) or {}) for s in SCALES]  # the spec as written, at every scale
     spec = deep_merge(spec, scales.get(scale) or {})
+    if scale == "quick":
+        spec["train"] = stop_when_fit(spec)
     for text in overrides:
         path, value = parse_override(text)
         if path == ["name"]:
@@ -185,6 +188,22 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: Sequence[str] 
             if left_out:
                 spec["left_out"] = left_out
     return spec
+
+
+def stop_when_fit(spec: dict) -> dict:
+    """The spec's `train:` with the quick scale's rule to stop a run once it fits its training
+    lengths (`early_stop_fit: STOP_FIT`, unless the spec sets early_stop_fit itself; null turns it
+    off), read on the measure the spec's fit gate reads (sequence accuracy where its claims measure
+    it, else scaled accuracy). A fitted run then leaves its budget to the runs still learning."""
+    train = spec.get("train")
+    train = dict(train) if isinstance(train, dict) else {}
+    if "early_stop_fit" in train:
+        return train
+    paper = spec["paper"] if isinstance(spec.get("paper"), dict) else {}
+    selection = spec["selection"] if isinstance(spec.get("selection"), dict) else {}
+    measure = paper.get("measure", "scaled")
+    sequence = measure == "sequence" or (measure == "extrapolation" and selection.get("metric") == "sequence_accuracy")
+    return {**train, "early_stop_fit": STOP_FIT, **({"early_stop_measure": "sequence"} if sequence else {})}
 
 
 def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:

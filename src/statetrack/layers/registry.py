@@ -56,7 +56,7 @@ class TransitionMatrices(Protocol):
     def transition_matrices(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
-STACK_KEYS = ("name", "d_model", "num_layers", "mlp")  # spec keys every model has besides its mixer's
+STACK_KEYS = ("name", "d_model", "num_layers", "mlp", "stack")  # spec keys every model has besides its mixer's
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""SequenceModel: embedding -> L x Block(mixer [+ MLP]) -> norm -> readout (one file, top to bottom)."""
+"""SequenceModel: embedding -> L x Block(mixer [+ MLP]) -> norm -> readout (one file, top to bottom);
+or, with the plain stack, embedding -> L x (mixer [-> MLP]) -> readout."""
 
 from __future__ import annotations
 
@@ -39,11 +40,31 @@ class Block(nn.Module):
         return x, state
 
 
+class PlainBlock(nn.Module):
+    """No norm and no residual: mixer(x), then mlp of that when `mlp`. One of these between an
+    embedding and a linear readout is "a single recurrent cell followed by a linear classification
+    head" (Ebrahimi & Memisevic 2025), the form in which the papers train torch's recurrent cells."""
+
+    def __init__(self, d_model: int, mixer: nn.Module, mlp: bool):
+        super().__init__()
+        self.mixer = mixer
+        self.mlp = MLP(d_model) if mlp else None
+
+    def forward(self, x, state=None):
+        y, state = self.mixer(x, state)
+        return (y if self.mlp is None else self.mlp(y)), state
+
+
+STACKS = ("residual", "plain")  # pre-norm residual blocks and a final norm; or neither
+
+
 class SequenceModel(nn.Module):
     """Token ids [B, T] -> class logits [B, T, num_classes], with a per-layer state.
 
     `forward(tokens, state)` returns `(logits, state)`; passing the returned state with the next
     chunk of tokens continues the sequence, which is how long inputs are evaluated in chunks.
+    `stack`: "residual" (pre-norm residual `Block`s, a LayerNorm before the readout) or "plain"
+    (`PlainBlock`s and no norm: the mixers' outputs feed each other and the readout directly).
     """
 
     def __init__(
@@ -54,18 +75,23 @@ class SequenceModel(nn.Module):
         d_model: int = 64,
         num_layers: int = 1,
         mlp: bool = True,
+        stack: str = "residual",
     ):
         super().__init__()
+        if stack not in STACKS:
+            raise ValueError(f"stack must be one of {', '.join(STACKS)}, got {stack!r}")
+        block = Block if stack == "residual" else PlainBlock
         self.embedding = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList([Block(d_model, make_mixer(), mlp) for _ in range(num_layers)])
-        self.norm = nn.LayerNorm(d_model)
+        self.blocks = nn.ModuleList([block(d_model, make_mixer(), mlp) for _ in range(num_layers)])
+        self.norm = nn.LayerNorm(d_model) if stack == "residual" else nn.Identity()
         self.readout = nn.Linear(d_model, num_classes)
-        first = self.blocks[0].mixer if num_layers else None
-        if isinstance(first, FrozenInput) and first.frozen_input:
+        first = self.blocks[0] if num_layers else None
+        if first is not None and isinstance(first.mixer, FrozenInput) and first.mixer.frozen_input:
             # a mixer with a frozen recurrence (e.g. the frozen bilinear RNN) is fed by frozen weights too:
             # its input x = LayerNorm(embedding) decides the transitions, so training them would train the recurrence
             self.embedding.requires_grad_(False)
-            self.blocks[0].norm1.requires_grad_(False)
+            if isinstance(first, Block):
+                first.norm1.requires_grad_(False)
 
     def forward(self, tokens: torch.Tensor, state: list | None = None):
         if tokens.dim() != 2:

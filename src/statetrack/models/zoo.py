@@ -3,7 +3,7 @@ display names, presets, and `build_model`.
 
 Every mixer in `statetrack.layers` registers itself with `@register_model`, so adding a model never
 touches this file. A model spec is a flat dict: `{"name": "deltanet", "eig_range": "[-1,1]", "d_model": 32,
-"num_layers": 1}`. `d_model`, `num_layers` and `mlp` shape the SequenceModel; every other key is
+"num_layers": 1}`. `d_model`, `num_layers`, `mlp` and `stack` shape the SequenceModel; every other key is
 passed to the mixer. `resolve` fills in every default (the family's own stack defaults over
 MODEL_DEFAULTS, e.g. no MLP for bilinear), so a resolved spec names the model fully.
 """
@@ -15,7 +15,7 @@ import inspect
 from statetrack import limits
 from statetrack.errors import StatetrackError, unknown
 from statetrack.layers import MODELS, ModelEntry, register_model
-from statetrack.models.model import SequenceModel
+from statetrack.models.model import STACKS, SequenceModel
 
 __all__ = [
     "MODELS",
@@ -30,7 +30,7 @@ __all__ = [
     "resolve",
 ]
 
-MODEL_DEFAULTS = {"d_model": 64, "num_layers": 1, "mlp": True}
+MODEL_DEFAULTS = {"d_model": 64, "num_layers": 1, "mlp": True, "stack": "residual"}
 
 PRESETS: dict[str, dict] = {
     "deltanet-neg": {"name": "deltanet", "eig_range": "[-1,1]"},
@@ -71,6 +71,12 @@ def resolve(spec: dict | str) -> dict:
         limits.check_int(spec[key], f"model {spec['name']!r}: {key}", 1, high)
     if not isinstance(spec["mlp"], bool):
         raise StatetrackError(f"model {spec['name']!r}: mlp must be true or false, got {spec['mlp']!r}")
+    if spec["stack"] not in STACKS:
+        raise StatetrackError(
+            f"model {spec['name']!r}: stack must be one of {', '.join(STACKS)}, got {limits.shown(spec['stack'])}"
+        )
+    if spec["stack"] == MODEL_DEFAULTS["stack"]:
+        del spec["stack"]  # the common stack is left unnamed, so the ids of the models that use it stay as they were
     return spec
 
 
@@ -92,4 +98,5 @@ def build_model(spec: dict | str, vocab_size: int, num_classes: int) -> Sequence
         d_model=d_model,
         num_layers=spec["num_layers"],
         mlp=spec["mlp"],
+        stack=spec.get("stack", MODEL_DEFAULTS["stack"]),
     )

@@ -32,6 +32,7 @@ from statetrack.paths import write_text
 from statetrack.results.report import (
     claim_measured,
     claim_test,
+    fit_rows,
     markdown_table,
     paper_tables,
     spec_paper,
@@ -39,7 +40,7 @@ from statetrack.results.report import (
     table_rows,
     verdict_line,
 )
-from statetrack.results.scoring import NOT_MEASURED, VERDICTS, Scored, score
+from statetrack.results.scoring import NOT_MEASURED, VERDICTS, Scored, fit_table, learning_runs, score
 from statetrack.schema import SCALES, TrainConfig
 
 BOOK_DIR = Path("docs")
@@ -109,6 +110,8 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
             break
         kept.insert(0, earlier)
     parts = kept
+    stored = [r for r in store.runs(experiment) if r["id"] in ids]
+    learning = learning_runs(stored, plan, store.curves)
     runs = [
         {
             k: r[k]
@@ -126,9 +129,12 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
                 "git_rev",
             )
         }
-        | {"diverged_at": r.get("diverged_at"), "error": (r["error"] or "").splitlines()[0] if r["error"] else None}
-        for r in store.runs(experiment)
-        if r["id"] in ids
+        | {
+            "diverged_at": r.get("diverged_at"),
+            "error": (r["error"] or "").splitlines()[0] if r["error"] else None,
+            "still_learning": r["id"] in learning,
+        }
+        for r in stored
     ]
     snapshot = {
         "version": SNAPSHOT_VERSION,
@@ -344,6 +350,10 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
             notes = [f"- {v['claim']['text']}: {v['claim']['note']}" for v in s.verdicts if v["claim"]["note"]]
             if notes:
                 md += ["Notes on the claims:", ""] + notes + [""]
+        recorded = all("still_learning" in r for r in runs)
+        fit_note, fit = fit_rows(fit_table(s, {r["id"] for r in runs if r.get("still_learning")} if recorded else None))
+        if fit[0]:
+            md += ["#### Fit", "", fit_note, "", markdown_table(*fit), ""]
         if s.summary:
             md += [
                 "#### Per length",

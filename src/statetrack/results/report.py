@@ -41,9 +41,10 @@ from statetrack.results.scoring import (
     Scored,
     data_efficiency,
     describe_selection,
+    fit_table,
+    learning_runs,
     paper_figures,
     score_store,
-    still_learning,
     unfit_text,
     verdict_counts,
 )
@@ -224,6 +225,61 @@ def html_table(header: list[str], body: list[list[str]], left: int | None = None
 # Curves that coincide (three models exact at every short length) must stay told apart: each model
 # gets a colour, a line style and a hollow marker of its own, markers shrinking so that one inside
 # another shows.
+FIT_MEASURE_TEXT = {"scaled": "scaled accuracy", "sequence": "sequence accuracy", "extrapolation": "accuracy"}
+
+
+def learning_text(fit: dict) -> str:
+    """A fit table's "still learning" cell: k of N seeds, "no", or "-" where it was not recorded."""
+    if fit["learning"] is None:
+        return "-"
+    return f"{len(fit['learning'])} of {len(fit['figures'])}" if fit["learning"] else "no"
+
+
+def fit_rows(fits: list[dict]) -> tuple[str, tuple[list[str], list[list[str]]]]:
+    """(the note, the table) of `scoring.fit_table`: per task and model, the figure at the longest
+    training length (mean over seeds, and the lowest and highest seed), how many seeds reached the
+    fit threshold, the median steps trained against the budget, and the runs still learning."""
+    if not fits:
+        return "", ([], [])
+    header = ["task", "model", "lr", "at the longest training length", "fitted seeds", "median steps", "still learning"]
+    body = []
+    for f in fits:
+        values = [v for v in f["figures"].values() if v is not None]
+        figure = (
+            "-"
+            if not values
+            else f"{sum(values) / len(values):.3f} ({min(values):.3f} to {max(values):.3f}) at {f['length']}"
+            if len(values) > 1
+            else f"{values[0]:.3f} at {f['length']}"
+        )
+        steps = sorted(f["steps"].values())
+        median = steps[len(steps) // 2] if len(steps) % 2 else (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+        body.append(
+            [
+                f["task"] + (f" N={f['dataset_size']}" if f["dataset_size"] else ""),
+                f["model"],
+                f"{f['lr']:g}",
+                figure,
+                f"{len(f['fitted'])} of {len(f['figures'])}",
+                (f"{median:g} of {f['budget']}" if f["budget"] else f"{median:g}") if steps else "-",
+                "-"
+                if f["learning"] is None
+                else f"{len(f['learning'])} of {len(f['figures'])}"
+                if f["learning"]
+                else "no",
+            ]
+        )
+    first = fits[0]
+    note = (
+        f"Did each model learn what it was trained on? Its {FIT_MEASURE_TEXT[first['measure']]} at its task's "
+        f"longest training length on the test examples, at the selected lr: mean over seeds (lowest to highest); "
+        f"fitted: the seeds at or above the fit threshold {first['threshold']:g}, the only ones a claim beyond the "
+        "training lengths is decided on; median steps trained of the budget (a run stops once it fits); still "
+        "learning: runs whose training loss was still falling when their budget ended."
+    )
+    return note, (header, body)
+
+
 def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[str]]]:
     """`scoring.data_efficiency` as a table: one row per (task, model), mean ± std per N."""
     sizes = sorted({n for e in efficiency for n in e["by_size"]})
@@ -623,9 +679,13 @@ def _write_report(scored: Scored, results_dir) -> Path:
     several_seeds = any(len(e["per_seed"]) > 1 for e in summary)
     mean_headline = selection["seeds"] == "mean"
     # (title, note, (header, body) or (header, body, the number of text columns first))
+    learning = learning_runs(runs, plan, data.curves)
     tables: list[tuple[str, str, tuple]] = [
         ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))
     ]
+    fit_note, fit = fit_rows(fit_table(scored, learning))
+    if fit[0]:
+        tables.append(("Fit: the figure at the longest training length", fit_note, fit))
     if efficiency:
         tables.append(
             (
@@ -675,16 +735,6 @@ def _write_report(scored: Scored, results_dir) -> Path:
             ("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary))
         )
     run_header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
-    budgets = {p["id"]: p.get("steps") for p in plan["runs"]}
-    learning = {
-        r["id"]
-        for r in runs
-        if r["status"] == "done"
-        and r.get("diverged_at") is None
-        and r["steps"] is not None
-        and r["steps"] >= (budgets.get(r["id"]) or r["steps"])
-        and still_learning(data.curves(r["id"]))
-    }
     run_rows = [
         [
             r["id"],

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import covers, paper_of
 from statetrack.labels import split_variant_label, variant_label
-from statetrack.schema import SELECTION_DEFAULTS, selection_of
+from statetrack.schema import FIT_THRESHOLD, SELECTION_DEFAULTS, selection_of
 from statetrack.store import RESULT_KEYS
 from statetrack.training.evaluate import extrapolation_length, run_score
 
@@ -192,6 +192,66 @@ def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
         return False
     earlier, later = statistics.mean(tail[: len(tail) // 2]), statistics.mean(tail[len(tail) // 2 :])
     return earlier - later >= max(drop * earlier, 1e-3)
+
+
+def learning_runs(runs: list[dict], plan: dict, curves) -> set[str]:
+    """The ids of the done runs that used their whole budget (the plan's steps) with the training
+    loss still falling at the end (`still_learning` of `curves(run id)`): their figures say what
+    the budget allowed. A diverged run is not among them."""
+    budgets = {p["id"]: p.get("steps") for p in plan["runs"]}
+    return {
+        r["id"]
+        for r in runs
+        if r["status"] == "done"
+        and r.get("diverged_at") is None
+        and r["steps"] is not None
+        and r["steps"] >= (budgets.get(r["id"]) or r["steps"])
+        and still_learning(curves(r["id"]))
+    }
+
+
+def fit_table(scored: Scored, learning: set[str] | None) -> list[dict]:
+    """Whether each model learned what it was trained on, one entry per task and model (and
+    training-set size) at the selected lr: {task, model, dataset_size, lr, length (the task's
+    longest training length), measure and threshold (the fit gate's: `paper.measure` and
+    `paper.fit`, else scaled accuracy and FIT_THRESHOLD), figures ({seed: figure at length}),
+    fitted (the seeds at or above the threshold), steps ({seed: steps trained}), budget (the plan's
+    steps) and learning (the seeds whose runs are in `learning`, see `learning_runs`; None where
+    that was not recorded, as in a snapshot exported before it was)}. The figure
+    is read on `paper.fit_variant` where the spec names one, as the fit gate reads it."""
+    paper = scored.paper or {}
+    measure = paper.get("measure", "scaled")
+    measure = measure if measure in ("scaled", "sequence", "extrapolation") else "scaled"
+    threshold = paper.get("fit") or FIT_THRESHOLD
+    variant = (paper.get("claims") or [{}])[0].get("fit_variant") if paper else None
+    plan_by_key = {(p["task"], p["model"], p.get("dataset_size"), p["lr"], p["seed"]): p for p in scored.plan["runs"]}
+    stored = {r["id"]: r for r in scored.runs}
+    out = []
+    for e in scored.summary:
+        if e["variant"] or e.get("train_length") is None:
+            continue
+        trained = _trained_entry(e, scored.summary, variant)
+        length = e["train_length"]
+        figures = {s: fit_figure(trained["per_seed"][s], measure, length) for s in trained["per_seed"]}
+        planned = {s: plan_by_key.get((e["task"], e["model"], e["dataset_size"], e["lr"], s)) for s in e["seeds"]}
+        steps = {s: stored[p["id"]]["steps"] for s, p in planned.items() if p and stored.get(p["id"], {}).get("steps")}
+        out.append(
+            {
+                "task": e["task"],
+                "model": e["model"],
+                "dataset_size": e["dataset_size"],
+                "lr": e["lr"],
+                "length": length,
+                "measure": measure,
+                "threshold": threshold,
+                "figures": figures,
+                "fitted": [s for s, v in figures.items() if v is not None and v >= threshold - 1e-9],
+                "steps": steps,
+                "budget": max((p.get("steps") or 0 for p in planned.values() if p), default=None),
+                "learning": None if learning is None else [s for s, p in planned.items() if p and p["id"] in learning],
+            }
+        )
+    return out
 
 
 def data_efficiency(summary: list[dict]) -> list[dict]:

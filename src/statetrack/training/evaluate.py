@@ -207,13 +207,9 @@ def evaluate_lengths(
                     task_sums[name] = task_sums.get(name, 0.0) + mean * weight
             else:
                 predicted = predict(model, batch.inputs, chunk_size)
-            right = (predicted == batch.targets) | ~batch.mask
-            hits = right & batch.mask
-            correct += hits.sum().item()
-            total += batch.mask.sum().item()
-            supervised = batch.mask.any(dim=1)
-            whole += (right.all(dim=1) & supervised).sum().item()
-            examples += supervised.sum().item()
+            hits, counts = count_right(predicted, batch)
+            correct, total = correct + counts["correct"], total + counts["total"]
+            whole, examples = whole + counts["whole"], examples + counts["examples"]
             counted = _by_position(hits, batch.mask, task.position_unit) if positions else None
             if counted is not None:
                 per_position = (
@@ -239,6 +235,22 @@ def evaluate_lengths(
             ]
         results.append(row)
     return results
+
+
+def count_right(predicted: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, int]]:
+    """(right answers at the supervised positions [B, T], counts) of predicted class ids [B, T] on
+    `batch`: correct and total supervised positions (accuracy = correct / total), and whole and
+    examples, the supervised examples right at every supervised position and all of them (sequence
+    accuracy = whole / examples). Evaluation and the trainer's validation both count with it."""
+    right = (predicted == batch.targets) | ~batch.mask
+    supervised = batch.mask.any(dim=1)
+    counts = {
+        "correct": int((right & batch.mask).sum().item()),
+        "total": int(batch.mask.sum().item()),
+        "whole": int((right.all(dim=1) & supervised).sum().item()),
+        "examples": int(supervised.sum().item()),
+    }
+    return right & batch.mask, counts
 
 
 def scaled_accuracy(accuracy: float, chance: float) -> float:

@@ -19,6 +19,7 @@ from statetrack.errors import StatetrackError
 from statetrack.paths import open_for_write
 from statetrack.schema import TrainConfig, parse_device  # the training settings are a section of the spec schema
 from statetrack.tasks import Batch, Task
+from statetrack.training.evaluate import count_right, scaled_accuracy
 
 
 def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
@@ -360,18 +361,38 @@ class Trainer:
         for logger in self.loggers:
             logger.log_point(point)
 
-    def _validation(self) -> tuple[float, float]:
-        """(loss, accuracy over the supervised positions) on a fixed batch at the longest length of
-        the current stage."""
+    def _validation(self) -> dict[str, float]:
+        """{loss, accuracy (over the supervised positions), scaled (its scaled accuracy), sequence
+        (sequence accuracy)} on a fixed batch of held-out examples at the longest length of the
+        current stage, counted as evaluation counts (`count_right`)."""
         g = torch.Generator().manual_seed(self.config.seed + 7919)
         task, stage = self.tasks[self.stage], self.plan[self.stage]
         batch = task.sample(self.config.val_samples, stage["max_length"], g).to(self.device)
         self.model.eval()
         with torch.no_grad():
-            loss, accuracy = task.loss(self.model(batch.inputs)[0], batch)
+            logits = self.model(batch.inputs)[0]
+            loss, accuracy = task.loss(logits, batch)
+            counts = count_right(logits.argmax(-1), batch)[1]
         diagnostics.drain(self.model)  # validation is not a training batch
         self.model.train()
-        return loss.item(), accuracy.item()
+        right = counts["correct"] / max(1, counts["total"])
+        return {
+            "loss": loss.item(),
+            "accuracy": accuracy.item(),
+            "scaled": scaled_accuracy(right, task.chance),
+            "sequence": counts["whole"] / max(1, counts["examples"]),
+        }
+
+    def _fits(self, validation: dict[str, float]) -> bool:
+        """Whether a validation says to stop: the loss below `early_stop_loss`, the accuracy at
+        `early_stop_accuracy`, or the figure of `early_stop_measure` at `early_stop_fit` (the run has
+        fit its training lengths)."""
+        c = self.config
+        return (
+            (c.early_stop_loss is not None and validation["loss"] < c.early_stop_loss)
+            or (c.early_stop_accuracy is not None and validation["accuracy"] >= c.early_stop_accuracy)
+            or (c.early_stop_fit is not None and validation[c.early_stop_measure] >= c.early_stop_fit)
+        )
 
     def fit(self) -> Trainer:
         """Train to `steps` (or until early stopping), resuming from the checkpoint when there is one.
@@ -408,12 +429,9 @@ class Trainer:
                 bar.set_postfix(loss=f"{window_loss / window_n:.4f}", acc=f"{window_acc / window_n:.3f}")
                 window_loss, window_acc, window_n, window_records = 0.0, 0.0, 0, {}
             # early stopping ends the run, so only in the last stage of a curriculum
-            early_stop = c.early_stop_loss is not None or c.early_stop_accuracy is not None
+            early_stop = any(v is not None for v in (c.early_stop_loss, c.early_stop_accuracy, c.early_stop_fit))
             if early_stop and self.step % c.val_every == 0 and stage == len(self.plan) - 1:
-                val_loss, val_accuracy = self._validation()
-                self.stopped_early = (c.early_stop_loss is not None and val_loss < c.early_stop_loss) or (
-                    c.early_stop_accuracy is not None and val_accuracy >= c.early_stop_accuracy
-                )
+                self.stopped_early = self._fits(self._validation())
             self.seconds = time.perf_counter() - start
             if self.step % c.checkpoint_every == 0:
                 self.save()
