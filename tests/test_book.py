@@ -169,3 +169,31 @@ def test_reproduce_and_book_refuse_bad_input_in_one_line(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert "not a statetrack snapshot" in err and err.count("\n") == 1
     assert not (tmp_path / "docs/reproductions.md").exists()
+
+
+def test_the_revision_is_dirty_for_changes_to_the_package_only(tmp_path):
+    """A snapshot names the revision of the package's source: what reproduce writes beside it (a
+    snapshot, the book) leaves it clean, so the second experiment of one reproduce is not "+dirty";
+    an uncommitted change to the package is."""
+    import subprocess
+
+    from statetrack.experiments.runner import git_revision
+
+    package, docs = tmp_path / "src" / "pkg", tmp_path / "docs"
+    package.mkdir(parents=True)
+    docs.mkdir()
+    (package / "code.py").write_text("x = 1\n")
+    (docs / "snapshot.json").write_text("{}\n")
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    clean = git_revision(package)
+    assert clean != "unknown" and not clean.endswith("+dirty")
+    (docs / "snapshot.json").write_text('{"measured": true}\n')
+    assert git_revision(package) == clean
+    (package / "code.py").write_text("x = 2\n")
+    assert git_revision(package) == clean + "+dirty"

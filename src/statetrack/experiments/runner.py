@@ -42,9 +42,13 @@ from statetrack.store import LEASE_SECONDS, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
 
 
-def git_revision() -> str:
-    """The source tree's git revision (with '+dirty' for uncommitted changes), or 'unknown'."""
-    here = Path(__file__).resolve().parent
+def git_revision(here: Path | None = None) -> str:
+    """The git revision of the package's source (with '+dirty' for uncommitted changes to the
+    package, shipped specs included, under `here`: the statetrack folder), or 'unknown'. Only the
+    package counts: what `reproduce` writes beside it (the snapshots, the book, the README's blocks)
+    changes no result, so an experiment measured after another one's snapshot was written still
+    names a clean revision."""
+    here = here or Path(__file__).resolve().parents[1]
     try:
         rev = subprocess.run(
             ["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
@@ -52,7 +56,7 @@ def git_revision() -> str:
         if rev.returncode != 0:
             return "unknown"
         dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--", "."],
             capture_output=True,
             text=True,
             timeout=10,
