@@ -300,3 +300,108 @@ def test_a_database_holding_only_a_view_is_another_applications(tmp_path):
     with pytest.raises(StatetrackError, match="is not a statetrack results store but an SQLite database of another application"):
         Store(path)
     assert path.read_bytes() == before
+
+
+# ---- another application's database in WAL mode: judged from its files' bytes, never opened -------------
+def _wal_database(folder: Path, statements: list[str], shm: bool = True) -> Path:
+    """app.db with its -wal (and -shm) files as a live connection of another application leaves them:
+    copied while the connection is open, so the newest page 1 lives in the -wal file."""
+    import shutil
+
+    source = folder / "source" / "app.db"
+    source.parent.mkdir()
+    connection = sqlite3.connect(source)
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA wal_autocheckpoint=0")  # every page stays in the -wal file
+    for statement in statements:
+        connection.execute(statement)
+        connection.commit()
+    (folder / "app").mkdir()
+    for end in ("", "-wal", "-shm") if shm else ("", "-wal"):
+        shutil.copy2(source.with_name("app.db" + end), folder / "app" / ("app.db" + end))
+    connection.close()
+    return folder / "app" / "app.db"
+
+
+def _files(folder: Path) -> dict:
+    """Every file of the folder: the hash of its bytes and its modification time."""
+    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+WAL_FOREIGN = {
+    "its application id": ["CREATE TABLE notes (text TEXT)", "PRAGMA application_id = 1234"],
+    "its tables": ["CREATE TABLE notes (text TEXT)", "INSERT INTO notes VALUES ('hello')"],
+    "our tables and one of its own": [*EARLIER_STORE.strip().split(";\n")[:-1], "CREATE TABLE users (name TEXT)"],
+    "its user version": ["PRAGMA user_version = 3"],
+}
+
+
+@pytest.mark.parametrize("shm", [True, False], ids=["with-shm", "without-shm"])
+@pytest.mark.parametrize("statements", WAL_FOREIGN.values(), ids=WAL_FOREIGN)
+@pytest.mark.parametrize("command", ["report", "results", "run"])
+def test_another_applications_wal_database_is_refused_from_its_bytes(tmp_path, monkeypatch, capsys, statements, shm, command):
+    database = _wal_database(tmp_path, statements, shm=shm)
+    assert (database.with_name("app.db-wal")).stat().st_size > 0
+    spec = tmp_path / "exp.yaml"
+    spec.write_text("name: exp\ntask: {name: modadd, m: 3}\nmodels: [{name: lstm}]\nmodel_defaults: {d_model: 8}\n"
+                    "lrs: [0.01]\nseeds: [0]\ntrain: {steps: 2, min_length: 2, max_length: 5}\neval: {lengths: [5]}\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", None)  # nothing may train
+    before = _files(database.parent)
+    argv = {"report": ["report", "exp"], "results": ["results", "exp"], "run": ["run", str(spec), "--no-progress"]}
+    code, _, err = run_cli(capsys, *argv[command], "--store", str(database))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"statetrack: error: {database} is not a statetrack results store but an SQLite database of another application" in err
+    assert _files(database.parent) == before  # the same bytes and times, and no file created beside them
+
+
+def test_an_earlier_statetrack_store_in_wal_mode_is_named_from_its_bytes(tmp_path):
+    database = _wal_database(tmp_path, EARLIER_STORE.strip().split(";\n"))
+    before = _files(database.parent)
+    for read_only in (False, True):
+        with pytest.raises(StatetrackError, match=EARLIER.format(path=database)):
+            Store(database, read_only=read_only)
+    assert _files(database.parent) == before
+
+
+@pytest.mark.parametrize("statements", [
+    ["PRAGMA application_id = 77"],
+    ["CREATE TABLE a (x)", "PRAGMA application_id = 5", "PRAGMA application_id = 9", "PRAGMA user_version = 2"],
+    ["CREATE TABLE a (x)", "INSERT INTO a VALUES (1)", "DROP TABLE a", "PRAGMA application_id = -3"],
+], ids=["one commit", "several commits", "negative id"])
+def test_page_one_is_read_as_sqlite_reads_it(tmp_path, statements):
+    """The newest page 1 read from the files' bytes against SQLite's own answer (on a copy)."""
+    import shutil
+
+    from statetrack.sqlite_header import read_page1
+
+    database = _wal_database(tmp_path, statements)
+    page1 = read_page1(database)
+    assert page1 is not None and page1.from_wal
+    copy = tmp_path / "copy"
+    shutil.copytree(database.parent, copy)
+    db = sqlite3.connect(copy / "app.db")
+    expected = (db.execute("PRAGMA application_id").fetchone()[0], db.execute("PRAGMA user_version").fetchone()[0],
+                tuple(db.execute("SELECT type, name FROM sqlite_master ORDER BY rowid")))
+    db.close()
+    assert (page1.application_id, page1.user_version, page1.schema) == expected
+
+
+def test_a_new_store_still_opens_beside_its_wal_file(tmp_path):
+    """A store another driver keeps open (its stamps may be only in the -wal file) is read, not refused."""
+    import shutil
+
+    source = tmp_path / "s.db"
+    store = Store(source)
+    store.set_plan("x", {"name": "x"}, [])
+    holder = sqlite3.connect(source)
+    holder.execute("PRAGMA wal_autocheckpoint=0")
+    holder.execute("BEGIN")
+    holder.execute("SELECT count(*) FROM runs").fetchone()  # a reader keeps the -wal file from being checkpointed away
+    (tmp_path / "copy").mkdir()
+    for end in ("", "-wal", "-shm"):
+        if source.with_name("s.db" + end).exists():
+            shutil.copy2(source.with_name("s.db" + end), tmp_path / "copy" / ("s.db" + end))
+    holder.rollback()
+    holder.close()
+    assert Store(tmp_path / "copy" / "s.db", read_only=True).plan("x")["spec"] == {"name": "x"}

@@ -18,7 +18,9 @@ with its host, pid and a heartbeat it renews), and the others skip it while the 
 The file says it is a store: SQLite's `application_id` is APPLICATION_ID and `user_version` the
 schema's version. Opening checks the file before anything is written to it or created beside it
 (`Store._identify`): another application's database, a store written by a newer statetrack or in
-an earlier statetrack's layout, and damaged pages are refused and left as they are. A new store
+an earlier statetrack's layout, and damaged pages are refused and left as they are. The stamps are
+read from the file's bytes first (`sqlite_header`: the newest page 1, from the -wal file where a
+commit left it there), since SQLite, even read-only, writes the -shm file of a database in WAL mode. A new store
 gets its tables and stamps in one transaction, so a file is either empty or a whole store.
 """
 
@@ -37,6 +39,7 @@ from pathlib import Path
 from statetrack.errors import StatetrackError
 from statetrack.labels import variant_label
 from statetrack.paths import check_name
+from statetrack.sqlite_header import MAGIC, Page1, read_page1
 
 DEFAULT_STORE = Path("results") / "statetrack.db"
 
@@ -323,10 +326,13 @@ class Store:
             )
         with open(self.path, "rb") as file:
             header = file.read(100)
-        if not header:
-            return
-        if not header.startswith(b"SQLite format 3\x00"):
+        if header and not header.startswith(MAGIC):
             raise StatetrackError(f"{self.path} is not a statetrack results store (not an SQLite database)")
+        page1 = read_page1(self.path)
+        if page1 is None and not header:
+            return  # an empty file and no committed page in a -wal file: a new store
+        if page1 is not None and self._judge_header(page1):
+            return
         db = self._read_only_connection()
         try:
             application_id = db.execute("PRAGMA application_id").fetchone()[0]
@@ -356,23 +362,44 @@ class Store:
             return  # a store of this layout (one that lacks a table is refused as damaged on opening)
         if application_id == 0 and not tables and not others and version == 0:
             return  # an empty database: a new store
+        self._judge_stamps(application_id, version)
+        # statetrack's tables without the stamp (written before it)
+        ours = set(tables) <= set(TABLES) and {"id", "experiment", "config", "status"} <= tables.get("runs", set())
+        raise self._foreign(application_id, earlier=application_id == 0 and ours)
+
+    def _judge_header(self, page1: Page1) -> bool:
+        """Refuse, from its newest page 1 alone (`_judge_stamps`), a database that is not a store of
+        this version, and an unstamped one beside a -wal file: SQLite's read-only connection would
+        write its -shm file to read on, so its schema is read from page 1 too. True for an empty
+        database beside a -wal file (a new store); False when SQLite reads on (read-only and, without a
+        -wal file, immutable: nothing is written)."""
+        self._judge_stamps(page1.application_id, page1.user_version)
+        if page1.application_id == APPLICATION_ID or not self.path.with_name(self.path.name + "-wal").exists():
+            return False
+        if page1.schema == () and page1.user_version == 0:
+            return True
+        tables = {name for kind, name in page1.schema or () if kind == "table" and not name.startswith("sqlite_")}
+        raise self._foreign(0, earlier=page1.user_version == 0 and "runs" in tables and tables <= set(TABLES))
+
+    def _judge_stamps(self, application_id: int, version: int) -> None:
+        """Refuse a database stamped by another application, or by a newer or an earlier statetrack."""
         if application_id == APPLICATION_ID and version > SCHEMA_VERSION:
             raise StatetrackError(
                 f"results store {self.path} has schema version {version}, written by a newer statetrack; "
                 f"this one reads versions up to {SCHEMA_VERSION} (pip install -U statetrack)"
             )
-        # statetrack's tables without the stamp (written before it) or with an earlier version
-        ours = (
-            application_id == 0
-            and set(tables) <= set(TABLES)
-            and {"id", "experiment", "config", "status"} <= tables.get("runs", set())
-        )
-        if ours or application_id == APPLICATION_ID:
-            raise StatetrackError(
+        if application_id not in (0, APPLICATION_ID) or (
+            application_id == APPLICATION_ID and version != SCHEMA_VERSION
+        ):
+            raise self._foreign(application_id, earlier=application_id == APPLICATION_ID)
+
+    def _foreign(self, application_id: int, earlier: bool) -> StatetrackError:
+        if earlier:
+            return StatetrackError(
                 f"results store {self.path} was written by an earlier statetrack, in a layout this one does not read; "
                 f"re-run its experiments into a new results folder (statetrack run EXPERIMENT --results-dir NEW_DIR)"
             )
-        raise StatetrackError(
+        return StatetrackError(
             f"{self.path} is not a statetrack results store but an SQLite database of another application "
             f"(application id {application_id}); it is left as it is"
         )
