@@ -248,3 +248,31 @@ def test_a_store_held_locked_at_open_is_one_line_after_one_wait(tmp_path, monkey
     finally:
         holder.rollback()
         holder.close()
+
+
+# ---- checkpoints of another format ------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["plain pickle", "truncated legacy"])
+def test_a_checkpoint_of_another_format_is_statetracks_one_line_without_torchs_warning(store, capsys, kind):
+    import pickle
+    import warnings
+
+    import numpy as np
+    import torch
+
+    from statetrack.training.train import UnreadableCheckpoint, read_checkpoint
+
+    path = store.parent / "exp" / "checkpoints" / f"{RUN_ID}.pt"
+    path.parent.mkdir(parents=True)
+    if kind == "plain pickle":  # torch warns of its pickle protocol before refusing it
+        path.write_bytes(pickle.dumps({"model": np.ones(2)}, protocol=4))
+    else:
+        torch.save({"model": {"w": torch.ones(64)}}, path, _use_new_zipfile_serialization=False)
+        path.write_bytes(path.read_bytes()[:300])
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        with pytest.raises(UnreadableCheckpoint, match=f"checkpoint {path} cannot be read: "):
+            read_checkpoint(path)
+    assert shown == []
+    code, _, err = run_cli(capsys, "analyze", "spectrum", RUN_ID)
+    _no_traceback(code, err)
+    assert err.strip().splitlines() == [err.strip()] and "cannot be read" in err, err

@@ -180,9 +180,16 @@ def read_checkpoint(path: Path, map_location="cpu", model=None) -> dict:
     a file the system cannot open (permissions) raises its OSError."""
     open(path, "rb").close()  # the system's own errors (permissions, a folder) as they are
     try:
-        saved = torch.load(path, map_location=map_location, weights_only=True)
+        # torch warns of what it finds in a file of another format (a pickle protocol, a legacy layout)
+        # before it fails: the one line below says it, so its warnings are not shown
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            saved = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # torch reports a damaged file as RuntimeError, UnpicklingError, EOFError, OSError, ...
-        detail = " ".join(str(error).split()[:40]) or type(error).__name__
+        if "Weights only load failed" in str(error):  # torch's advice (weights_only=False) is not for this file
+            detail = "torch's weights-only loader refuses it (it is no checkpoint statetrack wrote, or a damaged one)"
+        else:
+            detail = " ".join(str(error).split()[:40]) or type(error).__name__
         raise UnreadableCheckpoint(f"checkpoint {path} cannot be read: {detail}") from None
     if not isinstance(saved, dict) or not isinstance(saved.get("model"), dict):
         raise UnreadableCheckpoint(f"checkpoint {path} holds no model weights")
