@@ -149,3 +149,34 @@ def test_a_fixed_training_set_is_sized(monkeypatch):
     with pytest.raises(StatetrackError, match="train.dataset_size 100000000 at train.max_length 40 would take about 119 GiB"):
         expand(spec)
     expand(load_spec("demo", "quick", overrides=["train.dataset_size=10000000"]))  # 11.9 GiB
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["train.val_samples=100000000"], r"validating on train\.val_samples 100000000 at train\.max_length 40 .* would take about"),
+    (["eval.samples=100000000", "eval.batch_size=100000000"],
+     r"evaluating eval\.samples 100000000 in batches of eval\.batch_size 100000000 at eval\.lengths up to \d+ .* would take about"),
+])
+def test_validation_and_evaluation_samples_are_sized_before_anything_is_allocated(monkeypatch, overrides, message):
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**30)
+    spec = load_spec("demo", "quick", overrides=overrides)
+    with pytest.raises(StatetrackError, match=message + r" .* of memory, more than the 1 GiB available"):
+        expand(spec)
+    # many evaluation samples in small batches take time, not memory: only the arithmetic bound meets them
+    expand(load_spec("demo", "quick", overrides=["eval.samples=100000"]))
+
+
+def test_the_python_entry_points_size_their_batches_too(monkeypatch):
+    from statetrack.models import zoo
+    from statetrack.tasks import make_task
+    from statetrack.training.evaluate import evaluate_lengths
+    from statetrack.training.train import TrainConfig, Trainer
+
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**20)  # 1 MiB
+    task = make_task("parity")
+    model = zoo.build_model({"name": "lstm", "d_model": 8}, task.vocab_size, task.num_classes)
+    with pytest.raises(StatetrackError, match=r"train\.val_samples: 1,000,000 sequences of 40 tokens would take about"):
+        Trainer(model, task, TrainConfig(val_samples=10**6, max_length=40, device="cpu"), progress=False)
+    with pytest.raises(StatetrackError, match=r"evaluating samples 10000000 in batches of batch_size: 100,000 sequences"):
+        evaluate_lengths(model, task, [40], samples=10**7, batch_size=10**5)

@@ -161,7 +161,8 @@ def _gib(size: float) -> str:
 
 
 def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int) -> dict:
-    """Estimated bytes of training and of evaluation and floating-point operations of one run.
+    """Estimated bytes of training, of validation and of evaluation (in batches of eval.batch_size)
+    and floating-point operations of one run.
     `train` is its TrainConfig, `params` the model's parameter count."""
     width = model["d_model"] * 4  # float32 bytes per token and layer
     layers = model["num_layers"]
@@ -174,11 +175,14 @@ def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int) -
     eval_bytes = (
         4 * params + batch * longest * 3 * 8 + batch * chunk * width * EVAL_ACTIVATIONS
     )  # inputs, targets, predictions
+    # validation: one forward pass of train.val_samples examples at the longest training length
+    val_bytes = 4 * params + train.val_samples * train.max_length * (32 + width * EVAL_ACTIVATIONS)
     train_tokens = train.steps * train.batch_size * (train.min_length + train.max_length) / 2
     eval_tokens = eval_spec["samples"] * sum(eval_spec["lengths"]) * (1 + variants)
     return {
         "train_bytes": train_bytes,
         "eval_bytes": eval_bytes,
+        "val_bytes": val_bytes,
         "operations": params * (6 * train_tokens + 2 * eval_tokens),
     }
 
@@ -207,9 +211,15 @@ def check_run_sizes(
         memory,
     )
     check_memory(
+        sizes["val_bytes"],
+        f"experiment {experiment!r}: validating on train.val_samples {train.val_samples} "
+        f"at train.max_length {train.max_length} with {shape}",
+        memory,
+    )
+    check_memory(
         sizes["eval_bytes"],
-        f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} "
-        f"at eval.lengths up to {max(eval_spec['lengths'])} with {shape}",
+        f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} in batches of "
+        f"eval.batch_size {eval_spec['batch_size']} at eval.lengths up to {max(eval_spec['lengths'])} with {shape}",
         memory,
     )
     if sizes["operations"] > MAX_OPERATIONS:

@@ -181,6 +181,8 @@ def evaluate_lengths(
         raise StatetrackError(f"lengths must be a non-empty list of integers, got {limits.shown(lengths)}")
     for length in lengths:
         task.check_length(length)
+    held = min(samples, batch_size)  # one batch is held at a time
+    limits.check_tokens(held, max(lengths), f"evaluating samples {samples} in batches of batch_size")
     model.eval()
     results = LengthScores()
     diagnostics.drain(model)  # nothing recorded before this call counts

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from statetrack import diagnostics
+from statetrack import diagnostics, limits
 from statetrack.errors import StatetrackError
 from statetrack.paths import open_for_write
 from statetrack.schema import TrainConfig, parse_device  # the training settings are a section of the spec schema
@@ -221,6 +221,8 @@ class Trainer:
     ):
         config = TrainConfig(**config.model_dump())  # checked again: a caller may have changed a setting since
         self.plan, self.tasks = config.stages(), curriculum_tasks(task, config)  # one stage without a curriculum
+        # the validation batch, held whole (`statetrack run` sized it with the model already: limits.run_sizes)
+        limits.check_tokens(config.val_samples, config.max_length, "train.val_samples")
         self.model, self.task, self.config = model, task, config
         self.device = resolve_device(config.device)
         self.model.to(self.device)
