@@ -276,3 +276,34 @@ def test_a_checkpoint_of_another_format_is_statetracks_one_line_without_torchs_w
     code, _, err = run_cli(capsys, "analyze", "spectrum", RUN_ID)
     _no_traceback(code, err)
     assert err.strip().splitlines() == [err.strip()] and "cannot be read" in err, err
+
+
+@pytest.mark.parametrize("argv", [["run", "exp.yaml", "--dry-run"], ["run", "exp.yaml", "--no-progress"]])
+def test_a_spec_file_the_user_cannot_read_is_one_line(spec, argv):
+    """As an unprivileged user (root reads anyway): the file's mode says no, in statetrack's one line."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root ignores file modes; needs setpriv")
+    folder = Path(tempfile.mkdtemp())
+    try:
+        folder.chmod(0o755)
+        (folder / "home").mkdir(mode=0o777)
+        (folder / "home").chmod(0o777)
+        (folder / "exp.yaml").write_text(spec.read_text())
+        (folder / "exp.yaml").chmod(0o000)
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        env = {**os.environ, "HOME": str(folder / "home"), "MPLCONFIGDIR": str(folder / "home")}
+        probe = subprocess.run(prefix + [sys.executable, "-c", "import statetrack.cli"], capture_output=True, cwd=folder, env=env)
+        if probe.returncode != 0:
+            pytest.skip("the unprivileged user cannot import this checkout")
+        done = subprocess.run(prefix + [sys.executable, "-m", "statetrack.cli", *argv],
+                              capture_output=True, text=True, cwd=folder, timeout=120, env=env)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip().splitlines() == ["statetrack: error: cannot read experiment file 'exp.yaml': Permission denied"], done.stderr
+        assert sorted(p.name for p in folder.iterdir()) == ["exp.yaml", "home"]  # no results folder
+    finally:
+        shutil.rmtree(folder)
