@@ -61,7 +61,7 @@ def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that
         train = scored.train_length
         for verdict in scored.verdicts:
             claim = verdict["claim"]
-            if verdict["verdict"] not in (PASS, FAIL) or claim["fit"] <= 0 or claim["measure"].startswith("metric:"):
+            if verdict["verdict"] not in (PASS, FAIL) or claim["fit"] <= 0 or claim["measure"].startswith(("metric:", "check:")):
                 continue
             for result in verdict["results"]:
                 if result["holds"] is None:  # undecided entries leave a claim ✗ only when another entry fails

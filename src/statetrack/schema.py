@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import SkipJsonSchema
 
+from statetrack.analysis.checks import CHECKS
 from statetrack.errors import StatetrackError
 from statetrack.limits import MAX_FLOAT, MAX_INT
 from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN, check_name
@@ -260,11 +261,19 @@ Measure = Annotated[
     _value(
         lambda v: (
             v
-            if v in MEASURES or (isinstance(v, str) and v.startswith("metric:") and len(v) > len("metric:"))
+            if v in MEASURES
+            or (isinstance(v, str) and v.startswith("metric:") and len(v) > len("metric:"))
+            or (isinstance(v, str) and v.removeprefix("check:") in CHECKS and v.startswith("check:"))
             else REFUSED
         ),
-        f"one of: {', '.join(MEASURES)}, or metric:NAME for a metric the runs report (e.g. metric:tv_distance)",
-        {"anyOf": [{"enum": list(MEASURES)}, {"type": "string", "pattern": "^metric:.+"}]},
+        f"one of: {', '.join(MEASURES)}, metric:NAME for a metric the runs report (e.g. metric:tv_distance), "
+        f"or check:NAME for a figure computed without training ({', '.join(sorted(CHECKS))})",
+        {
+            "anyOf": [
+                {"enum": list(MEASURES) + [f"check:{name}" for name in sorted(CHECKS)]},
+                {"type": "string", "pattern": "^metric:.+"},
+            ]
+        },
     ),
 ]
 
@@ -652,7 +661,11 @@ class Claim(Section):
     dataset_size: Annotated[int, integer(1)] | None = Field(
         default=None, description="runs on a fixed training set of this size"
     )
-    measure: Measure | None = Field(default=None, description="what is measured (default: paper.measure)")
+    measure: Measure | None = Field(
+        default=None,
+        description="what is measured (default: paper.measure); check:NAME reads a figure the library computes "
+        "without training (statetrack.analysis.checks) in place of the runs",
+    )
     lengths: LengthRange | None = Field(
         default=None, description="one test length or [shortest, longest] (default: paper.lengths)"
     )
@@ -678,6 +691,10 @@ class Claim(Section):
         for scale in self.scale or []:
             if scale not in SCALES:
                 raise _rule(f"unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
+        if (self.measure or "").startswith("check:"):
+            runs_only = sorted({"task", "dataset_size", "lengths", "seeds", "fit"} & self.model_fields_set)
+            if runs_only:
+                raise _rule(f"a check ({self.measure}) reads no runs; leave out {', '.join(runs_only)}")
         return self
 
 
@@ -688,7 +705,8 @@ class Paper(Section):
     metric: str = Field(default="", description="what the paper's figures are, in words")
     measure: Measure = Field(
         default="scaled",
-        description="what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME",
+        description="what the measured figure beside them is: scaled, sequence, extrapolation or metric:NAME "
+        "(a claim may also read check:NAME)",
     )
     lengths: LengthRange | None = Field(
         default=None, description="the test lengths the measured figure averages over (default: all)"
@@ -717,10 +735,14 @@ class Paper(Section):
 
     @model_validator(mode="after")
     def _beats_compares_accuracies(self):
+        if self.measure.startswith("check:"):
+            raise _rule("measure: a check (check:NAME) is one figure, not one per model; name it in a claim's measure")
         for i, claim in enumerate(self.claims):
-            if claim.beats is not None and (claim.measure or self.measure).startswith("metric:"):
+            measure = claim.measure or self.measure
+            if claim.beats is not None and measure.startswith(("metric:", "check:")):
                 raise _rule(
-                    f"claims[{i}]: beats compares accuracies (higher is better); with a metric give at_least or below"
+                    f"claims[{i}]: beats compares accuracies (higher is better); with a metric or a check give "
+                    "at_least or below"
                 )
         return self
 

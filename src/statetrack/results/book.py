@@ -40,7 +40,15 @@ from statetrack.results.report import (
     table_rows,
     verdict_line,
 )
-from statetrack.results.scoring import NOT_MEASURED, VERDICTS, Scored, fit_table, learning_runs, score
+from statetrack.results.scoring import (
+    NOT_MEASURED,
+    VERDICTS,
+    Scored,
+    check_verdict,
+    fit_table,
+    learning_runs,
+    score,
+)
 from statetrack.schema import SCALES, TrainConfig
 
 BOOK_DIR = Path("docs")
@@ -374,7 +382,7 @@ def _selection_text(summary: list[dict]) -> str:
 
 def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]], dict]:
     """Every claim of every shipped experiment at `scale`: experiment, claim, test, measured, verdict;
-    and the count of each verdict."""
+    and the count of each verdict. A claim on a check is decided at a scale without a snapshot too."""
     header = ["experiment", "claim", "test", "measured", "verdict"]
     body, counts = [], {v: 0 for v in VERDICTS}
     for name in shipped_specs():
@@ -383,7 +391,9 @@ def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]]
             raw = spec_paper(name, scale)
             paper = paper_of({"name": name, "paper": raw}) if raw else None
             verdicts = [
-                {
+                check_verdict(c)  # a check reads no runs: it is computed with or without a snapshot
+                if c["measure"].startswith("check:") and (not c["scales"] or scale in c["scales"])
+                else {
                     "claim": c,
                     "verdict": NOT_MEASURED,
                     "results": [],

@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+from statetrack.analysis.checks import get_check
 from statetrack.errors import StatetrackError
 from statetrack.paths import under, write_text
 from statetrack.results.plots import (
@@ -396,6 +397,9 @@ def _seed_range(figures: list[float], measure: str) -> str:
 
 def claim_test(claim: dict) -> str:
     """A claim's test in words: "scaled acc. at each length in 40..256 >= 0.9, in most seeds"."""
+    if claim["measure"].startswith("check:"):  # one figure computed without training: say what it is
+        measures = get_check(claim["measure"].removeprefix("check:")).measures
+        return f"{measures} {OPERATORS[claim['test']]} {claim['bound']:g} (computed without training)"
     name = MEASURE_SHORT.get(claim["measure"], claim["measure"].removeprefix("metric:").replace("_", " "))
     lengths = claim["lengths"]
     if claim["measure"] == "extrapolation":
@@ -433,6 +437,8 @@ def claim_measured(verdict: dict) -> str:
         )
         if r["value"] is None and r["reason"]:
             value = r["reason"]
+        elif claim["measure"].startswith("check:"):
+            value = f"computed: {r['value']:.4g}"
         else:
             value = f"{r['passed']} of {r['of']} seeds, {_figure(r['value'], claim['measure'])}"
             if claim["test"] == "beats":

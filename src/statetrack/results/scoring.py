@@ -35,6 +35,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+from statetrack.analysis.checks import check_value
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import covers, paper_of
 from statetrack.labels import split_variant_label, variant_label
@@ -691,7 +692,8 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
     what it names that the plan does not run was left out by the run's overrides (`left_out`), else
     "not run at this scale" when it names a scale, model or task the plan does not run, else
     "not measured" when something is missing or unmeasured, else "inconclusive" when the gate left
-    the seed rule undecided, else ✓."""
+    the seed rule undecided, else ✓. A claim on a check (`measure: check:NAME`) reads no runs: its
+    scale decides whether it is tested, then `check_verdict`."""
     out = []
     for claim in paper["claims"]:
         results, missing, reason = [], [], ""
@@ -706,6 +708,9 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
                     "reason": f"a claim of the {' and '.join(claim['scales'])} scale",
                 }
             )
+            continue
+        if claim["measure"].startswith("check:"):
+            out.append(check_verdict(claim))
             continue
         models = [m for m in claim["models"] if _planned("model", m, planned)]
         tasks = None if claim["tasks"] is None else [t for t in claim["tasks"] if _planned("task", t, planned)]
@@ -825,6 +830,37 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
             }
         )
     return out
+
+
+def check_verdict(claim: dict) -> dict:
+    """The verdict of a claim on a check (`measure: check:NAME`, `statetrack.analysis.checks`): the
+    check's figure, computed here without training, against the claim's bound; ✓ or ✗, whatever the
+    runs. Its one result has the figure as `value`, no seeds (`of` 1) and the claim's models as `model`."""
+    value = check_value(claim["measure"].removeprefix("check:"))
+    holds = _passes(claim["test"], value, claim["bound"])
+    result: dict = {
+        "task": "",
+        "model": ", ".join(claim["models"]),
+        "dataset_size": None,
+        "value": value,
+        "rival": None,
+        "seeds": {},
+        "passed": int(holds),
+        "of": 1,
+        "holds": holds,
+        "reason": None,
+        "unfit": {},
+        "train_length": None,
+        "inconclusive": False,
+    }
+    return {
+        "claim": claim,
+        "verdict": PASS if holds else FAIL,
+        "results": [result],
+        "missing": [],
+        "unplanned": [],
+        "reason": "",
+    }
 
 
 def _trained_entry(entry: dict, summary: list[dict], variant: str | None = None) -> dict:
