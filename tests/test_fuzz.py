@@ -6,11 +6,17 @@ Each property runs twice: a quick profile (fixed examples, in `make test`) and a
 `fuzz` marker (`make test-fuzz`; FUZZ_EXAMPLES per property, default 2000, new examples each time).
 The links property plants a symbolic link at each path a command writes in a results folder and
 checks that the file or folder it points to outside is never written.
+The outputs property plants a folder, a FIFO or a read-only file there instead: refused in one line
+with nothing written before it, or written; never a hang. The options property gives the validated
+options any value (paths to existing things of every kind among them), and the sizes property any
+size under a small available memory (`limits.available_memory` patched).
 Nothing here trains but the links property's one two-step run: overrides are checked the way `run` checks them before its first run
 (`load_spec` and `expand`), and CLI invocations are ones that stop before training.
 """
 
+import contextlib
 import os
+import signal
 import string
 
 import pytest
@@ -211,3 +217,174 @@ def a_damaged_row_is_skipped_or_refused_in_one_line(tmp_path_factory, capsys, co
 
 test_damaged_quick, test_damaged_long = profiles(
     (COLUMNS, st.one_of(VALUES, TEXT), STORE_READERS), a_damaged_row_is_skipped_or_refused_in_one_line, quick=30)
+
+
+@contextlib.contextmanager
+def no_hang(seconds: int = 120):
+    """A command that blocks (opening a FIFO to write, say) fails the property instead of hanging it."""
+
+    def hung(*_):
+        raise AssertionError(f"no answer in {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _snapshot(folder) -> dict:
+    """Every path under `folder`: its kind, and a regular file's bytes and modification time."""
+    import hashlib
+    import stat
+
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        mode = path.lstat().st_mode
+        if stat.S_ISREG(mode):
+            out[str(path)] = (hashlib.sha256(path.read_bytes()).hexdigest(), path.lstat().st_mtime_ns)
+        else:
+            out[str(path)] = stat.S_IFMT(mode)
+    return out
+
+
+# output paths: a folder, a FIFO or a read-only file where a command writes, in a copy of a finished experiment
+OUTPUTS = st.sampled_from(["tiny/report.md", "tiny/report.html", "tiny/accuracy_vs_length.png", "tiny/training_curves.png",
+                           "tiny/csv/evals.csv", "tiny/csv/runs.csv", "tiny/csv/curves.csv", "index.html", "index.md",
+                           "statetrack.db", "statetrack.db-wal", "statetrack.db-shm", "statetrack.db-journal"])
+WRITERS = st.sampled_from([["report", "tiny"], ["report", "--all"], ["export", "csv", "tiny"], ["results", "tiny"],
+                           ["run", "demo", "--name", "tiny", "--no-progress", "--workers", "1", "train.steps=2", "seeds=[0]",
+                            "eval.lengths=[4, 8]", "eval.samples=8"]])
+THINGS = st.sampled_from(["folder", "fifo", "read-only file"])
+
+
+def a_bad_output_path_is_refused_before_anything_is_written(trained_results, tmp_path_factory, capsys, monkeypatch,
+                                                            output, argv, thing):
+    import shutil
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a run of a finished experiment started training")
+
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", no_training)
+    results = tmp_path_factory.mktemp("outputs") / "r"
+    shutil.copytree(trained_results, results, symlinks=True)
+    path = results / output
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if thing == "folder":
+        path.mkdir()
+    elif thing == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text("")
+        path.chmod(0o444)
+    before = _snapshot(results)
+    with no_hang():
+        code, _, err = run_cli(capsys, *argv, "--results-dir", str(results))
+    assert "Traceback" not in err, (output, argv, thing, err)
+    assert code in (0, 2), (output, argv, thing, code, err)
+    if code == 2:
+        errors = [line for line in err.strip().splitlines() if not line.startswith("statetrack: warning: ")]
+        assert len(errors) == 1 and errors[0].startswith("statetrack: error: "), (output, argv, thing, err)
+        assert _snapshot(results) == before, (output, argv, thing, "a partial write")  # nothing written before it
+
+
+test_outputs_quick, test_outputs_long = profiles(
+    (OUTPUTS, WRITERS, THINGS), a_bad_output_path_is_refused_before_anything_is_written, quick=25)
+
+
+# options: any value of the options that are validated, including paths to existing things of every kind
+OPTIONS = st.sampled_from([
+    ["experiments", "--book-dir", "{value}"],
+    ["construct", "parity", "--lengths", "5", "--samples", "4", "--normalize-every", "{value}"],
+    ["construct", "modadd", "m=3", "--lengths", "5", "--samples", "{value}"],
+    ["tasks", "export", "parity", "--lengths", "5", "--samples", "4", "--out", "{value}"],
+    ["tasks", "export", "parity", "--lengths", "5", "--samples", "{value}", "--out", "{tmp}/out"],
+    ["run", "demo", "--dry-run", "--workers", "{value}", "--results-dir", "{tmp}/r"],
+    ["run", "demo", "--dry-run", "--device", "{value}", "--results-dir", "{tmp}/r"],
+    ["run", "demo", "--dry-run", "--gpus-per-run", "{value}", "--results-dir", "{tmp}/r"],
+    ["run", "demo", "--dry-run", "--store", "{value}", "--results-dir", "{tmp}/r"],
+    ["report", "--all", "--results-dir", "{value}"],
+    ["results", "demo", "--store", "{value}"],
+    ["export", "csv", "demo", "--out", "{value}", "--results-dir", "{tmp}/r"],
+    ["models", "lstm", "--params", "{value}"],
+    ["models", "lstm", "--width", "{value}"],
+    ["tasks", "show", "parity", "--lengths", "{value}", "--count", "2"],
+])
+PLACES = st.sampled_from(["{tmp}/file", "{tmp}/folder", "{tmp}/fifo", "{tmp}/missing", "{tmp}/missing/deeper", "{tmp}/db",
+                          "/dev/null", "", "-1", "0", "1e400", "nan"])
+
+
+def an_option_is_validated_in_one_line(tmp_path_factory, capsys, argv, value):
+    import sqlite3
+
+    tmp = tmp_path_factory.mktemp("options")
+    (tmp / "file").write_text("x")
+    (tmp / "folder").mkdir()
+    os.mkfifo(tmp / "fifo")
+    sqlite3.connect(tmp / "db").execute("CREATE TABLE t (x)").connection.close()
+    outside = set(os.listdir(tmp.parent))
+    filled = [part.replace("{value}", value).replace("{tmp}", str(tmp)) for part in argv]
+    with no_hang():
+        code, _, err = run_cli(capsys, *filled)
+    assert "Traceback" not in err, (filled, err)
+    assert code in (0, 2), (filled, code, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("statetrack: error: "), (filled, err)
+    assert set(os.listdir(tmp.parent)) - outside <= {tmp.name}, filled
+    assert stat_kind(tmp / "fifo") == "fifo" and (tmp / "file").read_text() == "x", filled
+
+
+def stat_kind(path) -> str:
+    import stat
+
+    return "fifo" if stat.S_ISFIFO(path.lstat().st_mode) else "other"
+
+
+test_options_quick, test_options_long = profiles(
+    (OPTIONS, st.one_of(PLACES, INTS)), an_option_is_validated_in_one_line, quick=40)
+
+
+# sizes against memory: any size under a small memory, refused in one line before anything is allocated
+SIZED_KEYS = st.sampled_from(["train.dataset_size", "train.val_samples", "eval.samples", "eval.batch_size",
+                              "train.batch_size", "train.max_length", "eval.lengths", "model_defaults.d_model",
+                              "model_defaults.num_layers"])
+SIZES = st.one_of(st.integers(1, 10**12), st.sampled_from([2**31, 2**40, 10**9, 10**15]))
+MEMORY = st.integers(2**20, 2**28)  # at most 256 MiB: what is accepted stays small enough to build here
+SIZED_COMMANDS = st.sampled_from([
+    ["construct", "modadd", "m={size}", "--lengths", "5", "--samples", "4"],
+    ["construct", "fsm", "states={size}", "--lengths", "5", "--samples", "4", "--structure", "full"],
+    ["models", "lstm", "--params", "{size}"],
+    ["tasks", "show", "parity", "--lengths", "{size}", "--count", "2"],
+    ["analyze", "shortcut", "group=S5", "--samples", "{size}"],
+])
+
+
+def a_size_is_checked_against_memory_before_anything_is_allocated(monkeypatch, capsys, key, size, memory, argv):
+    from statetrack import limits
+
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: memory)
+    value = f"[{size}]" if key == "eval.lengths" else str(size)
+    try:
+        expand(load_spec("demo", overrides=[f"{key}={value}"]))
+    except StatetrackError as error:
+        assert "\n" not in str(error)
+    filled = [part.replace("{size}", str(size)) for part in argv]
+    with no_hang(300):
+        code, _, err = run_cli(capsys, *filled)
+    assert "Traceback" not in err and "MemoryError" not in err, (filled, memory, err)
+    assert code in (0, 2), (filled, memory, code, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("statetrack: error: "), (filled, err)
+
+
+test_sizes_quick, test_sizes_long = profiles(
+    (SIZED_KEYS, SIZES, MEMORY, SIZED_COMMANDS), a_size_is_checked_against_memory_before_anything_is_allocated, quick=30)

@@ -405,3 +405,17 @@ def test_a_new_store_still_opens_beside_its_wal_file(tmp_path):
     holder.rollback()
     holder.close()
     assert Store(tmp_path / "copy" / "s.db", read_only=True).plan("x")["spec"] == {"name": "x"}
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["write", "read-only"])
+@pytest.mark.parametrize("end", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("kind", ["a FIFO", "a folder"])
+def test_a_fifo_or_a_folder_where_sqlite_keeps_a_companion_file_is_one_line(tmp_path, read_only, end, kind):
+    """SQLite would block opening a FIFO there (a hang) or fail on a folder (a 'disk I/O error')."""
+    import os
+
+    Store(tmp_path / "s.db").set_plan("x", {"name": "x"}, [])
+    companion = tmp_path / f"s.db{end}"
+    os.mkfifo(companion) if kind == "a FIFO" else companion.mkdir()
+    with pytest.raises(StatetrackError, match=f"{companion} \\(where SQLite keeps its {end[1:]} file\\) is {kind}, not a file"):
+        Store(tmp_path / "s.db", read_only=read_only)

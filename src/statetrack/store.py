@@ -218,6 +218,15 @@ def decode_plan(spec_text, runs_text) -> tuple[dict, list[dict]]:
 BUSY_SECONDS = 60  # how long a command waits for another process's write to the store
 
 
+def _kind(mode: int) -> str:
+    """What a path that is not a regular file is, for an error message."""
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+
+
 class StoreDamaged(UserWarning):
     """Rows of the store that do not decode, skipped (the message names their runs)."""
 
@@ -307,22 +316,24 @@ class Store:
         beside it: read-only (immutable while no writer is active), so another application's
         database stays byte-for-byte as it was. A missing or empty file is a new store; only a file
         stamped with this schema version is an existing one."""
+        for end in ("-wal", "-shm", "-journal"):  # SQLite would block opening a FIFO there, or fail on a folder
+            companion = self.path.with_name(self.path.name + end)
+            try:
+                mode = os.stat(companion).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise StatetrackError(
+                    f"results store {self.path}: {companion} (where SQLite keeps its {end[1:]} file) is "
+                    f"{_kind(mode)}, not a file; remove it"
+                )
         try:
             mode = os.stat(self.path).st_mode
         except FileNotFoundError:
             return
         if not stat.S_ISREG(mode):  # a FIFO would block the read below, a device (/dev/null) read as an empty file
-            kind = (
-                "a folder"
-                if stat.S_ISDIR(mode)
-                else "a FIFO"
-                if stat.S_ISFIFO(mode)
-                else "a device"
-                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "not a file"
-            )
             raise StatetrackError(
-                f"results store {self.path} is {kind}, not a file; pass --store FILE or --results-dir DIR"
+                f"results store {self.path} is {_kind(mode)}, not a file; pass --store FILE or --results-dir DIR"
             )
         with open(self.path, "rb") as file:
             header = file.read(100)
