@@ -320,10 +320,11 @@ PLACES = st.sampled_from(["{tmp}/file", "{tmp}/folder", "{tmp}/fifo", "{tmp}/mis
                           "/dev/null", "", "-1", "0", "1e400", "nan"])
 
 
-def an_option_is_validated_in_one_line(tmp_path_factory, capsys, argv, value):
+def an_option_is_validated_in_one_line(tmp_path_factory, capsys, monkeypatch, argv, value):
     import sqlite3
 
     tmp = tmp_path_factory.mktemp("options")
+    monkeypatch.chdir(tmp)  # a relative value (--out 735320) is a path in here
     (tmp / "file").write_text("x")
     (tmp / "folder").mkdir()
     os.mkfifo(tmp / "fifo")
