@@ -178,6 +178,15 @@ def _store_with_a_result(tmp_path) -> Path:
     return path
 
 
+def _damaged(path, damage: str) -> Store:
+    """The store at `path` after the SQL `damage`, opened to read."""
+    db = sqlite3.connect(path)
+    db.execute(damage)
+    db.commit()
+    db.close()
+    return Store(path, read_only=True)
+
+
 @pytest.mark.parametrize("damage, what", [
     ("UPDATE runs SET config = 'not json' WHERE id = 'aaaaaaaaaaaaaaaa'", "configuration"),
     ("UPDATE evals SET accuracy = 'high' WHERE run_id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
@@ -194,12 +203,7 @@ def _store_with_a_result(tmp_path) -> Path:
     ("UPDATE evals SET sequence_accuracy = 'all' WHERE run_id = 'aaaaaaaaaaaaaaaa'", "evaluation"),
 ])
 def test_rows_that_do_not_decode_are_skipped_and_named(tmp_path, damage, what):
-    path = _store_with_a_result(tmp_path)
-    db = sqlite3.connect(path)
-    db.execute(damage)
-    db.commit()
-    db.close()
-    store = Store(path, read_only=True)
+    store = _damaged(_store_with_a_result(tmp_path), damage)
     with pytest.warns(StoreDamaged, match=f"skipped 1 run.s. whose {what} is damaged .aaaaaaaaaaaaaaaa.") as caught:
         rows = store.results("demo") if what == "evaluation" else store.runs("demo")
     assert len(caught) == 1 and [r.get("run_id", r.get("id")) for r in rows] == ["b" * 16]
@@ -222,11 +226,7 @@ def test_damaged_rows_of_a_run_are_skipped_and_the_rest_read(tmp_path, damage, r
     store.finish_run(run_id, [{"length": n, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 4,
                                "position_accuracy": [1.0], "traces": [{"x": 1}]} for n in (8, 16)],
                      [{"step": s, "loss": 0.5, "accuracy": 0.5} for s in (1, 2)], 2, 100, 0.0, 0.0)
-    db = sqlite3.connect(tmp_path / "s.db")
-    db.execute(damage)
-    db.commit()
-    db.close()
-    store = Store(tmp_path / "s.db", read_only=True)
+    store = _damaged(tmp_path / "s.db", damage)
     with pytest.warns(StoreDamaged, match=f"skipped the damaged {what} rows of 1 run.s. .{run_id}.") as caught:
         rows = getattr(store, reader)(run_id)
         getattr(store, reader)(run_id)  # a second read: the same damage is reported once
@@ -242,12 +242,7 @@ def test_damaged_rows_of_a_run_are_skipped_and_the_rest_read(tmp_path, damage, r
     ("UPDATE plans SET scale = X'0102'", "its scale is not a name"),
 ])
 def test_a_damaged_plan_is_skipped_and_named(tmp_path, damage, problem):
-    path = _store_with_a_result(tmp_path)
-    db = sqlite3.connect(path)
-    db.execute(damage)
-    db.commit()
-    db.close()
-    store = Store(path, read_only=True)
+    store = _damaged(_store_with_a_result(tmp_path), damage)
     with pytest.warns(StoreDamaged, match=f"skipped the plan of experiment 'demo': {problem}"):
         assert store.plan("demo") is None
     assert store.skipped_plans == {"demo"}
