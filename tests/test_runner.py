@@ -261,14 +261,15 @@ def test_the_quick_scale_stops_a_run_once_it_fits_unless_the_spec_says_otherwise
     reaches STOP_FIT, read on the spec's fit measure (sequence accuracy where its claims read it);
     a spec, a task, a model or an override that sets early_stop_fit keeps its own (null: off); the
     paper scale trains every step as its paper does."""
-    from statetrack.schema import STOP_FIT
+    from statetrack.schema import STOP_FIT, STOP_LOSS
 
     base = ("task: {name: parity}\nmodels: [{name: lstm}]\nmodel_defaults: {d_model: 8}\nlrs: [1.0e-3]\n"
             "seeds: [0]\ntrain: {steps: 100, max_length: 12}\neval: {lengths: [12]}\nscales: {paper: {}}\n")
     path = tmp_path / "stop.yaml"
     path.write_text(base)
     (run,) = expand(load_spec(str(path)))
-    assert run.train["early_stop_fit"] == STOP_FIT and "early_stop_measure" not in run.train
+    assert run.train["early_stop_fit"] == STOP_FIT and run.train["early_stop_fit_loss"] == STOP_LOSS
+    assert "early_stop_measure" not in run.train
     (paper,) = expand(load_spec(str(path), "paper"))
     assert "early_stop_fit" not in paper.train
     (off,) = expand(load_spec(str(path), overrides=["train.early_stop_fit=null"]))

@@ -67,6 +67,21 @@ def test_early_stop_fit_stops_once_the_held_out_figure_at_the_longest_length_rea
     assert not full.stopped_early and full.step == 1500 and not seen  # no rule: no validation at all
 
 
+@pytest.mark.parametrize("fit_loss, stops", [(None, True), (0.1, True), (1e-3, False)])
+def test_early_stop_fit_loss_waits_for_the_held_out_loss_to_converge(fit_loss, stops, monkeypatch):
+    """With early_stop_fit_loss, a run whose held-out figure is at early_stop_fit stops only once its
+    held-out loss is below that too: right at every example is not yet converged."""
+    from statetrack.training import train as train_module
+
+    figures = {"loss": 0.01, "accuracy": 1.0, "scaled": 1.0, "sequence": 1.0}
+    monkeypatch.setattr(train_module.Trainer, "_validation", lambda self: figures)
+    task = make_task("parity")
+    config = TrainConfig(steps=40, max_length=6, early_stop_loss=None, early_stop_fit=0.99, early_stop_fit_loss=fit_loss,
+                         val_every=10, device="cpu")
+    trainer = Trainer(make({"name": "lstm", "d_model": 4}, task), task, config, progress=False).fit()
+    assert (trainer.stopped_early, trainer.step) == ((True, 10) if stops else (False, 40))
+
+
 def test_the_validation_counts_as_evaluation_counts():
     """The trainer's validation figures are evaluation's on the same examples: one counting rule."""
     from statetrack.training.evaluate import count_right, scaled_accuracy

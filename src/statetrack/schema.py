@@ -48,6 +48,10 @@ FIT_THRESHOLD = 0.9  # the in-distribution figure a model must reach before its 
 # (train.early_stop_fit): above every fit gate, so a run that stopped is fitted with a margin, and the
 # budget a fitted run leaves is what lets the unfitted ones train longer.
 STOP_FIT = 0.99
+# ... and once its held-out loss there is below this (train.early_stop_fit_loss): converged, not only
+# right. Stopping at the first validation at STOP_FIT alone cut extrapolation short (DeltaProduct on S3
+# at 4x the training length, bilinear models at 50x), which converging first does not.
+STOP_LOSS = 1e-3
 FIT_MEASURES = ("scaled", "sequence")  # what train.early_stop_fit reads
 CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
 # The evaluation settings every run's id holds; `variants` and `traces` are part of it only where given.
@@ -458,6 +462,12 @@ class Train(Section):
         description="stop once the run fits its training lengths: the validation figure at max_length "
         "(early_stop_measure, on held-out examples) reaches this (null: no such rule; the quick scale's default "
         "is STOP_FIT)",
+    )
+    early_stop_fit_loss: Annotated[float, number(0)] | None = Field(
+        default=None,
+        description="with early_stop_fit: the validation loss at max_length must also be below this, so that a run "
+        "stops once it has converged on its training lengths, not at the first validation that gets them right "
+        "(null: the figure alone decides; the quick scale's default is STOP_LOSS)",
     )
     early_stop_measure: Annotated[str, choice(FIT_MEASURES)] = Field(
         default=FIT_MEASURES[0],

@@ -35,6 +35,7 @@ from statetrack.schema import (
     MODEL_SETTINGS,
     SCALES,
     STOP_FIT,
+    STOP_LOSS,
     TASK_SETTINGS,
     TOP_LEVEL,
     Paper,
@@ -191,10 +192,11 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: Sequence[str] 
 
 
 def stop_when_fit(spec: dict) -> dict:
-    """The spec's `train:` with the quick scale's rule to stop a run once it fits its training
-    lengths (`early_stop_fit: STOP_FIT`, unless the spec sets early_stop_fit itself; null turns it
-    off), read on the measure the spec's fit gate reads (sequence accuracy where its claims measure
-    it, else scaled accuracy). A fitted run then leaves its budget to the runs still learning."""
+    """The spec's `train:` with the quick scale's rule to stop a run once it has fit, and converged
+    on, its training lengths (`early_stop_fit: STOP_FIT` with `early_stop_fit_loss: STOP_LOSS`,
+    unless the spec sets early_stop_fit itself; null turns it off), the figure read on the measure
+    the spec's fit gate reads (sequence accuracy where its claims measure it, else scaled accuracy).
+    A fitted run then leaves its budget to the runs still learning."""
     train = spec.get("train")
     train = dict(train) if isinstance(train, dict) else {}
     if "early_stop_fit" in train:
@@ -203,7 +205,12 @@ def stop_when_fit(spec: dict) -> dict:
     selection = spec["selection"] if isinstance(spec.get("selection"), dict) else {}
     measure = paper.get("measure", "scaled")
     sequence = measure == "sequence" or (measure == "extrapolation" and selection.get("metric") == "sequence_accuracy")
-    return {**train, "early_stop_fit": STOP_FIT, **({"early_stop_measure": "sequence"} if sequence else {})}
+    return {
+        **train,
+        "early_stop_fit": STOP_FIT,
+        "early_stop_fit_loss": STOP_LOSS,
+        **({"early_stop_measure": "sequence"} if sequence else {}),
+    }
 
 
 def spec_names(specs: list[dict]) -> tuple[set[str], set[str]]:

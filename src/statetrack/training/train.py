@@ -394,13 +394,15 @@ class Trainer:
 
     def _fits(self, validation: dict[str, float]) -> bool:
         """Whether a validation says to stop: the loss below `early_stop_loss`, the accuracy at
-        `early_stop_accuracy`, or the figure of `early_stop_measure` at `early_stop_fit` (the run has
-        fit its training lengths)."""
+        `early_stop_accuracy`, or the figure of `early_stop_measure` at `early_stop_fit` with the loss
+        below `early_stop_fit_loss` where that is set (the run has fit, and converged on, its training
+        lengths)."""
         c = self.config
+        converged = c.early_stop_fit_loss is None or validation["loss"] < c.early_stop_fit_loss
         return (
             (c.early_stop_loss is not None and validation["loss"] < c.early_stop_loss)
             or (c.early_stop_accuracy is not None and validation["accuracy"] >= c.early_stop_accuracy)
-            or (c.early_stop_fit is not None and validation[c.early_stop_measure] >= c.early_stop_fit)
+            or (c.early_stop_fit is not None and validation[c.early_stop_measure] >= c.early_stop_fit and converged)
         )
 
     def fit(self) -> Trainer:
