@@ -16,8 +16,10 @@ Nothing here trains but the links property's one two-step run: overrides are che
 
 import contextlib
 import os
+import shutil
 import signal
 import string
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -149,22 +151,28 @@ READERS = st.sampled_from([["report", "tiny"], ["report", "--all"], ["export", "
 TARGETS = st.sampled_from(["file", "folder", "missing"])
 
 
-def a_link_in_the_results_folder_is_never_written_through(trained_results, tmp_path_factory, capsys, linked, argv, target):
-    import shutil
 
-    base = tmp_path_factory.mktemp("linked")
-    results = base / "r"
-    shutil.copytree(trained_results, results, symlinks=True)
-    outside = base / "outside"
-    outside.mkdir()
-    (outside / "keep.txt").write_text("keep")
-    aim = {"file": outside / "keep.txt", "folder": outside, "missing": outside / "new"}[target]
-    path = results / linked
+def _cleared(trained: Path, results: Path, relative: str) -> Path:
+    """A copy of the `trained` results folder at `results`, with nothing at `relative` under it
+    (its parent folder made): the path a property puts something at. Returns that path."""
+    shutil.copytree(trained, results, symlinks=True)
+    path = results / relative
     if path.is_dir():
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+def a_link_in_the_results_folder_is_never_written_through(trained_results, tmp_path_factory, capsys, linked, argv, target):
+
+    base = tmp_path_factory.mktemp("linked")
+    results = base / "r"
+    outside = base / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    aim = {"file": outside / "keep.txt", "folder": outside, "missing": outside / "new"}[target]
+    path = _cleared(trained_results, results, linked)
     path.symlink_to(aim)
     filled = list(argv)
     code, _, err = run_cli(capsys, *filled, "--results-dir", str(results))
@@ -262,20 +270,13 @@ THINGS = st.sampled_from(["folder", "fifo", "read-only file"])
 
 def a_bad_output_path_is_refused_before_anything_is_written(trained_results, tmp_path_factory, capsys, monkeypatch,
                                                             output, argv, thing):
-    import shutil
 
     def no_training(*args, **kwargs):
         raise AssertionError("a run of a finished experiment started training")
 
     monkeypatch.setattr("statetrack.experiments.runner.make_backend", no_training)
     results = tmp_path_factory.mktemp("outputs") / "r"
-    shutil.copytree(trained_results, results, symlinks=True)
-    path = results / output
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _cleared(trained_results, results, output)
     if thing == "folder":
         path.mkdir()
     elif thing == "fifo":
