@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from statetrack.analysis import checks
-from statetrack.analysis.checks import CHECKS, Check, burst_inputs, check_value, expected_memory, s4d_burst_accuracy
+from statetrack.analysis.checks import burst_inputs, expected_memory, s4d_burst_accuracy
+from statetrack.checks import CHECKS, Check, check_value
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of
 from statetrack.results.report import claim_measured, claim_test

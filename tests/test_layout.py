@@ -16,6 +16,7 @@ PACKAGE = Path(statetrack.__file__).parent
 RANK = {
     "errors": 0,
     "limits": 1, "paths": 1, "yamlio": 1, "diagnostics": 1, "plugins": 1, "allocator": 1, "labels": 1,
+    "checks": 1, "sqlite_header": 1,
     "ops": 2,
     "layers": 3,
     "tasks": 4,

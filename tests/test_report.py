@@ -349,7 +349,7 @@ def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
     ("Grazzi", "paper must be a mapping of settings, got 'Grazzi'"),
     ({"figures": {}}, "paper.source is required"),
     ({"source": "x", "table": 1}, "paper: unknown key 'table'; expected one of: source, metric, measure"),
-    ({"source": "x", "measure": "best"}, "paper.measure must be one of: scaled, sequence, extrapolation, or metric:NAME"),
+    ({"source": "x", "measure": "best"}, "paper.measure must be one of: scaled, sequence, extrapolation, metric:NAME"),
     ({"source": "x", "lengths": [256, 40]}, "paper.lengths must be a test length or [shortest, longest], got [256, 40]"),
     ({"source": "x", "figures": {"LSTM": [1]}}, "the figure of 'LSTM' must be a number or a short text"),
     ({"source": "x", "figures": {"GRU": 1.0}}, "paper.figures: unknown model 'GRU'; expected one of: DeltaNet [-1,1], LSTM"),
@@ -362,7 +362,7 @@ def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
      "paper.claims[0]: unknown model 'Mamba'; expected one of: DeltaNet [-1,1], LSTM"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "beats": "GRU"}]}, "paper.claims[0]: unknown model 'GRU'"),
     ({"source": "x", "measure": "metric:tv_distance", "claims": [{"text": "t", "model": "LSTM", "beats": "LSTM"}]},
-     "beats compares accuracies (higher is better); with a metric give at_least or below"),
+     "beats compares accuracies (higher is better); with a metric or a check give at_least or below"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "task": "parity", "below": 0.5}]},
      "paper.claims[0]: unknown task 'parity'; expected one of: modadd(m=3)"),
 ])

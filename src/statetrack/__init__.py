@@ -7,6 +7,7 @@ loaded, eval mode), task and configuration (statetrack.results.trained). All loa
 `import statetrack` stays light.
 """
 
+import statetrack.analysis.checks  # noqa: E402, F401  (registers the shipped checks; it imports nothing heavy)
 from statetrack.errors import StatetrackError
 
 __version__ = "0.1.0"

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 from pydantic.functional_validators import PlainValidator
 from pydantic.json_schema import SkipJsonSchema
 
-from statetrack.analysis.checks import CHECKS
+from statetrack.checks import CHECKS
 from statetrack.errors import StatetrackError
 from statetrack.limits import MAX_FLOAT, MAX_INT
 from statetrack.paths import ALLOWED_NAMES, NAME_MAX, NAME_PATTERN, check_name

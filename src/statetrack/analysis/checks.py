@@ -16,44 +16,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from statetrack.errors import StatetrackError
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check: its `name` (`measure: check:NAME`), what it `measures` in words, and `compute`,
-    which returns the figure (deterministic: fixed seeds, no training)."""
-
-    name: str
-    measures: str
-    compute: Callable[[], float]
-
-
-CHECKS: dict[str, Check] = {}
-
-
-def register_check(name: str, measures: str):
-    def register(compute: Callable[[], float]) -> Callable[[], float]:
-        CHECKS[name] = Check(name, " ".join(measures.split()), compute)
-        return compute
-
-    return register
-
-
-def get_check(name: str) -> Check:
-    if name not in CHECKS:
-        raise StatetrackError(f"unknown check {name!r}; expected one of: {', '.join(sorted(CHECKS))}")
-    return CHECKS[name]
-
-
-@functools.cache
-def check_value(name: str) -> float:
-    """The figure of check `name`, computed once per process (a check is deterministic)."""
-    return float(get_check(name).compute())
-
+from statetrack.checks import register_check
 
 # ---- Anonymous 2025, App. I: offset prediction by one complex S4D mode --------------------------
 BURSTS = (2, 3, 4, 8)  # the burst lengths n the construction is checked at

@@ -11,7 +11,7 @@ import re
 import time
 from pathlib import Path
 
-from statetrack.analysis.checks import get_check
+from statetrack.checks import get_check
 from statetrack.errors import StatetrackError
 from statetrack.paths import under, write_text
 from statetrack.results.plots import (

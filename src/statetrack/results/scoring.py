@@ -35,7 +35,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from statetrack.analysis.checks import check_value
+from statetrack.checks import check_value
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import covers, paper_of
 from statetrack.labels import split_variant_label, variant_label
