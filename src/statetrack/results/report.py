@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+import statistics
 import time
 from pathlib import Path
 
@@ -254,7 +255,7 @@ def fit_rows(fits: list[dict]) -> tuple[str, tuple[list[str], list[list[str]]]]:
             else f"{values[0]:.3f} at {f['length']}"
         )
         steps = sorted(f["steps"].values())
-        median = steps[len(steps) // 2] if len(steps) % 2 else (steps[len(steps) // 2 - 1] + steps[len(steps) // 2]) / 2
+        median = statistics.median(steps) if steps else 0
         body.append(
             [
                 f["task"] + (f" N={f['dataset_size']}" if f["dataset_size"] else ""),
