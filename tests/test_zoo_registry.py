@@ -234,3 +234,24 @@ def test_the_plain_stack_is_embedding_cell_readout_and_the_common_stack_stays_un
     assert any("norm" in name for name, _ in residual.named_parameters())
     with pytest.raises(StatetrackError, match="stack must be one of residual, plain, got 'flat'"):
         zoo.resolve({"name": "lstm", "stack": "flat"})
+
+
+def test_the_lstm_forget_bias_sets_the_forget_gate_and_nothing_else():
+    """`forget_bias: b` starts the LSTM's forget gate at sigma(b) (b_if = b, b_hf = 0, torch's gate order
+    i, f, g, o), leaves the other gates' biases as torch draws them, and is left out of a spec that does
+    not give it (so every run id without it stays the same); a non-number is a one-line error."""
+    import torch
+
+    assert "forget_bias" not in zoo.resolve("lstm")
+    torch.manual_seed(0)
+    plain = zoo.build_model({"name": "lstm", "d_model": 8}, vocab_size=3, num_classes=2)
+    torch.manual_seed(0)
+    biased = zoo.build_model({"name": "lstm", "d_model": 8, "forget_bias": 1.0}, vocab_size=3, num_classes=2)
+    before, after = plain.blocks[0].mixer.rnn, biased.blocks[0].mixer.rnn
+    assert torch.equal(after.bias_ih_l0[8:16], torch.ones(8)) and torch.equal(after.bias_hh_l0[8:16], torch.zeros(8))
+    for name in ("bias_ih_l0", "bias_hh_l0"):
+        for gate in (slice(0, 8), slice(16, 32)):
+            assert torch.equal(getattr(before, name)[gate], getattr(after, name)[gate])
+    assert not torch.equal(before.bias_ih_l0[8:16], after.bias_ih_l0[8:16])
+    with pytest.raises(StatetrackError, match="forget_bias must be a number"):
+        zoo.build_model({"name": "lstm", "d_model": 8, "forget_bias": "one"}, vocab_size=3, num_classes=2)

@@ -45,6 +45,21 @@ class LSTM(_TorchRNN):
         "none (torch.nn.LSTM: the forget-gate LSTM of Gers et al. 2000); "
         "a linear map back to d_model when hidden differs"
     )
+    unnamed_defaults = ("forget_bias",)  # left out of the resolved spec while None (run ids unchanged)
+
+    def __init__(self, d_model: int, hidden: int | None = None, forget_bias: float | None = None):
+        """`forget_bias`: when given, the forget gate's bias b_f starts at this value (torch keeps two
+        biases, b_if + b_hf: b_if is set to it and b_hf to 0), so that f_t = sigma(W_f [x_t, h_(t-1)] + b_f)
+        starts near sigma(b_f) and the cell keeps its memory from the first step (Gers et al. 2000;
+        Jozefowicz et al. 2015 recommend b_f = 1). None keeps torch's uniform initialisation."""
+        super().__init__(d_model, hidden)
+        if forget_bias is not None:
+            if not isinstance(forget_bias, (int, float)) or isinstance(forget_bias, bool) or forget_bias != forget_bias:
+                raise StatetrackError(f"lstm: forget_bias must be a number (e.g. 1.0), got {forget_bias!r}")
+            n = self.rnn.hidden_size
+            with torch.no_grad():  # torch orders the gates (i, f, g, o)
+                self.rnn.bias_ih_l0[n : 2 * n] = float(forget_bias)
+                self.rnn.bias_hh_l0[n : 2 * n] = 0.0
 
 
 @register_model("rnn", display="RNN")

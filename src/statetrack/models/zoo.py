@@ -77,6 +77,9 @@ def resolve(spec: dict | str) -> dict:
         )
     if spec["stack"] == MODEL_DEFAULTS["stack"]:
         del spec["stack"]  # the common stack is left unnamed, so the ids of the models that use it stay as they were
+    for key in getattr(get_entry(spec["name"]).mixer, "unnamed_defaults", ()):
+        if spec[key] == mixer_params[key]:  # a later option at its default leaves the ids as they were too
+            del spec[key]
     return spec
 
 
