@@ -58,8 +58,8 @@ class LSTM(_TorchRNN):
                 raise StatetrackError(f"lstm: forget_bias must be a number (e.g. 1.0), got {forget_bias!r}")
             n = self.rnn.hidden_size
             with torch.no_grad():  # torch orders the gates (i, f, g, o)
-                self.rnn.bias_ih_l0[n : 2 * n] = float(forget_bias)
-                self.rnn.bias_hh_l0[n : 2 * n] = 0.0
+                for name, value in (("bias_ih_l0", float(forget_bias)), ("bias_hh_l0", 0.0)):
+                    getattr(self.rnn, name)[n : 2 * n] = value
 
 
 @register_model("rnn", display="RNN")
