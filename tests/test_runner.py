@@ -260,7 +260,8 @@ def test_the_quick_scale_stops_a_run_once_it_fits_unless_the_spec_says_otherwise
     """At the quick scale every run stops once its held-out figure at the longest training length
     reaches STOP_FIT, read on the spec's fit measure (sequence accuracy where its claims read it);
     a spec, a task, a model or an override that sets early_stop_fit keeps its own (null: off); the
-    paper scale trains every step as its paper does."""
+    paper scale trains every step as its paper does. A spec stopping on a loss at or below STOP_LOSS keeps
+    that rule alone."""
     from statetrack.schema import STOP_FIT, STOP_LOSS
 
     base = ("task: {name: parity}\nmodels: [{name: lstm}]\nmodel_defaults: {d_model: 8}\nlrs: [1.0e-3]\n"
@@ -280,6 +281,12 @@ def test_the_quick_scale_stops_a_run_once_it_fits_unless_the_spec_says_otherwise
     path.write_text(base.replace("{name: lstm}", "{name: lstm, train: {early_stop_fit: 0.9}}"))
     (run,) = expand(load_spec(str(path)))
     assert run.train["early_stop_fit"] == 0.9
+    path.write_text(base.replace("max_length: 12}", "max_length: 12, early_stop_loss: 1.0e-4}"))
+    (run,) = expand(load_spec(str(path)))  # the paper's own, stricter loss rule stops it alone
+    assert run.train.get("early_stop_fit") is None and run.train["early_stop_loss"] == 1.0e-4
+    path.write_text(base.replace("max_length: 12}", "max_length: 12, early_stop_loss: 0.08}"))
+    (run,) = expand(load_spec(str(path)))  # a looser one does not stop a converged run: both rules
+    assert run.train["early_stop_fit"] == STOP_FIT and run.train["early_stop_loss"] == 0.08
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tiny_spec, tmp_path, capsys):

@@ -196,10 +196,13 @@ def stop_when_fit(spec: dict) -> dict:
     on, its training lengths (`early_stop_fit: STOP_FIT` with `early_stop_fit_loss: STOP_LOSS`,
     unless the spec sets early_stop_fit itself; null turns it off), the figure read on the measure
     the spec's fit gate reads (sequence accuracy where its claims measure it, else scaled accuracy).
-    A fitted run then leaves its budget to the runs still learning."""
+    A fitted run then leaves its budget to the runs still learning. A spec that stops on its paper's
+    own validation loss at or below STOP_LOSS (`early_stop_loss`) keeps that rule alone: stopping at
+    STOP_LOSS would cut short the convergence its paper trains to."""
     train = spec.get("train")
     train = dict(train) if isinstance(train, dict) else {}
-    if "early_stop_fit" in train:
+    own_loss = train.get("early_stop_loss")
+    if "early_stop_fit" in train or (isinstance(own_loss, (int, float)) and own_loss <= STOP_LOSS):
         return train
     paper = spec["paper"] if isinstance(spec.get("paper"), dict) else {}
     selection = spec["selection"] if isinstance(spec.get("selection"), dict) else {}
