@@ -85,6 +85,20 @@ def test_extrapolation_with_max_over_seeds_and_threshold():
     assert entry["lr_scores"] == {0.1: 15, 0.01: 40}
 
 
+def test_lr_is_chosen_on_the_training_lengths_only():
+    selection = {"lr": "best_mean", "seeds": "mean", "criterion": "extrapolation", "threshold": 0.9}
+    # over every length lr 0.01 wins (its brilliant seed reaches 80); trained up to 20, the rule reads
+    # lengths 10 and 20 only, where lr 0.1 holds in both seeds and lr 0.01 in one
+    [entry] = summarize(_rows(GRID), selection, {"t": 20})
+    assert entry["lr"] == 0.1 and entry["lr_scores"] == {0.1: 20, 0.01: 10}
+    assert entry["score"] == 20 and entry["headline"][80] == pytest.approx(0.75)  # reported at every length
+    [entry] = summarize(_rows(GRID), {**selection, "criterion": "mean_scaled"}, {"t": 10})
+    assert entry["lr"] == 0.1 and entry["lr_scores"] == pytest.approx({0.1: 1.0, 0.01: 0.735})
+    # a training length shorter than every evaluated one leaves the whole curve to the rule
+    assert summarize(_rows(GRID), selection, {"t": 5})[0]["lr"] == 0.01
+    assert summarize(_rows(GRID), selection, {"other": 20})[0]["lr"] == 0.01
+
+
 @pytest.mark.parametrize("override, message", [
     ("selection.lr=best", "unknown selection.lr 'best'; expected one of: best_mean, best_max"),
     ("selection.seeds=median", "unknown selection.seeds 'median'; expected one of: mean, max"),
@@ -176,7 +190,7 @@ def test_report_shows_selection_seeds_and_missing_runs(grids, tmp_path):
     store = grids["local"]
     out = write_report(score_store(store, "grid", run_data=True), grids["root"] / "local")
     md = (out / "report.md").read_text()
-    assert "lr with the best single seed; headline = the best seed" in md  # the spec's selection rule
+    assert "lr with the best single seed at the training lengths; headline = the best seed" in md  # the spec's selection rule
     assert "## Per seed at the selected lr" in md and "## Learning rates" in md
     assert "8 of 8 runs done" in md and "Missing runs" not in md
     # the next command plans a third seed and is killed before it starts anything

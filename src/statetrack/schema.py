@@ -643,7 +643,7 @@ class Selection(Section):
 
     lr: Annotated[str, choice(SELECTION_CHOICES["lr"])] = Field(
         default=SELECTION_DEFAULTS["lr"],
-        description="the lr whose mean (best_mean) or best seed (best_max) scores highest",
+        description="the lr whose mean (best_mean) or best seed (best_max) scores highest at the training lengths",
     )
     seeds: Annotated[str, choice(SELECTION_CHOICES["seeds"])] = Field(
         default=SELECTION_DEFAULTS["seeds"], description="the headline: mean over seeds, or the best seed"

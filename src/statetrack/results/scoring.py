@@ -15,7 +15,10 @@
     score under `extrapolation` is that same length, so headline and check marks never disagree.
   - lr: `best_mean` keeps the learning rate whose mean score over seeds is highest
     (Ebrahimi & Memisevic 2025; Anonymous 2025); `best_max` the one whose best seed scores highest
-    (best over seeds x lrs, Deletang et al. 2023).
+    (best over seeds x lrs, Deletang et al. 2023). Either reads the criterion at the training
+    lengths only (the evaluation lengths up to the longest training length), never at the test
+    lengths, so no figure beyond the training lengths picks the rate it is reported at; rates
+    that tie there go to the smallest.
   - seeds: the headline figure at that lr: `mean` (± the sample std over seeds, Anonymous 2025) or `max`
   (the best seed). Grazzi et al. 2025 report both, so the report always shows the best seed and mean ± std beside
   the headline.
@@ -63,13 +66,20 @@ def describe_selection(selection: dict | None) -> str:
         if selection["criterion"] == "extrapolation"
         else "mean scaled accuracy over lengths"
     )
-    lr = "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
+    lr = (
+        "the best mean over seeds" if selection["lr"] == "best_mean" else "the best single seed"
+    ) + " at the training lengths"
     seeds = "mean ± sample std over seeds" if selection["seeds"] == "mean" else "the best seed"
     return f"score = {score}; lr with {lr}; headline = {seeds}"
 
 
-def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
+def summarize(rows: list[dict], selection: dict | None = None, train_length: dict | None = None) -> list[dict]:
     """Rows of `Store.results` -> one entry per (task, model, dataset_size) with the selected figures.
+
+    The learning rate is chosen on the training lengths only: each run's criterion is computed over
+    its evaluation lengths up to the longest training length of its task (`train_length`: run task ->
+    length, as `planned_names` gives it), never over the test lengths; where no such length was
+    evaluated, or `train_length` does not name the task, over every length.
 
     Each entry: task, run_task and variant (an evaluation variant's entry has task
     "<run_task> [<variant>]"), model, dataset_size (None for fresh batches), lr (selected), lengths, seeds,
@@ -116,10 +126,13 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
             "measured": measured,
             "metrics": metrics,
             "score": run_score(scaled, measured, selection),
+            "train_score": run_score(
+                *_within_training(scaled, measured, (train_length or {}).get(variants[task][0])), selection
+            ),
         }
 
     def lr_score(runs_at_lr: dict) -> tuple:  # the lr rule's score of one lr's runs ({seed: record})
-        scores = [s["score"] for s in runs_at_lr.values()]
+        scores = [s["train_score"] for s in runs_at_lr.values()]
         return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
 
     summary = []
@@ -160,7 +173,10 @@ def summarize(rows: list[dict], selection: dict | None = None) -> list[dict]:
                 "best": best,
                 "mean": mean,
                 "std": {n: sample_std(v) for n, v in per_length.items()},
-                "per_seed": {s: {**seeds[s], "score": seeds[s]["score"][0]} for s in sorted(seeds)},
+                "per_seed": {
+                    s: {**{k: v for k, v in seeds[s].items() if k != "train_score"}, "score": seeds[s]["score"][0]}
+                    for s in sorted(seeds)
+                },
                 "lr_scores": {x: score[0] for x, score in lr_scores.items()},
                 "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
                 "sequence_std": {n: sample_std(v) for n, v in per_length_sequence.items()},
@@ -353,6 +369,14 @@ def missing_runs(plan: dict, runs: list[dict]) -> list[dict]:
     return missing
 
 
+def _within_training(scaled: dict, measured: dict, longest: int | None) -> tuple[dict, dict]:
+    """The per-length figures at the training lengths (up to `longest`), or all of them when none is."""
+    keep = [n for n in scaled if longest is not None and n <= longest]
+    if not keep:
+        return scaled, measured
+    return {n: scaled[n] for n in keep}, {n: measured[n] for n in keep if n in measured}
+
+
 def score(
     experiment: str,
     plan: dict,
@@ -372,7 +396,7 @@ def score(
     selection = selection_of({**spec, "selection": selection if selection is not None else spec.get("selection")})
     planned = planned_names(plan)
     assert planned is not None  # the names of a plan
-    summary = with_train_lengths(summarize(results, selection), planned)
+    summary = with_train_lengths(summarize(results, selection, planned.get("train_length")), planned)
     resolved = paper_of({"name": experiment, "paper": paper if paper is not None else spec.get("paper")})
     verdicts = claim_verdicts(resolved, summary, planned) if resolved else []
     return Scored(
