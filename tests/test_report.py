@@ -10,7 +10,7 @@ import yaml
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
-from statetrack.experiments.spec import paper_of, shipped_specs
+from statetrack.experiments.spec import by_settings, paper_of, shipped_specs
 from statetrack.results.plots import curve_style, log_axis
 from statetrack.results.report import markdown_table, table_rows, write_index, write_report
 from statetrack.results.scoring import (
@@ -113,6 +113,26 @@ def test_claim_verdicts_cover_twins_beats_and_missing_runs():
     fails = verdicts["the Transformer fails"]
     assert fails["verdict"] == FAIL and [r["holds"] for r in fails["results"]] == [True, False]
     assert verdicts["the LSTM extrapolates too"]["verdict"] == NOT_MEASURED and verdicts["the LSTM extrapolates too"]["missing"] == ["LSTM"]
+
+
+def test_a_claim_names_a_model_by_its_settings_where_it_has_no_twin():
+    """A scale with one Mamba labels it "Mamba [0,1]"; a claim on "Mamba [0,1] (num_layers=2)" reads it
+    when its depth is 2, and not when it is 1 (then the claim's model is not run)."""
+    paper = paper_of({"name": "x", "paper": {
+        "source": "s", "lengths": [40, 256],
+        "figures": {"Mamba [0,1] (num_layers=2)": "generalizes", "Mamba [0,1] (num_layers=1)": "fails"},
+        "claims": [{"text": "two layers hold", "model": "Mamba [0,1] (num_layers=2)", "at_least": 0.9},
+                   {"text": "it beats the LSTM", "model": "LSTM", "beats": "Mamba [0,1] (num_layers=2)"}]}})
+    spec = {"models": [{"name": "mamba", "num_layers": 2}, {"name": "lstm"}], "model_defaults": {"d_model": 8}, "lrs": [0.01]}
+    named = by_settings(paper, spec)
+    assert [c["models"] for c in named["claims"]] == [["Mamba [0,1]"], ["LSTM"]]
+    assert named["claims"][1]["bound"] == ["Mamba [0,1]"]
+    assert named["figures"][None] == {"Mamba [0,1]": "generalizes", "Mamba [0,1] (num_layers=1)": "fails"}
+    one_layer = by_settings(paper, {**spec, "models": [{"name": "mamba", "num_layers": 1}, {"name": "lstm"}]})
+    assert one_layer["claims"][0]["models"] == ["Mamba [0,1] (num_layers=2)"]
+    # twins keep the labels that tell them apart
+    twins = by_settings(paper, {**spec, "models": [{"name": "mamba", "num_layers": 1}, {"name": "mamba", "num_layers": 2}]})
+    assert twins["claims"][0]["models"] == ["Mamba [0,1] (num_layers=2)"]
 
 
 PLANNED = {"models": {"DeltaNet [-1,1]"}, "tasks": {"parity"}, "scale": "quick", "lengths": {"parity": [40, 64, 128, 256]},

@@ -598,6 +598,45 @@ def check_paper_names(spec: dict, models, tasks) -> None:
             check("task", task, tasks, f"{where}.claims[{i}]")
 
 
+def by_settings(paper: dict, spec: dict) -> dict:
+    """`paper` (as `paper_of` gives it) with each model it names as "Name (key=value, ...)" that is no
+    model's label in `spec` (one scale's spec) but the settings of exactly one of its models named Name
+    renamed to that model's label. Labels tell twins apart only where a scale has them, so a claim on
+    "Mamba [0,1] (num_layers=2)" reads the one Mamba of a scale where it has two layers, labelled
+    "Mamba [0,1]" there."""
+    try:
+        models = [model_entry(m, spec)[0] for m in spec.get("models") or []]
+    except (StatetrackError, AttributeError, KeyError, TypeError):
+        return paper
+    labels = model_labels(models)
+    names = [zoo.display_name(m) for m in models]
+
+    def rename(name: str) -> str:
+        found = re.fullmatch(r"(.+) \((.+)\)", name)
+        if name in labels or found is None:
+            return name
+        base, keys = found[1], re.findall(r"(?:^|, )(\w+)=", found[2])
+        matches = [
+            label
+            for label, shown, model in zip(labels, names, models)
+            if shown == base
+            and all(k in model for k in keys)
+            and name == f"{base} ({', '.join(f'{k}={model[k]}' for k in keys)})"
+        ]
+        return matches[0] if len(set(matches)) == 1 else name
+
+    claims = [
+        {**c, "models": [rename(m) for m in c["models"]]}
+        | ({"bound": [rename(m) for m in c["bound"]]} if c["test"] == "beats" else {})
+        for c in paper["claims"]
+    ]
+    figures = {
+        task: {(m if rename(m) in by_model else rename(m)): v for m, v in by_model.items()}
+        for task, by_model in paper["figures"].items()
+    }
+    return {**paper, "claims": claims, "figures": figures}
+
+
 def covers(name: str, label: str) -> bool:
     """Whether a model name of `paper:` covers a model label of the tables: the same, or the label is
     the name with settings that tell twins apart ("Transformer" covers "Transformer (num_layers=2)")."""

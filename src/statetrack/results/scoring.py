@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from statetrack.checks import check_value
 from statetrack.errors import StatetrackError
-from statetrack.experiments.spec import covers, paper_of
+from statetrack.experiments.spec import by_settings, covers, paper_of
 from statetrack.labels import split_variant_label, variant_label
 from statetrack.schema import FIT_THRESHOLD, SELECTION_DEFAULTS, selection_of
 from statetrack.store import RESULT_KEYS
@@ -398,6 +398,7 @@ def score(
     assert planned is not None  # the names of a plan
     summary = with_train_lengths(summarize(results, selection, planned.get("train_length")), planned)
     resolved = paper_of({"name": experiment, "paper": paper if paper is not None else spec.get("paper")})
+    resolved = by_settings(resolved, spec) if resolved else None
     verdicts = claim_verdicts(resolved, summary, planned) if resolved else []
     return Scored(
         experiment, plan, runs, selection, summary, planned, resolved, verdicts, missing_runs(plan, runs), others, data
