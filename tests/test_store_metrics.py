@@ -177,3 +177,15 @@ def test_tensorboard_gets_sequence_accuracy_and_metrics(tiny_spec, tmp_path):
     assert scalars("eval/iterations_median") == [(5, 4.0), (9, 6.0)]
     assert scalars("train/iterations_max") == [(5, 8.0)]
     assert scalars("train/loss") == [(5, 1.0), (10, 0.5)]
+
+
+@pytest.mark.parametrize("stored", ['{"": 0}', '{"iterations_median": null}', '{"iterations_median": "7"}', '[1]'])
+def test_a_damaged_metrics_value_skips_its_row_with_a_warning(tmp_path, stored):
+    """A metric without a name or a number would break the report's plots: its evaluation row is skipped, named in a warning."""
+    store = Store(tmp_path / "statetrack.db")
+    _add_run(store, "r1", "Bedouin", "A5", 0.01, 0, [_eval(8, 0.9, iterations_median=3.0), _eval(64, 0.5)])
+    with store._connect() as db:
+        db.execute("UPDATE evals SET metrics = ? WHERE run_id = 'r1' AND length = 8", (stored,))
+    with pytest.warns(UserWarning, match="r1"):
+        rows = store.results("fp")
+    assert [r["length"] for r in rows] == [64]

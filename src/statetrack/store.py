@@ -159,10 +159,12 @@ def _encode_metrics(metrics: dict | None) -> str | None:
 
 
 def _decode_metrics(text: str | None) -> dict:
-    """A stored metrics mapping; ValueError when it is not one."""
+    """A stored metrics mapping ({name: number}); ValueError when it is not one."""
     metrics = json.loads(text) if text else {}
     if not isinstance(metrics, dict):
         raise ValueError("metrics are not a mapping")
+    if not all(name.strip() and _is_number(value) for name, value in metrics.items()):
+        raise ValueError("a metric is not a name with a number")
     return metrics
 
 
