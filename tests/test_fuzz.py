@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_helpers import run_cli
-from statetrack import yamlio
+from statetrack import limits, yamlio
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import expand, load_spec
 
@@ -274,8 +274,6 @@ def a_bad_output_path_is_refused_before_anything_is_written(trained_results, tmp
     def no_training(*args, **kwargs):
         raise AssertionError("a run of a finished experiment started training")
 
-    if output != "statetrack.db":  # an empty store in its place holds no finished experiment: a run of it trains
-        monkeypatch.setattr("statetrack.experiments.runner.make_backend", no_training)
     results = tmp_path_factory.mktemp("outputs") / "r"
     path = _cleared(trained_results, results, output)
     if thing == "folder":
@@ -286,7 +284,10 @@ def a_bad_output_path_is_refused_before_anything_is_written(trained_results, tmp
         path.write_text("")
         path.chmod(0o444)
     before = _snapshot(results)
-    with no_hang(300):  # a hang, not a slow report: drawing every plot on a loaded machine can pass 120 s
+    # one example's patch, undone before the next (the fixture's monkeypatch lasts the whole property)
+    with no_hang(300), monkeypatch.context() as patch:  # a hang, not a slow report: drawing every plot can pass 120 s
+        if output != "statetrack.db":  # an empty store in its place holds no finished experiment: a run of it trains
+            patch.setattr("statetrack.experiments.runner.make_backend", no_training)
         code, _, err = run_cli(capsys, *argv, "--results-dir", str(results))
     assert "Traceback" not in err, (output, argv, thing, err)
     assert code in (0, 2), (output, argv, thing, code, err)
@@ -327,6 +328,9 @@ def an_option_is_validated_in_one_line(tmp_path_factory, capsys, monkeypatch, ar
 
     tmp = tmp_path_factory.mktemp("options")
     monkeypatch.chdir(tmp)  # a relative value (--out 735320) is a path in here
+    # exports over a megabyte refused: --samples 19745872 is a valid export that takes minutes to write
+    monkeypatch.setattr(limits, "MAX_EXPORT_BYTES", 2**20)
+    monkeypatch.delenv(limits.LIFT, raising=False)
     (tmp / "file").write_text("x")
     (tmp / "folder").mkdir()
     os.mkfifo(tmp / "fifo")
@@ -370,7 +374,6 @@ SIZED_COMMANDS = st.sampled_from([
 
 
 def a_size_is_checked_against_memory_before_anything_is_allocated(monkeypatch, capsys, key, size, memory, argv):
-    from statetrack import limits
 
     monkeypatch.delenv(limits.LIFT, raising=False)
     monkeypatch.setattr(limits, "available_memory", lambda: memory)
