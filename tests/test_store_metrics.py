@@ -189,3 +189,15 @@ def test_a_damaged_metrics_value_skips_its_row_with_a_warning(tmp_path, stored):
     with pytest.warns(UserWarning, match="r1"):
         rows = store.results("fp")
     assert [r["length"] for r in rows] == [64]
+
+
+@pytest.mark.parametrize("stored", ['[0, []]', '["a"]', '{"1": 0.5}'])
+def test_a_damaged_per_position_accuracy_skips_its_evaluation_with_a_warning(tmp_path, stored):
+    """Per-position accuracy is a list of numbers (None where no position was supervised); anything else is damage."""
+    store = Store(tmp_path / "statetrack.db")
+    _add_run(store, "r1", "Bedouin", "A5", 0.01, 0, [{**_eval(8, 0.9), "position_accuracy": [1.0, None, 0.5]}, _eval(64, 0.5)])
+    assert store.evals("r1")[0]["position_accuracy"] == [1.0, None, 0.5]
+    with store._connect() as db:
+        db.execute("UPDATE evals SET position_accuracy = ? WHERE run_id = 'r1' AND length = 8", (stored,))
+    with pytest.warns(UserWarning, match="r1"):
+        assert [e["length"] for e in store.evals("r1")] == [64]

@@ -863,7 +863,11 @@ class Store:
                 if not (
                     all(_is_number(r[k]) for k in ("length", "accuracy", "scaled_accuracy", "samples"))
                     and isinstance(r["variant"], str)
-                    and (position is None or isinstance(position, list))
+                    and (
+                        position is None
+                        or isinstance(position, list)
+                        and all(p is None or _is_number(p) for p in position)
+                    )
                     and (r["sequence_accuracy"] is None or _is_number(r["sequence_accuracy"]))
                 ):
                     raise ValueError("not an evaluation")
