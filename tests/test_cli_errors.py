@@ -21,6 +21,9 @@ from statetrack.store import Store
 NOT_ALLOWED = "is not allowed: a name is 1 to 100 ASCII letters, digits, '.', '_' or '-', not starting with '.'"
 FOREIGN = "is not a statetrack results store but an SQLite database of another application"
 BAD = [
+    # a NUL character, which no path or name may hold (only a caller in Python can pass one)
+    (["tasks", "export", "parity", "--lengths", "5", "--samples", "4", "--out", "\x00"], "holds a NUL character"),
+    (["run", "demo", "--results-dir", "{tmp}/a\x00b"], "holds a NUL character"),
     # run: experiments, overrides and spec values
     (["run", "nope"], "unknown experiment 'nope'; expected one of: "),
     (["run", "missing.yaml"], "experiment file 'missing.yaml' does not exist"),

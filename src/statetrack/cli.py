@@ -1170,6 +1170,14 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 
 def main(argv: list[str] | None = None) -> int:
+    # a shell cannot pass one, but a caller in Python can, and the OS refuses it in any path
+    nul = next((a for a in (sys.argv[1:] if argv is None else argv) if "\x00" in str(a)), None)
+    if nul is not None:
+        print(
+            f"statetrack: error: argument {nul!r} holds a NUL character, which no name, path or value may",
+            file=sys.stderr,
+        )
+        return 2
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
