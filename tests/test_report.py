@@ -381,6 +381,8 @@ def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):
     ({"source": "x", "claims": [{"text": "t", "model": "Mamba", "below": 0.5}]},
      "paper.claims[0]: unknown model 'Mamba'; expected one of: DeltaNet [-1,1], LSTM"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "beats": "GRU"}]}, "paper.claims[0]: unknown model 'GRU'"),
+    ({"source": "x", "claims": [{"text": "t", "model": "LSTM (d_model=16)", "below": 0.5}]},
+     "paper.claims[0]: unknown model 'LSTM (d_model=16)'"),  # the spec's one LSTM has d_model 8
     ({"source": "x", "measure": "metric:tv_distance", "claims": [{"text": "t", "model": "LSTM", "beats": "LSTM"}]},
      "beats compares accuracies (higher is better); with a metric or a check give at_least or below"),
     ({"source": "x", "claims": [{"text": "t", "model": "LSTM", "task": "parity", "below": 0.5}]},
@@ -393,6 +395,16 @@ def test_a_bad_paper_section_is_a_one_line_error(tiny_spec, paper, message):
     with pytest.raises(StatetrackError) as error:
         load_spec(str(path))
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_paper_section_names_a_model_by_its_settings(tiny_spec):
+    """The spec's one LSTM (d_model 8) is labelled "LSTM"; a claim may name it "LSTM (d_model=8)"."""
+    path = tiny_spec()
+    spec = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**spec, "paper": {"source": "x", "claims": [
+        {"text": "t", "model": "LSTM (d_model=8)", "below": 0.5}]}}))
+    loaded = load_spec(str(path))
+    assert by_settings(paper_of(loaded), loaded)["claims"][0]["models"] == ["LSTM"]
 
 
 def test_the_paper_section_changes_no_run_id(tiny_spec):

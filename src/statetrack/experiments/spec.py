@@ -182,7 +182,7 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: Sequence[str] 
     if "imports" in spec:  # before anything looks up a model or task name they may register
         spec["imports"] = load_imports(spec["imports"], origin=f"experiment {spec['name']!r}: imports")
     if spec.get("paper") is not None:  # its names may be of any scale (or left out by an override): not measured then
-        check_paper_names(spec, *spec_names(written + [spec]))
+        check_paper_names(spec, *spec_names(written + [spec]), written + [spec])
         if overrides:  # what the spec runs at this scale and the overrides took out: its claims read "not in this run"
             before, after = spec_names([written[SCALES.index(scale)]]), spec_names([spec])
             left_out = sorted((before[0] - after[0]) | (before[1] - after[1]))
@@ -572,15 +572,19 @@ def paper_of(spec: dict) -> dict | None:
     }
 
 
-def check_paper_names(spec: dict, models, tasks) -> None:
+def check_paper_names(spec: dict, models, tasks, scales: Sequence[dict] = ()) -> None:
     """Every model and task the spec's `paper` names is one of `models` (display names) and `tasks`
-    (task names as in the tables, evaluation variants included): a typo is a one-line error."""
+    (task names as in the tables, evaluation variants included), or a model one of `scales` (specs
+    at a scale) has with the settings the name gives (`settings_label`): a typo is a one-line error."""
     paper = paper_of(spec)
     if paper is None:
         return
     where = f"experiment {spec.get('name')!r}: paper"
+    resolved = [_scale_models(s) for s in scales]
 
     def check(kind, name, known, at):
+        if kind == "model" and any(settings_label(name, scale) != name for scale in resolved):
+            return
         if not any(covers(name, k) if kind == "model" else name == k for k in known):
             raise StatetrackError(
                 f"{at}: unknown {kind} {name!r}; expected one of: {', '.join(sorted(map(str, known)))}"
@@ -598,32 +602,41 @@ def check_paper_names(spec: dict, models, tasks) -> None:
             check("task", task, tasks, f"{where}.claims[{i}]")
 
 
-def by_settings(paper: dict, spec: dict) -> dict:
-    """`paper` (as `paper_of` gives it) with each model it names as "Name (key=value, ...)" that is no
-    model's label in `spec` (one scale's spec) but the settings of exactly one of its models named Name
-    renamed to that model's label. Labels tell twins apart only where a scale has them, so a claim on
-    "Mamba [0,1] (num_layers=2)" reads the one Mamba of a scale where it has two layers, labelled
-    "Mamba [0,1]" there."""
+def _scale_models(spec: dict) -> list[tuple[str, str, dict]]:
+    """(label, display name, resolved model) of each model of one scale's spec; none when they do not resolve."""
     try:
         models = [model_entry(m, spec)[0] for m in spec.get("models") or []]
     except (StatetrackError, AttributeError, KeyError, TypeError):
-        return paper
-    labels = model_labels(models)
-    names = [zoo.display_name(m) for m in models]
+        return []
+    return list(zip(model_labels(models), [zoo.display_name(m) for m in models], models))
+
+
+def settings_label(name: str, scale: list[tuple[str, str, dict]]) -> str:
+    """The label in `scale` (`_scale_models`) of the model that `name`, "Name (key=value, ...)", names by
+    its settings where it is no label there: the one model named Name with those settings. Labels tell
+    twins apart only where a scale has them, so "Mamba [0,1] (num_layers=2)" is the one Mamba of a
+    scale where it has two layers, labelled "Mamba [0,1]" there. `name` itself otherwise."""
+    found = re.fullmatch(r"(.+) \((.+)\)", name)
+    if found is None or any(label == name for label, _, _ in scale):
+        return name
+    base, keys = found[1], re.findall(r"(?:^|, )(\w+)=", found[2])
+    matches = {
+        label
+        for label, shown, model in scale
+        if shown == base
+        and all(k in model for k in keys)
+        and name == f"{base} ({', '.join(f'{k}={model[k]}' for k in keys)})"
+    }
+    return matches.pop() if len(matches) == 1 else name
+
+
+def by_settings(paper: dict, spec: dict) -> dict:
+    """`paper` (as `paper_of` gives it) with each model name renamed to its `settings_label` in `spec`
+    (one scale's spec): what its claims and figures read at that scale."""
+    scale = _scale_models(spec)
 
     def rename(name: str) -> str:
-        found = re.fullmatch(r"(.+) \((.+)\)", name)
-        if name in labels or found is None:
-            return name
-        base, keys = found[1], re.findall(r"(?:^|, )(\w+)=", found[2])
-        matches = [
-            label
-            for label, shown, model in zip(labels, names, models)
-            if shown == base
-            and all(k in model for k in keys)
-            and name == f"{base} ({', '.join(f'{k}={model[k]}' for k in keys)})"
-        ]
-        return matches[0] if len(set(matches)) == 1 else name
+        return settings_label(name, scale)
 
     claims = [
         {**c, "models": [rename(m) for m in c["models"]]}
