@@ -156,3 +156,53 @@ def test_evaluation_reports_the_tasks_own_metric_and_training_lowers_it():
     Trainer(model, task, config, progress=False).fit()
     after = evaluate_lengths(model, task, [10], samples=64)[0]["metrics"]["tv_distance"]
     assert after < 0.6 * before, (before, after)
+
+
+def test_length_step_trains_on_a_mixture_of_lengths_and_only_those():
+    """`train.length_step` draws min_length, min_length + step, .., max_length (Anonymous 2025 trains
+    copying on blanks 10, 20, .., 50); every one of them comes up, the lengths between never do, and
+    a fixed training set keeps the same lengths."""
+    task = make_task("modadd", m=3)
+    config = TrainConfig.from_dict(
+        dict(steps=60, batch_size=2, min_length=10, max_length=50, length_step=10, early_stop_loss=None, device="cpu")
+    )
+    trainer = Trainer(_model(task), task, config, progress=False)
+    lengths = {int(trainer._next_batch().inputs.shape[1]) for _ in range(60)}
+    widths = {int(task.sample(1, n, torch.Generator()).inputs.shape[1]): n for n in range(10, 51)}
+    assert {widths[w] for w in lengths} == {10, 20, 30, 40, 50}
+    from statetrack.training.train import FixedTrainingSet
+
+    fixed = FixedTrainingSet(task, 200, 10, 50, 8, torch.Generator().manual_seed(0), length_step=10)
+    assert fixed.lengths == [10, 20, 30, 40, 50]
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        (dict(min_length=10, max_length=45, length_step=10), r"length_step 10 must divide .*\[10, 45\]"),
+        (dict(min_length=10, max_length=50, length_step=0), r"length_step"),
+        (
+            dict(curriculum=[{"steps": 5, "min_length": 2, "max_length": 7}], length_step=2),
+            r"curriculum\[0\]: length_step 2 must divide",
+        ),
+    ],
+)
+def test_a_length_step_that_misses_the_longest_length_is_one_line(settings, expected):
+    with pytest.raises(StatetrackError, match=expected):
+        TrainConfig.from_dict(settings)
+
+
+def test_the_plan_and_the_book_show_a_mixture_of_lengths():
+    from statetrack.experiments.spec import train_lengths_text
+    from statetrack.results.book import settings_line
+
+    assert train_lengths_text({"min_length": 10, "max_length": 50, "length_step": 10}) == "10, 20, .., 50"
+    assert train_lengths_text({"min_length": 10, "max_length": 50}) == "10..50"
+    spec = {
+        "tasks": ["parity"],
+        "models": ["lstm"],
+        "train": {"min_length": 2, "max_length": 10, "length_step": 2, "steps": 5},
+        "lrs": [1e-3],
+        "seeds": [0],
+    }
+    assert "trained on lengths 2, 4, .., 10, 5 steps" in settings_line(spec)

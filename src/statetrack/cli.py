@@ -122,7 +122,7 @@ def dry_run(args, experiment) -> int:
     import yaml
 
     from statetrack.experiments.runner import training_cost
-    from statetrack.experiments.spec import train_range
+    from statetrack.experiments.spec import train_lengths_text
     from statetrack.results.report import text_table
 
     spec, runs = experiment.spec, experiment.runs
@@ -146,7 +146,7 @@ def dry_run(args, experiment) -> int:
                 f"{run.lr:g}",
                 str(run.seed),
                 str(entry["steps"]),
-                "{}..{}".format(*train_range(run.train)),
+                train_lengths_text(run.train),
                 shown,
                 f"{cost / 1e9:,.0f}",
                 status.get(run.id, "to run"),

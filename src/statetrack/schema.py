@@ -419,7 +419,8 @@ class Stage(Section):
 
 class Train(Section):
     """Training settings (a spec's `train:`). Lengths are drawn uniformly from [min_length,
-    max_length] per batch.
+    max_length] per batch, or from min_length, min_length + length_step, .., max_length where
+    `length_step` is set (a paper's mixture of a few lengths).
 
     `dataset_size`: None draws a fresh batch every step; N trains on one fixed set of N examples,
     drawn from the seed at the start, for as many epochs as `steps` allows
@@ -439,6 +440,11 @@ class Train(Section):
     )
     min_length: Annotated[int, integer(1)] = Field(default=3, description="shortest training length")
     max_length: Annotated[int, integer(1)] = Field(default=40, description="longest training length")
+    length_step: Annotated[int, integer(1)] = Field(
+        default=1,
+        description="the training lengths are min_length, min_length + length_step, .., max_length (1: every "
+        "length in range; e.g. 10 with 10..50: Anonymous 2025's mixture of blanks 10, 20, 30, 40 and 50)",
+    )
     warmup: Annotated[int, integer(0)] = Field(default=0, description="linear warm-up steps")
     schedule: Annotated[str, choice(("constant", "cosine", "linear"))] = Field(
         default="constant", description="learning-rate schedule after warm-up"
@@ -516,6 +522,13 @@ class Train(Section):
             )
         if self.dataset_balanced and self.dataset_size is None:
             raise _rule("dataset_balanced needs a fixed training set: set dataset_size too")
+        for number, stage in enumerate(self.stages(), 1):
+            if (stage["max_length"] - stage["min_length"]) % self.length_step:
+                where = f"curriculum[{number - 1}]: " if self.curriculum is not None else ""
+                raise _rule(
+                    f"{where}length_step {self.length_step} must divide max_length - min_length, got "
+                    f"[{stage['min_length']}, {stage['max_length']}] (the longest training length must be trained on)"
+                )
         if self.curriculum is not None:
             if self.dataset_size is not None:
                 raise _rule("curriculum draws fresh batches in each stage; it cannot go with dataset_size")

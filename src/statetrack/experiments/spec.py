@@ -363,6 +363,13 @@ def train_range(train: dict) -> tuple[int, int]:
     return min(stage["min_length"] for stage in stages), max(stage["max_length"] for stage in stages)
 
 
+def train_lengths_text(train: dict) -> str:
+    """The training lengths of `train` for a reader: "10..50", or "10, 20, .., 50" where a
+    `length_step` trains on a mixture of them."""
+    (low, high), step = train_range(train), train.get("length_step", 1)
+    return f"{low}..{high}" if step == 1 or low == high else f"{low}, {low + step}, .., {high}"
+
+
 def _task_spec(entry, spec: dict):
     """(the task's spec dict, its own `train` settings per dataset size and `eval` settings merged
     over the spec's). A task entry's `train:` and `eval:` override the spec's for that task's runs

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
-from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks, train_range
+from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks, train_lengths_text
 from statetrack.paths import write_text
 from statetrack.results.report import (
     claim_measured,
@@ -229,7 +229,8 @@ def settings_line(spec: dict) -> str:
         for t in tasks
     ]
     steps = train.get("steps", "-")
-    lengths_only = {k: train[k] for k in ("min_length", "max_length", "curriculum", "steps") if k in train}
+    keys = ("min_length", "max_length", "length_step", "curriculum", "steps")
+    lengths_only = {k: train[k] for k in keys if k in train}
     if train.get("curriculum"):
         stages = TrainConfig.from_dict(lengths_only).stages()
         lengths = "through a curriculum of lengths " + ", ".join(
@@ -238,7 +239,7 @@ def settings_line(spec: dict) -> str:
         )
         steps = stages[-1]["end"]
     else:
-        lengths = "on lengths {}..{}".format(*train_range(lengths_only))
+        lengths = "on lengths " + train_lengths_text(lengths_only)
     width = defaults.get("d_model", defaults.get("width"))
     model = (
         f"d_model {width}"

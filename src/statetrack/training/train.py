@@ -22,6 +22,13 @@ from statetrack.tasks import Batch, Task
 from statetrack.training.evaluate import count_right, scaled_accuracy
 
 
+def draw_lengths(low: int, high: int, step: int, size: int, generator: torch.Generator) -> torch.Tensor:
+    """`size` training lengths drawn uniformly from low, low + step, .., high (`train.length_step`)."""
+    if step == 1:
+        return torch.randint(low, high + 1, (size,), generator=generator)
+    return low + step * torch.randint(0, (high - low) // step + 1, (size,), generator=generator)
+
+
 def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
     """The task of each curriculum stage: `task` with the stage's parameters changed. They must read
     and answer with the same tokens (one model trains through all of them), and each stage's
@@ -45,8 +52,8 @@ def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
 class FixedTrainingSet:
     """`size` examples drawn once from `task` with `generator`, served in epochs.
 
-    Each example's length is uniform in [min_length, max_length]; tasks sample one length per batch,
-    so the examples are kept in buckets by length. Each epoch every bucket is shuffled and split
+    Each example's length is uniform over the training lengths (`draw_lengths`); tasks sample one
+    length per batch, so the examples are kept in buckets by length. Each epoch every bucket is shuffled and split
     into batches of at most `batch_size` (sizes differing by at most one) and the epoch's batches
     come in a shuffled order: every example is seen once per epoch, and a bucket comes up in
     proportion to its number of batches (about its size / batch_size). With `balanced`, the answers
@@ -66,8 +73,9 @@ class FixedTrainingSet:
         generator: torch.Generator,
         device: torch.device | str = "cpu",
         balanced: bool = False,
+        length_step: int = 1,
     ):
-        lengths = torch.randint(min_length, max_length + 1, (size,), generator=generator)
+        lengths = draw_lengths(min_length, max_length, length_step, size, generator)
         answers = (
             (torch.arange(size) % task.num_classes)[torch.randperm(size, generator=generator)] if balanced else None
         )
@@ -250,6 +258,7 @@ class Trainer:
                 self.generator,
                 self.device,
                 balanced=config.dataset_balanced,
+                length_step=config.length_step,
             )
         )
         self.step = 0
@@ -354,7 +363,7 @@ class Trainer:
         if self.training_set is not None:
             return self.training_set.batch(self.step)
         stage = self.plan[self.stage]
-        length = int(torch.randint(stage["min_length"], stage["max_length"] + 1, (1,), generator=self.generator))
+        length = int(draw_lengths(stage["min_length"], stage["max_length"], self.config.length_step, 1, self.generator))
         return self.tasks[self.stage].sample(self.config.batch_size, length, self.generator).to(self.device)
 
     def _curve_point(self, loss: float, accuracy: float, records: dict[str, list[float]], stage: int) -> dict:
