@@ -22,7 +22,7 @@ $(STAMP): $(CORE)
 
 # lint and types first (seconds), then the default suite
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -444,19 +444,18 @@ def cmd_report(args) -> int:
         check_outputs(report_outputs(args.results_dir, name), "report file")
     if args.all:
         check_outputs([Path(args.results_dir) / "index.md", Path(args.results_dir) / "index.html"], "index file")
-    papers = {}  # the spec's `paper:` as it is now (figures added since the runs show too); else the plan's
+    scored = {}  # each experiment scored once, with its spec's `paper:` and `selection:` as they are now
     for name in names:
         _known_experiment(store, name)
         if args.all and store.plan(name) is None:
             continue  # a damaged plan (the store's warning names it) or none: a row of the index says so
         scale = (store.plan(name) or {}).get("scale")
-        papers[name] = spec_paper(name, scale)
-        scored = score_store(
-            store, name, paper=papers[name], selection=spec_section(name, "selection", scale), run_data=True
+        scored[name] = score_store(
+            store, name, paper=spec_paper(name, scale), selection=spec_section(name, "selection", scale), run_data=True
         )
-        print(write_report(scored, args.results_dir, formats) / "report.html")
+        print(write_report(scored[name], args.results_dir, formats) / "report.html")
     if args.all:
-        print(write_index(store, args.results_dir, papers))
+        print(write_index(store, args.results_dir, scored))
     return 0
 
 

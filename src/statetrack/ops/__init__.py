@@ -2,7 +2,7 @@
 cells); each `<op>_reference` is the definition.
 
 Layout [B, T, H, D] everywhere; the fast forms equal their references to float tolerance
-(tests/test_ops_*.py, tests/test_speedpaths_*.py, tests/test_long_input.py) and are differentiable
+(tests/ops/test_ops_*.py, tests/ops/test_speedpaths_*.py, tests/ops/test_long_input.py) and are differentiable
 (the nonlinear cells' inference forms by running their reference where a gradient is recorded).
 Every autograd Function with a hand-written backward lives here, beside the reference it is tested
 against; the layers hold modules and call these.

@@ -15,8 +15,8 @@ which runs a token in a few microseconds where the PyTorch loop pays a dozen op 
 (a gradient recorded, CUDA, no compiler) the reference itself. `<cell>_fused` is the training form:
 the loop as one autograd node, run without a graph into preallocated buffers, with the backward
 written out (the loop in reverse, the recurrent weights' gradient one product over all steps). All
-three give the same outputs, final state and gradients to float rounding (tests/test_long_input.py,
-tests/test_speedpaths_misc.py).
+three give the same outputs, final state and gradients to float rounding (tests/ops/test_long_input.py,
+tests/ops/test_speedpaths_misc.py).
 """
 
 from __future__ import annotations

@@ -850,34 +850,37 @@ def index_verdicts(scored: Scored) -> str:
     return verdict_line(scored.verdicts) or "-"
 
 
-def write_index(store: Store, results_dir: str | Path = "results", papers: dict | None = None) -> Path:
+def write_index(store: Store, results_dir: str | Path = "results", scored: dict[str, Scored] | None = None) -> Path:
     """results/index.html (and index.md): every experiment in the store, linked to its report, with
-    how many of its planned runs are done, failed and missing and its claims' verdicts (`papers`:
-    {experiment: its spec's `paper`} where it differs from the one its plan holds)."""
+    how many of its planned runs are done, failed and missing and its claims' verdicts. `scored`:
+    {experiment: its `Scored`, as its report was scored (the spec's `paper` and `selection` as they
+    are now)}, so that the index and the reports give the same verdicts; an experiment not in it is
+    scored from its plan alone."""
     results_dir = Path(results_dir)
     header = ["experiment", "scale", "done", "expected", "failed", "missing", "claims", "planned", "description"]
     rows, links = [], []
+    given = scored or {}
     for name in store.experiments():
         try:
-            scored = score_store(store, name, paper=(papers or {}).get(name))
+            scored_here = given[name] if name in given else score_store(store, name)
         except StatetrackError as error:  # a spec's `paper:` that no longer reads: that error in its row
             rows.append([name, "-", "-", "-", "-", "-", f"({error})", "-", "-"])
             links.append(f"{name}/report.html")
             continue
-        plan, missing = scored.plan, scored.missing
+        plan, missing = scored_here.plan, scored_here.missing
         expected = len(plan["runs"])
         failed = sum(1 for r in missing if r["status"] == "failed")
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan["created_at"])) if plan.get("created_at") else "-"
-        description = " ".join(str(scored.description).split())
+        description = " ".join(str(scored_here.description).split())
         rows.append(
             [
                 name,
-                scored.scale or "-",
+                scored_here.scale or "-",
                 str(expected - len(missing)),
                 str(expected),
                 str(failed),
                 str(len(missing) - failed),
-                index_verdicts(scored),
+                index_verdicts(scored_here),
                 when,
                 description,
             ]

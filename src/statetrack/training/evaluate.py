@@ -60,7 +60,7 @@ def chunked_logits(model, inputs: torch.Tensor, chunk_size: int | None = None):
     """(start, logits [B, t, C]) for each chunk of `inputs` [B, T] in turn, the model's state carried
     from one chunk to the next: the whole input as one chunk without `chunk_size` or when it fits.
     This is how evaluation feeds a recurrent model; every sequence's logits must not depend on the
-    chunk size (tests/test_invariance.py)."""
+    chunk size (tests/layers/test_invariance.py)."""
     if chunk_size is None or inputs.shape[1] <= chunk_size:
         yield 0, model(inputs)[0]
         return

@@ -344,9 +344,24 @@ def test_index_shows_each_experiments_verdicts(tmp_path):
     assert "| experiment | scale | done | expected | failed | missing | claims |" in md
     assert "| 2/6 claims ✓, 1 ✗, 2 not measured, 1 not run at this scale |" in md
     assert "| [nopaper](nopaper/report.html) | quick | 0 | 0 | 0 | 0 | - |" in md
-    # a paper given by the caller (the spec as it is now) wins over the plan's
-    only = {**PAPER, "claims": PAPER["claims"][:1]}
+    # scored by the caller as its report was (the spec's paper as it is now): the index shows those verdicts
+    only = score_store(store, "parity", paper={**PAPER, "claims": PAPER["claims"][:1]})
     assert "| 1/1 claims ✓ |" in (write_index(store, tmp_path, {"parity": only}).parent / "index.md").read_text()
+
+
+def test_report_all_gives_the_index_the_verdicts_of_the_reports(tmp_path, capsys, monkeypatch):
+    """`statetrack report --all` scores each experiment once, with its spec's `paper:` and
+    `selection:` as they are now, and the index shows the verdicts its report shows."""
+    import statetrack.results.report as report
+    from cli_helpers import run_cli
+
+    _store(tmp_path)
+    now = {"paper": {**PAPER, "claims": PAPER["claims"][:1]}, "selection": {"seeds": "max"}}
+    monkeypatch.setattr(report, "spec_section", lambda name, key, scale=None: now.get(key))
+    code, _, err = run_cli(capsys, "report", "--all", "--results-dir", str(tmp_path))
+    assert code == 0, err
+    index, page = (tmp_path / "index.md").read_text(), (tmp_path / "parity" / "report.md").read_text()
+    assert "| 1/1 claims ✓ |" in index and "1/1 claims ✓" in page  # the plan's paper has six claims
 
 
 def test_one_seed_prints_no_spread_and_text_columns_are_left_aligned(tmp_path):

@@ -19,7 +19,7 @@ from statetrack.catalog import (
 )
 from statetrack.models import zoo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_docs_and_readme_tables_are_current():
@@ -82,7 +82,7 @@ def test_no_layer_module_imports_the_zoo():
     (or anything else above it) would run the dependency back up the layers."""
     import ast
 
-    layers = Path(__file__).resolve().parents[1] / "src" / "statetrack" / "layers"
+    layers = Path(__file__).resolve().parents[2] / "src" / "statetrack" / "layers"
     upward = []
     for path in sorted(layers.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

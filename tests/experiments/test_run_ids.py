@@ -11,7 +11,7 @@ import pytest
 from statetrack.experiments.spec import expand, load_spec, shipped_specs
 from statetrack.schema import SCALES
 
-EXPECTED = json.loads((Path(__file__).parent / "data" / "run_ids.json").read_text())
+EXPECTED = json.loads((Path(__file__).parents[1] / "data" / "run_ids.json").read_text())
 
 
 def test_every_shipped_spec_and_scale_is_recorded():

@@ -23,7 +23,7 @@ from statetrack.plugins import load_imports
 from statetrack.store import Store
 from statetrack.tasks import TASKS, FinalAnswerTask, make_task, task_parameters
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "custom_model"
 FAST = ["train.steps=8", "train.checkpoint_every=4", "eval.lengths=[10, 20]", "eval.samples=16"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from statetrack.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCES = ROOT / "docs" / "references.md"
 SOURCE_KEYS = (
     "Ebrahimi & Memisevic 2025",

@@ -213,7 +213,7 @@ def test_predict_runs_small_batches_on_one_thread_and_restores_the_count():
 
 def test_long_input_benchmark_prints_every_figure():
     """benchmarks/long_input.py runs end to end (figures unchecked): one row per (model, T)."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "long_input.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "long_input.py"
     out = subprocess.run([sys.executable, str(script), "--json", "--models", "lstm", "slstm", "--T", "300", "600",
                           "--chunk", "128", "--width", "8", "--threads", "1"], capture_output=True, text=True, check=True,
                          timeout=120).stdout

@@ -14,7 +14,7 @@ from statetrack.experiments.spec import resolve
 from statetrack.results import book
 from statetrack.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["train.steps=20", "seeds=[0,1,2]", "eval.samples=16", "eval.lengths=[40,64,128,256,1000]"]
 
 
