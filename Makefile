@@ -20,9 +20,10 @@ $(STAMP): $(CORE)
 	$(PY) -m pip install -q -e ".[dev,lint]"
 	touch $(STAMP)
 
-# lint and types first (seconds), then the default suite
+# lint and types first (seconds), then the default suite, spread over the cores (at most 4
+# processes: several tests start two workers of their own), the 25 slowest printed
 test: lint
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
