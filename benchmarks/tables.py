@@ -29,9 +29,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bilinear  # noqa: E402
 import fixedpoint  # noqa: E402
 import long_input  # noqa: E402
-import ops  # noqa: E402
 import suite_flops  # noqa: E402
 import train_step  # noqa: E402
+
+import ops  # noqa: E402
 
 
 def load(name: str, results: Path = RESULTS) -> dict:
