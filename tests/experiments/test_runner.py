@@ -306,3 +306,25 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tiny_spec, tmp_path, capsys)
     assert code == 0 and "4 planned runs, 0 to train" in out and out.count("  done") == 4
     code, _, err = run_cli(capsys, "run", spec, "--dry-run", "models=[{name: nope}]")
     assert code == 2 and "nope" in err
+
+
+def test_run_options_are_checked_once(monkeypatch):
+    """The command line checks its options before importing a spec's modules, and `run_experiment`
+    checks them again: one options object is checked once (a Ray address is probed once), and a
+    changed copy is checked afresh."""
+    import dataclasses
+
+    from statetrack.errors import StatetrackError
+    from statetrack.experiments import runner
+
+    calls = []
+    monkeypatch.setattr(runner, "check_backend", lambda *args: calls.append(args))
+    options = RunOptions(workers=2, progress=False)
+    options.check()
+    options.check()
+    assert len(calls) == 1
+    dataclasses.replace(options, workers=1).check()
+    assert len(calls) == 2
+    assert options == RunOptions(workers=2, progress=False)  # the mark is in no comparison
+    with pytest.raises(StatetrackError, match="--wandb needs a value"):
+        RunOptions(wandb=" ").check()

@@ -459,8 +459,8 @@ def make_backend(
     """The backend for `runs` runs. local: `workers` at a time (default one per core; one on CUDA) on a
     process pool, or in this process when that is one; ray: one Ray task per run on the cluster at
     `address`, or on a local Ray instance with `workers` CPUs. `log_to`: the loggers each run writes
-    to while it trains (statetrack.training.loggers.run_loggers)."""
-    check_backend(name, workers, address)
+    to while it trains (statetrack.training.loggers.run_loggers). The options are checked by the
+    caller (`runner.RunOptions.check`), once."""
     if name == "ray":
         return RayBackend(
             address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports, log_to=log_to

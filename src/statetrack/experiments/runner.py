@@ -199,12 +199,17 @@ class RunOptions:
     progress: bool = True
 
     def check(self) -> None:
-        """Check the options' values (a backend option that does not apply, an empty tracker name);
-        nothing is contacted, so the command line calls it before the spec's modules are imported."""
+        """Check the options' values (a backend option that does not apply, an empty tracker name, a
+        Ray address that does not answer), so the command line calls it before the spec's modules
+        are imported. Once per options object: `run_experiment` calls it too, and a Ray address is
+        probed once, not again for each experiment `reproduce` runs with the same options."""
+        if self.__dict__.get("_checked"):
+            return
         check_backend(self.backend, self.workers, self.address, self.device, self.gpus_per_run, self.lease)
         for option, value in (("--tensorboard", self.tensorboard), ("--wandb", self.wandb), ("--mlflow", self.mlflow)):
             if value is not None and not str(value).strip():
                 raise StatetrackError(f"{option} needs a value; got an empty one")
+        object.__setattr__(self, "_checked", True)  # frozen: the mark is no field, in no comparison
 
     def trackers(self) -> dict:
         """The trackers to log every run to, each checked before anything is written (a tracking
