@@ -74,7 +74,7 @@ def test_all_heads_halved_is_the_same_model_with_eigenvalues_in_zero_one(trained
     predicted = predict(positive.eval(), batch.inputs)
     assert result["all_heads"] == ((predicted == batch.targets) & batch.mask).sum().item() / batch.mask.sum().item()
     # the layers' gates are the class's again afterwards, and the model predicts as before
-    assert all("gates" not in block.mixer.__dict__ for block in model.blocks)
+    assert all("_gates" not in block.mixer.__dict__ for block in model.blocks)
     assert ((predict(model, batch.inputs) == batch.targets) & batch.mask).sum().item() / batch.mask.sum().item() == result["accuracy"]
 
 

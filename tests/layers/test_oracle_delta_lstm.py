@@ -14,12 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from ops_helpers import load_fla_naive, randomised, rel_error, rms_norm
+from statetrack import StatetrackError
 from statetrack.layers import LSTM, DeltaNet, DeltaProduct, GatedDeltaNet
 
 EXACT = 1e-10
 B, T, D = 2, 11, 16
-
-
 
 
 def halves(layer, x):
@@ -29,18 +28,36 @@ def halves(layer, x):
     return torch.cat([y1, y2], dim=1), state
 
 
-
-
 # ---- the delta rule family: Schlag et al. 2021; Yang et al. 2024b; Yang et al. 2025; Siems et al. 2025
+def short_conv_per_step(u, weight):
+    """A depthwise causal convolution from a zero past, token by token: out_t[c] = sum_{i=0}^{w-1}
+    weight[c, w - 1 - i] u_{t-i}[c] (torch's Conv1d layout: the last tap meets the current token)."""
+    w = weight.shape[-1]
+    return torch.stack(
+        [sum(weight[:, 0, w - 1 - i] * u[:, t - i] for i in range(min(w, t + 1))) for t in range(u.shape[1])], dim=1
+    )
+
+
 def delta_inputs(layer, x):
     """q, k, v, beta, log-decay g per token and micro-step, from the read-out weights:
     q, k = L2-normalised SiLU projections, v linear, beta = s sigmoid(w_b x + b) with s = 1 for
     [0,1] and 2 for [-1,1] (Grazzi et al. 2025), g = -exp(A_log) softplus(w_a x + b_a) (Yang et
-    al. 2025). Shapes: q [B, T, H, Dk]; k, v [B, T, n_h, H, D]; beta [B, T, n_h, H]; g [B, T, H]."""
+    al. 2025); with a short convolution (Yang et al. 2024b), each projection convolved over the last
+    w tokens and then SiLU'd, v too. Shapes: q [B, T, H, Dk]; k, v [B, T, n_h, H, D]; beta [B, T,
+    n_h, H]; g [B, T, H]."""
     H, Dh, n = layer.num_heads, layer.head_dim, layer.n_h
-    q = F.normalize(F.silu(x @ layer.q_proj.weight.T).view(B, T, H, Dh), dim=-1)
-    k = F.normalize(F.silu(x @ layer.k_proj.weight.T).view(B, T, n, H, Dh), dim=-1)
-    v = (x @ layer.v_proj.weight.T).view(B, T, n, H, Dh)
+    q, k, v = (x @ proj.weight.T for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+    if layer.short_conv:
+        weight = layer.conv.conv.weight  # [q | k | v channels, 1, w]
+        q, k, v = (
+            F.silu(short_conv_per_step(u, w))
+            for u, w in zip((q, k, v), weight.split([q.shape[-1], k.shape[-1], v.shape[-1]]))
+        )
+    else:
+        q, k = F.silu(q), F.silu(k)
+    q = F.normalize(q.view(B, T, H, Dh), dim=-1)
+    k = F.normalize(k.view(B, T, n, H, Dh), dim=-1)
+    v = v.view(B, T, n, H, Dh)
     s = {"[0,1]": 1.0, "[-1,1]": 2.0}[layer.eig_range]
     beta = s * torch.sigmoid(x @ layer.b_proj.weight.T + layer.b_proj.bias).view(B, T, n, H)
     g = None
@@ -71,25 +88,27 @@ def delta_readout(layer, o):
 
 
 DELTA_LAYERS = {
-    "deltanet": lambda r: DeltaNet(D, num_heads=2, eig_range=r),
-    "gated_deltanet": lambda r: GatedDeltaNet(D, num_heads=2, eig_range=r),
-    "deltaproduct": lambda r: DeltaProduct(D, num_heads=2, n_h=3, eig_range=r),
+    "deltanet": lambda r, w=0: DeltaNet(D, num_heads=2, eig_range=r, short_conv=w),
+    "gated_deltanet": lambda r, w=0: GatedDeltaNet(D, num_heads=2, eig_range=r, short_conv=w),
+    "deltaproduct": lambda r, w=0: DeltaProduct(D, num_heads=2, n_h=3, eig_range=r, short_conv=w),
 }
 
 
-def _delta_case(name, eig_range, seed=0):
-    layer = randomised(DELTA_LAYERS[name](eig_range), seed)
+def _delta_case(name, eig_range, seed=0, short_conv=0):
+    """The layer on two halves, the state (S, and the convolution's past with a short convolution)
+    carried from the first to the second: (layer, x, S0, y, final S)."""
+    layer = randomised(DELTA_LAYERS[name](eig_range, short_conv), seed)
     gen = torch.Generator().manual_seed(seed + 1)
     x = torch.randn(B, T, D, dtype=torch.float64, generator=gen)
     S0 = torch.randn(B, layer.num_heads, layer.head_dim, layer.head_dim, dtype=torch.float64, generator=gen)
     with torch.no_grad():
-        y1, state = layer(x[:, : T // 2], S0)
+        y1, state = layer(x[:, : T // 2], (None, S0) if short_conv else S0)
         y2, state = layer(x[:, T // 2 :], state)
-    return layer, x, S0, torch.cat([y1, y2], dim=1), state
+    return layer, x, S0, torch.cat([y1, y2], dim=1), state[1] if short_conv else state
 
 
-def check_per_step(name, eig_range):
-    layer, x, S0, y, state = _delta_case(name, eig_range)
+def check_per_step(name, eig_range, short_conv=0):
+    layer, x, S0, y, state = _delta_case(name, eig_range, short_conv=short_conv)
     with torch.no_grad():
         q, k, v, beta, g = delta_inputs(layer, x)
         o, S = delta_per_step(q, k, v, beta, g, S0)
@@ -110,9 +129,16 @@ def check_fla(name, eig_range):
         q, k, v, beta, g = delta_inputs(layer, x)
         n, H, Dh = layer.n_h, layer.num_heads, layer.head_dim
         o, S = fla.naive_recurrent_gated_delta_product(
-            q.float(), k.reshape(B, T * n, H, Dh).float(), v.reshape(B, T * n, H, Dh).float(),
-            None if g is None else g.float(), beta.reshape(B, T * n, H).float(), scale=1.0,
-            initial_state=S0.float(), output_final_state=True, num_householder=n)
+            q.float(),
+            k.reshape(B, T * n, H, Dh).float(),
+            v.reshape(B, T * n, H, Dh).float(),
+            None if g is None else g.float(),
+            beta.reshape(B, T * n, H).float(),
+            scale=1.0,
+            initial_state=S0.float(),
+            output_final_state=True,
+            num_householder=n,
+        )
         expected = delta_readout(layer, o.double())
     assert rel_error(y, expected) <= 1e-5
     assert rel_error(state, S.double()) <= 1e-5
@@ -134,6 +160,19 @@ def test_gated_deltanet_matches_per_step_gated_delta_rule(eig_range):
 @RANGES
 def test_deltaproduct_matches_per_step_householder_products(eig_range):
     check_per_step("deltaproduct", eig_range)
+
+
+@RANGES
+@pytest.mark.parametrize("name", sorted(DELTA_LAYERS))
+def test_delta_family_with_short_convolution_matches_per_step(name, eig_range):
+    """short_conv = 4 (Yang et al. 2024b): the convolution's past is carried from one half to the
+    next (T // 2 = 5 tokens, more than its 3 past ones), against the convolution summed token by token."""
+    check_per_step(name, eig_range, short_conv=4)
+
+
+def test_short_convolution_width_is_checked():
+    with pytest.raises(StatetrackError, match=r"short_conv .* must be an integer >= 0, got -1"):
+        DeltaNet(D, short_conv=-1)
 
 
 @RANGES

@@ -52,23 +52,25 @@ def delta_layers(model, name: str = "this model") -> list[tuple[int, DeltaProduc
 
 @contextmanager
 def wrapped_gates(mixer: DeltaProduct, edit):
-    """Within the block, `mixer.gates(x)` returns `edit(gates)` of the original gates; yields the
-    number of calls so far as a one-element list (a forward that never calls `gates` is an error)."""
-    original, shadowed = mixer.gates, mixer.__dict__.get("gates")
+    """Within the block, the mixer's gates (`mixer.gates(x)`, and those its forward computes) are
+    `edit(gates)` of the original gates; yields the number of calls so far as a one-element list (a
+    forward that never computes them is an error)."""
+    original, shadowed = mixer._gates, mixer.__dict__.get("_gates")
     calls = [0]
 
-    def gates(x):
+    def _gates(x, conv_state=None):
         calls[0] += 1
-        return edit(original(x))
+        gates, conv_state = original(x, conv_state)
+        return edit(gates), conv_state
 
-    mixer.__dict__["gates"] = gates  # an instance attribute, which shadows the method
+    mixer.__dict__["_gates"] = _gates  # an instance attribute, which shadows the method
     try:
         yield calls
     finally:
         if shadowed is None:
-            del mixer.__dict__["gates"]
+            del mixer.__dict__["_gates"]
         else:
-            mixer.__dict__["gates"] = shadowed
+            mixer.__dict__["_gates"] = shadowed
 
 
 def scale_beta(mixer: DeltaProduct, heads: list[int], factor: float):

@@ -72,10 +72,10 @@ def log_uniform_dt(n: int, dt_min: float = 1e-3, dt_max: float = 1e-1, generator
 class CausalConv1d(nn.Module):
     """Depthwise causal convolution over time on [B, T, C]; state = the last k - 1 inputs [B, k-1, C]."""
 
-    def __init__(self, channels: int, kernel_size: int = 4):
+    def __init__(self, channels: int, kernel_size: int = 4, bias: bool = True):
         super().__init__()
         self.kernel_size = kernel_size
-        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=True)
+        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=bias)
 
     def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
         B, T, C = x.shape
@@ -85,6 +85,22 @@ class CausalConv1d(nn.Module):
         padded = torch.cat([state, x], dim=1)  # [B, k - 1 + T, C]
         y = self.conv(padded.transpose(1, 2)).transpose(1, 2)  # [B, T, C]
         return y, padded[:, padded.shape[1] - (k - 1) :].clone()  # a copy: a view would keep the whole input alive
+
+
+def causal_conv(conv: CausalConv1d, x: torch.Tensor, state=None):
+    """`conv(x, state)` (a depthwise causal convolution, `CausalConv1d`) as k shifted products on
+    [B, T, C]: the same weights and state, without the transposes and the convolution kernels,
+    whose backward cost more than the rest of Mamba-2's step at the quick shapes."""
+    B, T, C = x.shape
+    k = conv.kernel_size
+    if state is None:
+        state = x.new_zeros(B, k - 1, C)
+    padded = torch.cat([state, x], dim=1)  # [B, k - 1 + T, C]
+    w, bias = conv.conv.weight[:, 0], conv.conv.bias  # [C, k], [C] or None
+    y = padded[:, :T] * w[:, 0] if bias is None else torch.addcmul(bias, padded[:, :T], w[:, 0])
+    for j in range(1, k):
+        y = torch.addcmul(y, padded[:, j : j + T], w[:, j])
+    return y, padded[:, padded.shape[1] - (k - 1) :].clone()
 
 
 class Spectral:

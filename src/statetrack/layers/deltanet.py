@@ -17,7 +17,9 @@ from torch import nn
 from statetrack.errors import StatetrackError
 from statetrack.layers.common import (
     DEFAULT_EIG_RANGE,
+    CausalConv1d,
     Spectral,
+    causal_conv,
     check_eig_range,
     check_input,
     head_split,
@@ -66,12 +68,20 @@ class DeltaProduct(Spectral, nn.Module):
     eig_range "[0,1]" and s = 2 for "[-1,1]" (Grazzi et al. 2025; `common.EIG_RANGES`). The head
     outputs are RMS-normalised before the output projection, which makes the readout invariant to
     the state's overall scale. n_h = 1 is DeltaNet. State: S [B, H, Dk, Dv].
+
+    `short_conv` = w > 0 puts the short convolution of Yang et al. 2024b (fla's DeltaNet layer's
+    default, w = 4) between the projections and the rule: each channel of the q, k and v projections
+    goes through a depthwise causal convolution over the last w tokens (no bias), then a SiLU, so
+    q_t = normalize(SiLU(sum_i c^q_i W_q x_{t-i})), k likewise and v_t = SiLU(sum_i c^v_i W_v x_{t-i}).
+    State then: (the last w - 1 projections [B, w - 1, C], S).
     """
 
     departures = (
-        "eig_range [-1,1] doubles beta (Grazzi et al. 2025); no short convolution before q, k, v; "
-        "q unscaled (L2-normalised); per-head RMSNorm on the outputs before the output projection"
+        "eig_range [-1,1] doubles beta (Grazzi et al. 2025); no short convolution before q, k, v unless "
+        "short_conv is set; q unscaled (L2-normalised); per-head RMSNorm on the outputs before the output "
+        "projection"
     )
+    unnamed_defaults = ("short_conv",)  # left out of the resolved spec while 0 (run ids unchanged)
 
     def __init__(
         self,
@@ -80,10 +90,16 @@ class DeltaProduct(Spectral, nn.Module):
         n_h: int = 2,
         head_dim: int | None = None,
         eig_range: str = DEFAULT_EIG_RANGE,
+        short_conv: int = 0,
     ):
         super().__init__()
         if not isinstance(n_h, int) or n_h < 1:
             raise StatetrackError(f"n_h (Householders per token) must be an integer >= 1, got {n_h!r}")
+        if not isinstance(short_conv, int) or isinstance(short_conv, bool) or short_conv < 0:
+            raise StatetrackError(
+                f"short_conv (the short convolution's width in tokens; 0: none) must be an integer >= 0, "
+                f"got {short_conv!r}"
+            )
         self.d_model, self.n_h, self.eig_range, self.scale = d_model, n_h, eig_range, check_eig_range(eig_range)
         self.num_heads, self.head_dim = head_split(d_model, num_heads, head_dim, takes_head_dim=True)
         inner = self.num_heads * self.head_dim
@@ -93,27 +109,44 @@ class DeltaProduct(Spectral, nn.Module):
         self.b_proj = nn.Linear(d_model, n_h * self.num_heads, bias=True)
         self.o_norm = nn.RMSNorm(self.head_dim)
         self.o_proj = nn.Linear(inner, d_model, bias=False)
+        self.short_conv = short_conv
+        # one depthwise convolution over the q, k and v channels side by side: three convolutions in one
+        self.conv = CausalConv1d((1 + 2 * n_h) * inner, short_conv, bias=False) if short_conv else None
 
     def gates(self, x: torch.Tensor) -> DeltaInputs:
         """The delta rule's inputs for x [B, T, d_model], token t's micro-step j at t * n_h + j:
-        q [B, T, H, D]; k, v [B, T n_h, H, D]; beta [B, T n_h, H] (the `delta_product` layout)."""
+        q [B, T, H, D]; k, v [B, T n_h, H, D]; beta [B, T n_h, H] (the `delta_product` layout); with
+        a short convolution, from a zero convolution state."""
+        return self._gates(x)[0]
+
+    def _gates(
+        self, x: torch.Tensor, conv_state: torch.Tensor | None = None
+    ) -> tuple[DeltaInputs, torch.Tensor | None]:
+        """`gates(x)` from the convolution state `conv_state`, and the convolution's next state."""
         B, T, _ = x.shape
         steps = (B, T * self.n_h, self.num_heads, self.head_dim)
-        q = F.normalize(F.silu(self.q_proj(x)).view(B, T, self.num_heads, self.head_dim), dim=-1)
-        k = F.normalize(F.silu(self.k_proj(x)).view(steps), dim=-1)
-        v = self.v_proj(x).view(steps)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.conv is None:
+            q, k = F.silu(q), F.silu(k)
+        else:
+            qkv, conv_state = causal_conv(self.conv, torch.cat([q, k, v], dim=-1), conv_state)
+            q, k, v = F.silu(qkv).split([q.shape[-1], k.shape[-1], v.shape[-1]], dim=-1)
+        q = F.normalize(q.reshape(B, T, self.num_heads, self.head_dim), dim=-1)
+        k = F.normalize(k.reshape(steps), dim=-1)
+        v = v.reshape(steps)
         beta = self.scale * torch.sigmoid(self.b_proj(x)).view(steps[:3])
-        return {"q": q, "k": k, "v": v, "beta": beta}
+        return {"q": q, "k": k, "v": v, "beta": beta}, conv_state
 
-    def forward(self, x: torch.Tensor, state: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, state=None):
         check_input(x, self.d_model, type(self).__name__)
         B, T, _ = x.shape
-        gates = self.gates(x)
+        conv_state, S = state if self.conv is not None and state is not None else (None, state)
+        gates, conv_state = self._gates(x, conv_state)
         if self.n_h == 1:
-            o, state = delta_rule(**gates, initial_state=state, output_final_state=True)
+            o, S = delta_rule(**gates, initial_state=S, output_final_state=True)
         else:
-            o, state = delta_product(**gates, initial_state=state, output_final_state=True, num_householder=self.n_h)
-        return self.o_proj(self.o_norm(o).reshape(B, T, -1)), state
+            o, S = delta_product(**gates, initial_state=S, output_final_state=True, num_householder=self.n_h)
+        return self.o_proj(self.o_norm(o).reshape(B, T, -1)), (S if self.conv is None else (conv_state, S))
 
     def householder_factors(self, x: torch.Tensor) -> torch.Tensor:
         """The n_h factors I - beta_{t,j} k_{t,j} k_{t,j}^T, [B, T, n_h, H, D, D] (j = 1 first)."""
@@ -147,9 +180,14 @@ class DeltaNet(DeltaProduct):
     """
 
     def __init__(
-        self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE
+        self,
+        d_model: int,
+        num_heads: int = 2,
+        head_dim: int | None = None,
+        eig_range: str = DEFAULT_EIG_RANGE,
+        short_conv: int = 0,
     ):
-        super().__init__(d_model, num_heads, n_h=1, head_dim=head_dim, eig_range=eig_range)
+        super().__init__(d_model, num_heads, n_h=1, head_dim=head_dim, eig_range=eig_range, short_conv=short_conv)
 
 
 @register_model(
@@ -172,18 +210,25 @@ class GatedDeltaNet(DeltaNet):
     departures = DeltaProduct.departures + "; no output gate"
 
     def __init__(
-        self, d_model: int, num_heads: int = 2, head_dim: int | None = None, eig_range: str = DEFAULT_EIG_RANGE
+        self,
+        d_model: int,
+        num_heads: int = 2,
+        head_dim: int | None = None,
+        eig_range: str = DEFAULT_EIG_RANGE,
+        short_conv: int = 0,
     ):
-        super().__init__(d_model, num_heads, head_dim, eig_range)
+        super().__init__(d_model, num_heads, head_dim, eig_range, short_conv)
         self.a_proj = nn.Linear(d_model, self.num_heads, bias=True)
         with torch.no_grad():
             self.a_proj.bias.copy_(inverse_softplus(log_uniform_dt(self.num_heads)))
         self.A_log = nn.Parameter(torch.log(torch.empty(self.num_heads).uniform_(1, 16)))
 
-    def gates(self, x: torch.Tensor) -> DeltaInputs:
-        gates = super().gates(x)
+    def _gates(
+        self, x: torch.Tensor, conv_state: torch.Tensor | None = None
+    ) -> tuple[DeltaInputs, torch.Tensor | None]:
+        gates, conv_state = super()._gates(x, conv_state)
         gates["g"] = -self.A_log.exp() * F.softplus(self.a_proj(x))  # [B, T, H], log alpha
-        return gates
+        return gates, conv_state
 
     def transition_matrices(self, x):
         """alpha_t (I - beta_t k_t k_t^T), [B, T, H, Dk, Dk]."""

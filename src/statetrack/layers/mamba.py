@@ -23,6 +23,7 @@ from statetrack.layers.common import (
     EIG_RANGES,
     CausalConv1d,
     Spectral,
+    causal_conv,
     check_eig_range,
     check_input,
     decay_to_range,
@@ -31,23 +32,6 @@ from statetrack.layers.common import (
 )
 from statetrack.layers.registry import register_model
 from statetrack.ops.selective import native_applies, selective_scan, ssd_scan
-
-
-def causal_conv(conv: CausalConv1d, x: torch.Tensor, state=None):
-    """`conv(x, state)` (a depthwise causal convolution, `CausalConv1d`) as k shifted products on
-    [B, T, C]: the same weights and state, without the transposes and the convolution kernels,
-    whose backward cost more than the rest of Mamba-2's step at the quick shapes."""
-    B, T, C = x.shape
-    k = conv.kernel_size
-    if state is None:
-        state = x.new_zeros(B, k - 1, C)
-    padded = torch.cat([state, x], dim=1)  # [B, k - 1 + T, C]
-    w, bias = conv.conv.weight[:, 0], conv.conv.bias  # [C, k], [C]
-    assert bias is not None  # CausalConv1d's convolution has one
-    y = torch.addcmul(bias, padded[:, :T], w[:, 0])
-    for j in range(1, k):
-        y = torch.addcmul(y, padded[:, j : j + T], w[:, j])
-    return y, padded[:, padded.shape[1] - (k - 1) :].clone()
 
 
 @register_model("mamba", display="Mamba {eig_range}")
