@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 
 RUN_ID = "0123456789abcdef"
 CONFIG = {"experiment": "exp", "model": {"name": "lstm", "d_model": 8}, "task": {"name": "modadd", "m": 3},
@@ -31,9 +31,8 @@ def store(tmp_path, monkeypatch):
     path = tmp_path / "results" / "statetrack.db"
     db = Store(path)
     db.set_plan("exp", {"name": "exp"}, PLAN)
-    db.start_run(RUN_ID, "exp", "LSTM", "modadd(m=3)", 0, 0.01, CONFIG, "abc")
-    db.finish_run(RUN_ID, [{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4}],
-                  [{"step": 1, "loss": 1.0, "accuracy": 0.5}], 2, 100, 0.1, 0.1)
+    db.start_run(RunClaim(RUN_ID, "exp", "LSTM", "modadd(m=3)", 0, 0.01, CONFIG, "abc"))
+    db.finish_run(RUN_ID, Outcome([{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4}], [{"step": 1, "loss": 1.0, "accuracy": 0.5}], 2, 100, 0.1, 0.1))
     return path
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 
 # (argv, what the one line must contain). In argv, {tmp} is the test's working folder, {store} an
 # existing store holding no experiment, {text} a text file that is not a store; the other stores and
@@ -296,8 +296,8 @@ def workdir(tmp_path, monkeypatch):
     config = {"experiment": "trained", "model": {"name": "lstm", "d_model": 8}, "task": {"name": "modadd", "m": 3},
               "train": {"max_length": 5}, "eval": {"lengths": [5]}}
     store = Store(tmp_path / "trained.db")
-    store.start_run(RUN_ID, "trained", "LSTM", "modadd(m=3)", 0, 0.01, config, "abc")
-    store.finish_run(RUN_ID, [{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4}], [], 2, 100, 0.1, 0.1)
+    store.start_run(RunClaim(RUN_ID, "trained", "LSTM", "modadd(m=3)", 0, 0.01, config, "abc"))
+    store.finish_run(RUN_ID, Outcome([{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4}], [], 2, 100, 0.1, 0.1))
     checkpoint = tmp_path / "results" / "trained" / "checkpoints" / f"{RUN_ID}.pt"
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"PK\x03\x04 half a zip archive")

@@ -23,6 +23,7 @@ RANK = {
     "models": 5,
     "schema": 6,
     "training": 7, "store": 7,
+    "options": 7.5,
     "experiments": 8,
     "results": 9,
     "analysis": 10, "catalog": 10,

@@ -15,7 +15,7 @@ from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import NAME_MAX, check_name, under, write_text
 from statetrack.results.report import write_report
 from statetrack.results.scoring import score_store
-from statetrack.store import Store
+from statetrack.store import RunClaim, Store
 from statetrack.training.loggers import tensorboard_dir
 
 BAD_NAMES = ["", ".", "..", "../x", "../../escape", "/tmp/x", "a/b", "a\\b", ".hidden", "x" * (NAME_MAX + 1), "sp ace",
@@ -89,7 +89,7 @@ def test_a_store_takes_no_unsafe_name(tmp_path):
     with pytest.raises(StatetrackError, match="'../x' is not allowed"):
         store.set_plan("../x", {}, [])
     with pytest.raises(StatetrackError, match="'../x' is not allowed"):
-        store.start_run("r1", "../x", "LSTM", "parity", 0, 0.01, {}, "abc")
+        store.start_run(RunClaim("r1", "../x", "LSTM", "parity", 0, 0.01, {}, "abc"))
     assert store.experiments() == []
 
 

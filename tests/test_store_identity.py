@@ -10,7 +10,7 @@ import pytest
 
 from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
-from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Store, StoreDamaged
+from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Outcome, RunClaim, Store, StoreDamaged
 
 # A store of an earlier statetrack: no application id, and evals and curves without the later columns.
 EARLIER_STORE = """
@@ -173,8 +173,8 @@ def _store_with_a_result(tmp_path) -> Path:
     store = Store(path)
     store.set_plan("demo", {"name": "demo"}, [])
     for run_id in ("a" * 16, "b" * 16):
-        assert store.start_run(run_id, "demo", "LSTM", "parity", 0, 0.01, {"task": {"name": "parity"}}, "rev")
-        store.finish_run(run_id, [{"length": 8, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 64}], [], 10, 100, 0.0, 0.0)
+        assert store.start_run(RunClaim(run_id, "demo", "LSTM", "parity", 0, 0.01, {"task": {"name": "parity"}}, "rev"))
+        store.finish_run(run_id, Outcome([{"length": 8, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 64}], [], 10, 100, 0.0, 0.0))
     return path
 
 
@@ -222,10 +222,9 @@ def test_damaged_rows_of_a_run_are_skipped_and_the_rest_read(tmp_path, damage, r
     naming the run, and the run's other rows are read."""
     store = Store(tmp_path / "s.db")
     run_id = "c" * 16
-    assert store.start_run(run_id, "demo", "LSTM", "parity", 0, 0.01, {"task": {"name": "parity"}}, "rev")
-    store.finish_run(run_id, [{"length": n, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 4,
-                               "position_accuracy": [1.0], "traces": [{"x": 1}]} for n in (8, 16)],
-                     [{"step": s, "loss": 0.5, "accuracy": 0.5} for s in (1, 2)], 2, 100, 0.0, 0.0)
+    assert store.start_run(RunClaim(run_id, "demo", "LSTM", "parity", 0, 0.01, {"task": {"name": "parity"}}, "rev"))
+    store.finish_run(run_id, Outcome([{"length": n, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 4,
+                               "position_accuracy": [1.0], "traces": [{"x": 1}]} for n in (8, 16)], [{"step": s, "loss": 0.5, "accuracy": 0.5} for s in (1, 2)], 2, 100, 0.0, 0.0))
     store = _damaged(tmp_path / "s.db", damage)
     with pytest.warns(StoreDamaged, match=f"skipped the damaged {what} rows of 1 run.s. .{run_id}.") as caught:
         rows = getattr(store, reader)(run_id)

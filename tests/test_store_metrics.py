@@ -10,7 +10,7 @@ from statetrack.cli import main
 from statetrack.results.plots import metric_series
 from statetrack.results.report import write_report
 from statetrack.results.scoring import score_store
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 
 
 def _config(group: str, lr: float = 0.01, seed: int = 0) -> dict:
@@ -23,8 +23,8 @@ def _add_run(store: Store, run_id: str, model: str, group: str, lr: float, seed:
     task = f"word_problem(group={group})"
     planned = (store.plan("fp") or {"runs": []})["runs"]
     store.set_plan("fp", {"name": "fp", "scale": "quick"}, [*planned, {"id": run_id, "model": model, "task": task, "lr": lr, "seed": seed}])
-    store.start_run(run_id, "fp", model, task, seed, lr, _config(group, lr, seed), "abc")
-    store.finish_run(run_id, evals, list(curve), 10, 100, 1.0, 0.5)
+    store.start_run(RunClaim(run_id, "fp", model, task, seed, lr, _config(group, lr, seed), "abc"))
+    store.finish_run(run_id, Outcome(evals, list(curve), 10, 100, 1.0, 0.5))
 
 
 def _eval(length, accuracy, sequence=None, **metrics):
@@ -165,10 +165,8 @@ def test_tensorboard_gets_sequence_accuracy_and_metrics(tiny_spec, tmp_path):
 
     run = expand(load_spec(str(tiny_spec())))[0]
     store = Store(tmp_path / "s.db")
-    store.start_run(run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config, "abc")
-    store.finish_run(run.id, [_eval(5, 0.9, 0.7, iterations_median=4.0), _eval(9, 0.6, 0.2, iterations_median=6.0)],
-                     [{"step": 5, "loss": 1.0, "accuracy": 0.5, "metrics": {"iterations_max": 8.0}}, {"step": 10, "loss": 0.5, "accuracy": 0.6}],
-                     10, 100, 1.0, 0.5)
+    store.start_run(RunClaim(run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config, "abc"))
+    store.finish_run(run.id, Outcome([_eval(5, 0.9, 0.7, iterations_median=4.0), _eval(9, 0.6, 0.2, iterations_median=6.0)], [{"step": 5, "loss": 1.0, "accuracy": 0.5, "metrics": {"iterations_max": 8.0}}, {"step": 10, "loss": 0.5, "accuracy": 0.6}], 10, 100, 1.0, 0.5))
     replay(run_loggers(run, {"tensorboard": str(tmp_path / "tb")}), store.curves(run.id), store.evals(run.id))
     events = EventAccumulator(str(tensorboard_dir(tmp_path / "tb", run)))
     events.Reload()

@@ -11,31 +11,19 @@ import argparse
 import json
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from statetrack import __version__, limits
 from statetrack.allocator import keep_freed_memory
 from statetrack.errors import StatetrackError
+from statetrack.options import RunOptions
 from statetrack.paths import check_name, check_outputs, check_writable, report_outputs, store_file
 from statetrack.plugins import load_imports
 from statetrack.schema import SCALES
-from statetrack.store import LEASE_SECONDS, StoreDamaged
+from statetrack.store import StoreDamaged
 
-
-def _int(low: int | None = None, high: int | None = None):
-    """An argparse type for an integer option bounded by `statetrack.limits` (the upper bound of every
-    integer is 64 bits); values below a command's own minimum are left to the command's message."""
-
-    def parse(text: str) -> int:
-        value = int(text)
-        top = limits.MAX_INT if high is None else high
-        if value > top or (low is not None and value < low):
-            expected = f"an integer <= {top:,}" if low is None else f"an integer from {low} to {top:,}"
-            raise argparse.ArgumentTypeError(f"must be {expected}, got {limits.shown(value)}")
-        return value
-
-    parse.__name__ = "int"  # argparse's "invalid int value: 'x'"
-    return parse
+_int = limits.argparse_int
 
 
 def _params(pairs: list[str]) -> dict:
@@ -64,21 +52,7 @@ def _store(args, read_only: bool = True):
 
 # ---- commands ------------------------------------------------------------------------------------
 def _run_options(args):
-    from statetrack.experiments.runner import RunOptions
-
-    return RunOptions(
-        device=args.device,
-        workers=args.workers,
-        backend=args.backend,
-        address=args.address,
-        gpus_per_run=args.gpus_per_run,
-        tensorboard=args.tensorboard,
-        wandb=args.wandb,
-        mlflow=args.mlflow,
-        retry_failed=not args.skip_failed,
-        lease=args.lease,
-        progress=not args.no_progress,
-    )
+    return RunOptions.from_arguments(args)
 
 
 def _store_path(args) -> Path:
@@ -86,13 +60,13 @@ def _store_path(args) -> Path:
 
 
 def cmd_run(args) -> int:
-    from statetrack.experiments.runner import run_experiment
+    from statetrack.experiments.runner import check_options, run_experiment
     from statetrack.experiments.spec import resolve
     from statetrack.results.report import index_verdicts, table_rows, text_table, write_report
     from statetrack.results.scoring import describe_selection, score_store
 
     options = _run_options(args)
-    options.check()  # a backend option that cannot work fails before the spec's modules are imported
+    check_options(options)  # a backend option that cannot work fails before the spec's modules are imported
     experiment = resolve(args.experiment, args.scale, args.overrides, args.name, _imports(args))
     if args.dry_run:
         return dry_run(args, experiment)
@@ -169,7 +143,7 @@ def cmd_reproduce(args) -> int:
     import time
 
     from statetrack.experiments.backends import default_workers
-    from statetrack.experiments.runner import run_experiment
+    from statetrack.experiments.runner import check_options, run_experiment
     from statetrack.experiments.spec import resolve, shipped_specs
     from statetrack.results.book import record_part, write_book
     from statetrack.results.report import write_report
@@ -184,7 +158,7 @@ def cmd_reproduce(args) -> int:
     names = list(dict.fromkeys(args.experiments)) or list(known)
     workers = args.workers or (default_workers(args.device) if args.backend == "local" else None)
     options = _run_options(args)
-    options.check()
+    check_options(options)
     failed = 0
     for number, name in enumerate(names, 1):
         print(f"== [{number}/{len(names)}] {name} ({args.scale} scale)")
@@ -648,68 +622,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_run_options(p) -> None:
-    """The options of how runs are carried out, shared by `run` and `reproduce` (`runner.RunOptions`)."""
+    """The options of how runs are carried out, shared by `run` and `reproduce`: the scale, and each
+    field of `RunOptions` as its flag."""
     p.add_argument("--scale", default="quick", choices=SCALES, help="quick: CPU minutes; paper: the papers' sizes")
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument(
-        "--workers",
-        type=_int(),
-        default=None,
-        help="local: parallel runs on a process pool (default: CPU cores; 1 on CUDA); "
-        "ray: CPUs of a local Ray instance",
-    )
-    p.add_argument(
-        "--backend",
-        default="local",
-        choices=["local", "ray"],
-        help="local: a process pool on this machine; ray: one Ray task per run (pip install 'statetrack[ray]')",
-    )
-    p.add_argument(
-        "--address",
-        default=None,
-        help="ray: join the cluster at this address (e.g. auto, or HEAD_IP:6379); default: a local Ray instance",
-    )
-    p.add_argument(
-        "--gpus-per-run",
-        type=float,
-        default=None,
-        help="ray: GPUs per run (default: 1 when the cluster has GPUs; fractions share one)",
-    )
-    p.add_argument(
-        "--tensorboard",
-        default=None,
-        metavar="DIR",
-        help="log each run to TensorBoard while it trains, under DIR/EXPERIMENT "
-        "(pip install 'statetrack[tensorboard]')",
-    )
-    p.add_argument(
-        "--wandb",
-        default=None,
-        metavar="PROJECT",
-        help="log each run to Weights & Biases while it trains, in PROJECT (WANDB_MODE=offline works offline; "
-        "pip install 'statetrack[wandb]')",
-    )
-    p.add_argument(
-        "--mlflow",
-        default=None,
-        metavar="URI",
-        help="log each run to MLflow while it trains, at the tracking URI (e.g. http://host:5000), in an MLflow "
-        "experiment of the experiment's name (pip install 'statetrack[mlflow]')",
-    )
-    p.add_argument(
-        "--skip-failed",
-        action="store_true",
-        help="on a re-run, leave runs that failed before as they are (default: retry them)",
-    )
-    p.add_argument(
-        "--lease",
-        type=float,
-        default=LEASE_SECONDS,
-        metavar="SECONDS",
-        help="drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
-        f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)",
-    )
+    RunOptions.add_arguments(p)
 
 
 def add_book_options(p) -> None:
@@ -744,6 +660,22 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--store", default=None, help="SQLite results file (default: RESULTS_DIR/statetrack.db)")
         return p
 
+    _add_run_commands(command, with_store)
+    _add_tasks_command(command)
+    _add_models_command(command)
+    _add_listing_commands(command, with_store)
+    asub = _add_analyze_command(command)
+    _add_run_analyses(asub, with_store)
+    _add_other_analyses(asub)
+    _add_construct_command(command)
+    return parser
+
+
+def _add_run_commands(
+    command: Callable[..., argparse.ArgumentParser],
+    with_store: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
+) -> None:
+    """`run`, `reproduce` and `book`."""
     p = with_store(command("run", help="train and evaluate every run of an experiment, then report"))
     p.add_argument(
         "experiment",
@@ -790,6 +722,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page differs from its generation")
     p.set_defaults(func=cmd_book)
 
+
+def _add_tasks_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`tasks` and its actions: list, show, export."""
     p = command("tasks", help="list tasks, show examples, export datasets")
     tasks_json = "a JSON list, one object per task: name, summary, parameters (with their defaults)"
     p.add_argument("--json", action="store_true", help=tasks_json)
@@ -844,6 +779,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_tasks)
 
+
+def _add_models_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`models`."""
     p = command("models", help="list models, their parameters and presets; --params/--width: parameters per layer")
     p.add_argument(
         "names",
@@ -893,6 +831,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_models)
 
+
+def _add_listing_commands(
+    command: Callable[..., argparse.ArgumentParser],
+    with_store: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
+) -> None:
+    """The commands that list the shipped experiments or read the store: experiments, schema, status,
+    results, report, export."""
     p = command("experiments", help="list the shipped experiments: planned runs, last measured wall time, description")
     p.add_argument(
         "--scale", default="quick", choices=SCALES, help="the scale of the runs and wall times (default: quick)"
@@ -986,12 +931,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_export)
 
+
+def _add_analyze_command(command: Callable[..., argparse.ArgumentParser]):
+    """`analyze`; returns its subparsers, for the analyses."""
     p = command(
         "analyze",
         help="analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) "
         "and of the random machine's shortcut floor (shortcut)",
     )
     asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
+    return asub
+
+
+def _add_run_analyses(asub, with_store: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]) -> None:
+    """The analyses of one trained run: spectrum, rotations, signs, heads."""
 
     def of_a_run(name: str, help: str, example: str) -> argparse.ArgumentParser:
         """An analysis of one trained run: RUN, or an experiment with --model and --run-seed."""
@@ -1068,6 +1021,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for the plots heads_RUNID_beta.png, heads_RUNID_keys.png and "
         "heads_RUNID_intervention.png (default: RESULTS_DIR/EXPERIMENT)",
     )
+
+
+def _add_other_analyses(asub) -> None:
+    """The analyses that train nothing: belief and shortcut."""
     a = asub.add_parser(
         "belief",
         help="a PFSA-SR task's unnormalised belief recurrence: "
@@ -1111,6 +1068,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.set_defaults(func=cmd_analyze)
 
+
+def _add_construct_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`construct`."""
     p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")
     p.add_argument("task", metavar="TASK", help="fsm, modadd, parity or word_problem")
     p.add_argument(
@@ -1148,7 +1108,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=_int(0), default=0, help="seed of the evaluation inputs")
     p.set_defaults(func=cmd_construct)
-    return parser
 
 
 def _one_line(text: str) -> str:

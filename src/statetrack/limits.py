@@ -15,6 +15,7 @@ larger than 10 GiB or the free disk space, are refused too. The estimates are ro
 attention's quadratic terms and torch's own overheads, so they err low; `STATETRACK_NO_SIZE_LIMIT=1`
 in the environment lifts every bound."""
 
+import argparse
 import os
 import resource
 import shutil
@@ -252,3 +253,19 @@ def check_export_size(samples: int, lengths: list[int], out_dir: str | Path) -> 
             f"--samples {samples} at --lengths up to {max(lengths)} is an estimated {_gib(size)} of files, "
             f"more than {what}; {HOW_TO_LIFT}"
         )
+
+
+def argparse_int(low: int | None = None, high: int | None = None):
+    """An argparse type for an integer option bounded by `statetrack.limits` (the upper bound of every
+    integer is 64 bits); values below a command's own minimum are left to the command's message."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        top = MAX_INT if high is None else high
+        if value > top or (low is not None and value < low):
+            expected = f"an integer <= {top:,}" if low is None else f"an integer from {low} to {top:,}"
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {shown(value)}")
+        return value
+
+    parse.__name__ = "int"  # argparse's "invalid int value: 'x'"
+    return parse

@@ -34,6 +34,7 @@ import stat
 import time
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -227,6 +228,49 @@ def _kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+
+
+@dataclass(frozen=True)
+class RunClaim:
+    """A run as a driver claims it (`Store.start_run`): its id, the experiment it belongs to, the
+    model's and the task's labels, its seed and learning rate, its configuration (`RunSpec.config`)
+    and the revision of the code that trains it."""
+
+    id: str
+    experiment: str
+    model: str
+    task: str
+    seed: int
+    lr: float
+    config: dict
+    git_rev: str
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished run as the store records it (`Store.finish_run`): its evaluations and training
+    curve, the steps it trained, its parameters, its training and evaluation seconds; `host`: where
+    it ran, when not here; `diverged_at`: the step at which its training loss became non-finite (its
+    evaluations are then at chance, experiments/worker.py `chance_evals`), None for a run that
+    trained to the end; `threads`: the torch threads it trained with (its figures are bit-identical
+    at that count).
+
+    Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally variant (the
+    `eval.variants` entry it scores; '' or absent for the training task), sequence_accuracy (the
+    fraction of examples right at every supervised position), metrics ({name: float}, the model's
+    own statistics at that length), position_accuracy (a list over positions, None where nothing is
+    supervised) and traces (examples' per-position outputs, `evaluate.trace`); each curve point:
+    step, loss, accuracy, optionally metrics."""
+
+    evals: list[dict]
+    curve: list[dict]
+    steps: int
+    num_parameters: int
+    train_seconds: float
+    eval_seconds: float
+    host: str | None = None
+    diverged_at: int | None = None
+    threads: int | None = None
 
 
 class StoreDamaged(UserWarning):
@@ -480,27 +524,15 @@ class Store:
         return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode={mode}", uri=True, timeout=BUSY_SECONDS)
 
     # ---- writes --------------------------------------------------------------------------------
-    def start_run(
-        self,
-        run_id: str,
-        experiment: str,
-        model: str,
-        task: str,
-        seed: int,
-        lr: float,
-        config: dict,
-        git_rev: str,
-        lease: float = LEASE_SECONDS,
-        retry_failed: bool = True,
-    ) -> bool:
+    def start_run(self, run: RunClaim, lease: float = LEASE_SECONDS, retry_failed: bool = True) -> bool:
         """Claim a run for this process and mark it running, dropping whatever an earlier, unfinished
         attempt left; False (nothing written) when the run is not free: done, failed (unless
         `retry_failed`), or running under a live lease of another driver (`lease_is_live`). The
         check and the claim are one transaction, so of two drivers asking at once one gets it."""
-        check_name(experiment)
+        check_name(run.experiment)
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")  # the write lock first: nobody claims between our read and our write
-            row = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = db.execute("SELECT status, host, pid, heartbeat FROM runs WHERE id = ?", (run.id,)).fetchone()
             if row is not None and (
                 row["status"] == "done"
                 or (row["status"] == "failed" and not retry_failed)
@@ -508,19 +540,19 @@ class Store:
             ):
                 return False
             now = time.time()
-            db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            db.execute("DELETE FROM runs WHERE id = ?", (run.id,))
             db.execute(
                 "INSERT INTO runs (id, experiment, model, task, seed, lr, config, git_rev, host, pid, heartbeat,"
                 " status, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
                 (
-                    run_id,
-                    experiment,
-                    model,
-                    task,
-                    seed,
-                    lr,
-                    json.dumps(config, sort_keys=True),
-                    git_rev,
+                    run.id,
+                    run.experiment,
+                    run.model,
+                    run.task,
+                    run.seed,
+                    run.lr,
+                    json.dumps(run.config, sort_keys=True),
+                    run.git_rev,
                     socket.gethostname(),
                     os.getpid(),
                     now,
@@ -566,31 +598,9 @@ class Store:
                 ],
             )
 
-    def finish_run(
-        self,
-        run_id: str,
-        evals: list[dict],
-        curve: list[dict],
-        steps: int,
-        num_parameters: int,
-        train_seconds: float,
-        eval_seconds: float,
-        host: str | None = None,
-        diverged_at: int | None = None,
-        threads: int | None = None,
-    ) -> None:
-        """Write evaluations and curve and mark the run done, atomically. `host`: where it ran, when not here;
-        `diverged_at`: the step at which its training loss became non-finite (its evaluations are then
-        at chance, experiments/worker.py `chance_evals`), None for a run that trained to the end;
-        `threads`: the torch threads it trained with (its figures are bit-identical at that count).
-
-        Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally variant (the
-        `eval.variants` entry it scores; '' or absent for the training task), sequence_accuracy (the
-        fraction of examples right at every supervised position), metrics ({name: float}, the model's
-        own statistics at that length), position_accuracy (a list over positions, None where nothing
-        is supervised) and traces (examples' per-position outputs, `evaluate.trace`); each curve
-        point: step, loss, accuracy, optionally metrics.
-        """
+    def finish_run(self, run_id: str, outcome: Outcome) -> None:
+        """Write a finished run's evaluations and curve (`Outcome`) and mark it done, atomically."""
+        evals, curve = outcome.evals, outcome.curve
         with self._connect() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO evals (run_id, variant, length, accuracy, scaled_accuracy, samples,"
@@ -630,7 +640,17 @@ class Store:
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
                 " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ?, threads = ?"
                 " WHERE id = ?",
-                (steps, num_parameters, train_seconds, eval_seconds, time.time(), host, diverged_at, threads, run_id),
+                (
+                    outcome.steps,
+                    outcome.num_parameters,
+                    outcome.train_seconds,
+                    outcome.eval_seconds,
+                    time.time(),
+                    outcome.host,
+                    outcome.diverged_at,
+                    outcome.threads,
+                    run_id,
+                ),
             )
 
     def fail_run(self, run_id: str, error: str, host: str | None = None) -> None:

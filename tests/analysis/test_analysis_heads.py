@@ -8,7 +8,7 @@ from cli_helpers import run_cli
 from statetrack import StatetrackError
 from statetrack.analysis.heads import components_for, delta_layers, head_analysis, key_explained_variance
 from statetrack.models import zoo
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 from statetrack.tasks import make_task
 from statetrack.training.evaluate import eval_generator, predict
 from statetrack.training.train import TrainConfig, Trainer
@@ -22,8 +22,8 @@ def save_run(tmp_path, model, model_spec, task_spec, run_id="feedc0ffee123456"):
     """A finished run in a store under tmp_path with `model` as its checkpoint (what the runner leaves behind)."""
     store = Store(tmp_path / "statetrack.db")
     config = {"experiment": "exp", "model": zoo.resolve(model_spec), "task": task_spec, "train": {"max_length": LENGTH}, "eval": {}}
-    store.start_run(run_id, "exp", zoo.display_name(model_spec), task_spec["name"], 0, 1e-2, config, "test")
-    store.finish_run(run_id, [], [], 0, model.num_parameters(), 0.0, 0.0)
+    store.start_run(RunClaim(run_id, "exp", zoo.display_name(model_spec), task_spec["name"], 0, 1e-2, config, "test"))
+    store.finish_run(run_id, Outcome([], [], 0, model.num_parameters(), 0.0, 0.0))
     path = tmp_path / "exp" / "checkpoints" / f"{run_id}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": model.state_dict()}, path)

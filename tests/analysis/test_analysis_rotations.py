@@ -9,7 +9,7 @@ from statetrack.analysis.constructions import construct
 from statetrack.analysis.rotations import harmonic_table, plane_readout_weights, rotation_angles
 from statetrack.cli import main
 from statetrack.models import zoo
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 from statetrack.tasks import make_task
 
 M = 5
@@ -57,8 +57,8 @@ def test_the_exact_construction_is_harmonic():
 def fake_run(tmp_path, model, spec, task_spec, run_id="feed1234beef5678"):
     store = Store(tmp_path / "statetrack.db")
     config = {"experiment": "exp", "model": zoo.resolve(spec), "task": task_spec, "train": {"max_length": 10}, "eval": {}}
-    store.start_run(run_id, "exp", zoo.display_name(spec), task_spec["name"], 0, 1e-3, config, "test")
-    store.finish_run(run_id, [], [], 0, model.num_parameters(), 0.0, 0.0)
+    store.start_run(RunClaim(run_id, "exp", zoo.display_name(spec), task_spec["name"], 0, 1e-3, config, "test"))
+    store.finish_run(run_id, Outcome([], [], 0, model.num_parameters(), 0.0, 0.0))
     path = tmp_path / "exp" / "checkpoints" / f"{run_id}.pt"
     path.parent.mkdir(parents=True)
     torch.save({"model": model.state_dict()}, path)

@@ -6,7 +6,7 @@ import torch
 from statetrack.analysis.signs import bit_transitions, kind, prediction, sign_table
 from statetrack.cli import main
 from statetrack.models import zoo
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 from statetrack.tasks import make_task
 
 SPEC = {"name": "bilinear", "structure": "diagonal", "hidden": 4, "d_model": 8, "mlp": False, "frozen_recurrence": True}
@@ -64,8 +64,8 @@ def test_cli_prints_one_line_per_run_and_refuses_other_structures(tmp_path, caps
         model = chosen_model(make_task(**task_spec), a0, a1)
         run_id = f"feed1234beef000{seed}"
         config = {"experiment": "exp", "model": zoo.resolve(SPEC), "task": task_spec, "train": {"max_length": 10, "dataset_size": 2}, "eval": {}}
-        store.start_run(run_id, "exp", zoo.display_name(SPEC), "parity", seed, 1e-2, config, "test")
-        store.finish_run(run_id, [{"length": 500, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 8}], [], 0, model.num_parameters(), 0.0, 0.0)
+        store.start_run(RunClaim(run_id, "exp", zoo.display_name(SPEC), "parity", seed, 1e-2, config, "test"))
+        store.finish_run(run_id, Outcome([{"length": 500, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 8}], [], 0, model.num_parameters(), 0.0, 0.0))
         path = tmp_path / "exp" / "checkpoints" / f"{run_id}.pt"
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"model": model.state_dict()}, path)
@@ -74,9 +74,8 @@ def test_cli_prints_one_line_per_run_and_refuses_other_structures(tmp_path, caps
     assert "flips on 1" in out and "500: +1.00" in out
     assert "1 of 2 flips on 1 (tracks parity); 0 of 2 flips on 0" in out and "1 of 2 no flip (cannot track parity)" in out
     rotation = {**SPEC, "structure": "rotation"}
-    store.start_run("feed1234beef0009", "rot", zoo.display_name(rotation), "parity", 0, 1e-2,
-                    {"experiment": "rot", "model": zoo.resolve(rotation), "task": task_spec, "train": {}, "eval": {}}, "test")
-    store.finish_run("feed1234beef0009", [], [], 0, 1, 0.0, 0.0)
+    store.start_run(RunClaim("feed1234beef0009", "rot", zoo.display_name(rotation), "parity", 0, 1e-2, {"experiment": "rot", "model": zoo.resolve(rotation), "task": task_spec, "train": {}, "eval": {}}, "test"))
+    store.finish_run("feed1234beef0009", Outcome([], [], 0, 1, 0.0, 0.0))
     path = tmp_path / "rot" / "checkpoints" / "feed1234beef0009.pt"
     path.parent.mkdir(parents=True)
     torch.save({"model": zoo.build_model(rotation, 5, 2).state_dict()}, path)

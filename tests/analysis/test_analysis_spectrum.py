@@ -7,7 +7,7 @@ from statetrack import StatetrackError
 from statetrack.analysis.spectrum import analyze_run, layer_spectra, spectrum_stats
 from statetrack.cli import main
 from statetrack.models import zoo
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 from statetrack.tasks import make_task
 
 
@@ -22,8 +22,8 @@ def fake_run(tmp_path, model_spec, run_id="abc123def4567890", bias=3.0):
             model.blocks[0].mixer.b_proj.bias.fill_(bias)
     store = Store(tmp_path / "statetrack.db")
     config = {"experiment": "exp", "model": zoo.resolve(model_spec), "task": task_spec, "train": {"max_length": 12}, "eval": {}}
-    store.start_run(run_id, "exp", zoo.display_name(model_spec), "parity_lm", 0, 1e-3, config, "test")
-    store.finish_run(run_id, [], [], 0, model.num_parameters(), 0.0, 0.0)
+    store.start_run(RunClaim(run_id, "exp", zoo.display_name(model_spec), "parity_lm", 0, 1e-3, config, "test"))
+    store.finish_run(run_id, Outcome([], [], 0, model.num_parameters(), 0.0, 0.0))
     path = tmp_path / "exp" / "checkpoints" / f"{run_id}.pt"
     path.parent.mkdir(parents=True)
     torch.save({"model": model.state_dict()}, path)

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 
 CONFIG = {"task": {"name": "parity"}}
 
 
 def _claim(store, run_id="r1", **kwargs):
-    return store.start_run(run_id, "exp", "LSTM", "parity", 0, 1e-3, CONFIG, "abc", **kwargs)
+    return store.start_run(RunClaim(run_id, "exp", "LSTM", "parity", 0, 1e-3, CONFIG, "abc"), **kwargs)
 
 
 def _set(db: Path, run_id: str, **columns):
@@ -64,7 +64,7 @@ def test_a_dead_driver_on_this_host_frees_its_runs_at_once(tmp_path):
 def test_done_and_failed_runs_are_not_claimed_unless_failed_ones_are_retried(tmp_path):
     store = Store(tmp_path / "s.db")
     _claim(store, "a")
-    store.finish_run("a", [], [], 1, 10, 0.1, 0.1)
+    store.finish_run("a", Outcome([], [], 1, 10, 0.1, 0.1))
     assert not _claim(store, "a")
     _claim(store, "b")
     store.fail_run("b", "boom")

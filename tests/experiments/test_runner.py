@@ -320,11 +320,11 @@ def test_run_options_are_checked_once(monkeypatch):
     calls = []
     monkeypatch.setattr(runner, "check_backend", lambda *args: calls.append(args))
     options = RunOptions(workers=2, progress=False)
-    options.check()
-    options.check()
+    runner.check_options(options)
+    runner.check_options(options)
     assert len(calls) == 1
-    dataclasses.replace(options, workers=1).check()
+    runner.check_options(dataclasses.replace(options, workers=1))
     assert len(calls) == 2
     assert options == RunOptions(workers=2, progress=False)  # the mark is in no comparison
     with pytest.raises(StatetrackError, match="--wandb needs a value"):
-        RunOptions(wandb=" ").check()
+        runner.check_options(RunOptions(wandb=" "))

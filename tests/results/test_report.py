@@ -26,7 +26,7 @@ from statetrack.results.scoring import (
     still_learning,
     summarize,
 )
-from statetrack.store import Store
+from statetrack.store import Outcome, RunClaim, Store
 
 PAPER = {
     "source": "Grazzi et al. 2025, parity table",
@@ -63,10 +63,9 @@ def _store(tmp_path, paper=PAPER, seeds=(0, 1)) -> Store:
                 continue
             config = {"experiment": "parity", "model": {"name": model}, "task": {"name": "parity"},
                       "train": {"lr": 0.01, "seed": seed, "min_length": 3, "max_length": 40}, "eval": {"lengths": [40, 256, 1000]}}
-            store.start_run(run_id, "parity", model, "parity", seed, 0.01, config, "abc")
+            store.start_run(RunClaim(run_id, "parity", model, "parity", seed, 0.01, config, "abc"))
             evals = [{"length": n, "accuracy": (1 + v) / 2, "scaled_accuracy": v, "samples": 64} for n, v in scaled.items()]
-            store.finish_run(run_id, evals, [{"step": 10, "loss": 0.7, "accuracy": 0.5}, {"step": 20, "loss": 0.01, "accuracy": 1.0}],
-                             20, 100, 1.0, 0.1)
+            store.finish_run(run_id, Outcome(evals, [{"step": 10, "loss": 0.7, "accuracy": 0.5}, {"step": 20, "loss": 0.01, "accuracy": 1.0}], 20, 100, 1.0, 0.1))
     spec = {"name": "parity", "scale": "quick", "description": "parity, synthetic", "selection": {"seeds": "mean"}}
     store.set_plan("parity", {**spec, **({"paper": paper} if paper else {})}, planned)
     return store
@@ -247,10 +246,9 @@ def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
     for run_id, steps in (("budget", 1000), ("early", 1000)):
         config = {"experiment": "parity", "model": {"name": "LSTM"}, "task": {"name": "parity"},
                   "train": {"lr": 0.01, "seed": 0, "steps": 1000}, "eval": {"lengths": [40]}}
-        store.start_run(run_id, "parity", "LSTM", "parity", 0 if run_id == "budget" else 1, 0.01, config, "abc")
+        store.start_run(RunClaim(run_id, "parity", "LSTM", "parity", 0 if run_id == "budget" else 1, 0.01, config, "abc"))
         curve = falling if run_id == "budget" else falling[:10]
-        store.finish_run(run_id, [{"length": 40, "accuracy": 0.6, "scaled_accuracy": 0.2, "samples": 64}], curve,
-                         curve[-1]["step"], 100, 1.0, 0.1)
+        store.finish_run(run_id, Outcome([{"length": 40, "accuracy": 0.6, "scaled_accuracy": 0.2, "samples": 64}], curve, curve[-1]["step"], 100, 1.0, 0.1))
         planned.append({"id": run_id, "model": "LSTM", "task": "parity", "lr": 0.01, "seed": 0 if run_id == "budget" else 1,
                         "steps": steps, "train_length": 40, "lengths": [40]})
     store.set_plan("parity", {"name": "parity", "scale": "quick"}, planned)

@@ -172,7 +172,7 @@ def test_length_step_trains_on_a_mixture_of_lengths_and_only_those():
     assert {widths[w] for w in lengths} == {10, 20, 30, 40, 50}
     from statetrack.training.train import FixedTrainingSet
 
-    fixed = FixedTrainingSet(task, 200, 10, 50, 8, torch.Generator().manual_seed(0), length_step=10)
+    fixed = FixedTrainingSet(task, 200, range(10, 51, 10), 8, torch.Generator().manual_seed(0))
     assert fixed.lengths == [10, 20, 30, 40, 50]
 
 

@@ -87,7 +87,7 @@ def test_fresh_batches_without_dataset_size():
 
 def test_every_example_once_per_epoch_in_batches_of_at_most_batch_size():
     task = make_task("modadd", m=3)
-    training_set = FixedTrainingSet(task, 50, 2, 6, 8, torch.Generator().manual_seed(0))
+    training_set = FixedTrainingSet(task, 50, range(2, 7), 8, torch.Generator().manual_seed(0))
     sizes = [len(bucket.inputs) for bucket in training_set.buckets]
     assert sum(sizes) == len(training_set) == 50 and set(training_set.lengths) <= set(range(2, 7))
     assert len(set(training_set.lengths)) == len(sizes) >= 4  # one bucket per length drawn
@@ -255,13 +255,13 @@ def test_a_balanced_fixed_set_holds_every_answer():
 
     task = make_task("parity")
     for seed in range(10):
-        fixed = FixedTrainingSet(task, 2, 2, 10, 64, torch.Generator().manual_seed(seed), balanced=True)
+        fixed = FixedTrainingSet(task, 2, range(2, 11), 64, torch.Generator().manual_seed(seed), balanced=True)
         answers = sorted(a for b in fixed.buckets for a in _last_answer(b).tolist())
         assert answers == [0, 1]
         for b in fixed.buckets:  # the answers are the task's own
             assert (_last_answer(b) == b.inputs[:, 1:-1].sub(task.token_id("0")).sum(1) % 2).all()
     modadd = make_task("modadd", m=5)
-    fixed = FixedTrainingSet(modadd, 12, 2, 4, 64, torch.Generator().manual_seed(0), balanced=True)
+    fixed = FixedTrainingSet(modadd, 12, range(2, 5), 64, torch.Generator().manual_seed(0), balanced=True)
     counts = torch.bincount(torch.cat([_last_answer(b) for b in fixed.buckets]), minlength=5).tolist()
     assert sorted(counts) == [2, 2, 2, 3, 3]
 

@@ -305,7 +305,7 @@ def test_export_errors_name_what_is_expected(tmp_path, capsys, tiny_spec, monkey
 
 def test_pool_workers_report_their_steps(tiny_spec, tmp_path):
     run = expand(load_spec(str(tiny_spec(steps=10, seeds="[0]"))))[0]
-    pool = make_backend("local", 2, tmp_path, "cpu", runs=2)
+    pool = make_backend(RunOptions(workers=2), tmp_path, "cpu", runs=2)
     try:
         handle = pool.submit(run)
         assert pool.wait([handle]) == [handle] and pool.outcome(handle)["status"] == "done"

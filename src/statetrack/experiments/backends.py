@@ -25,6 +25,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,6 +34,9 @@ from statetrack.experiments.reaper import start_reaper
 from statetrack.experiments.spec import RunSpec
 from statetrack.experiments.worker import driver_identity, failed_outcome, prepare_worker, train_and_evaluate
 from statetrack.training.train import resolve_device
+
+if TYPE_CHECKING:
+    from statetrack.options import RunOptions
 
 BACKENDS = ("local", "ray")
 
@@ -445,29 +449,33 @@ def check_backend(
 
 
 def make_backend(
-    name: str,
-    workers: int | None,
+    options: RunOptions,
     results_dir: Path,
     device: str,
-    address: str | None = None,
-    gpus_per_run: float | None = None,
     imports: Sequence[str] = (),
     runs: int | None = None,
-    progress: bool = True,
     log_to: dict | None = None,
 ):
-    """The backend for `runs` runs. local: `workers` at a time (default one per core; one on CUDA) on a
-    process pool, or in this process when that is one; ray: one Ray task per run on the cluster at
-    `address`, or on a local Ray instance with `workers` CPUs. `log_to`: the loggers each run writes
-    to while it trains (statetrack.training.loggers.run_loggers). The options are checked by the
-    caller (`runner.RunOptions.check`), once."""
-    if name == "ray":
+    """The backend for `runs` runs under `options` (`runner.RunOptions`: its backend, workers,
+    address, GPUs per run and progress). local: `workers` at a time (default one per core; one on
+    CUDA) on a process pool, or in this process when that is one; ray: one Ray task per run on the
+    cluster at `address`, or on a local Ray instance with `workers` CPUs. `log_to`: the loggers each
+    run writes to while it trains (statetrack.training.loggers.run_loggers). The options are checked
+    by the caller (`runner.RunOptions.check`), once."""
+    workers = options.workers
+    if options.backend == "ray":
         return RayBackend(
-            address, workers, results_dir, device, gpus_per_run=gpus_per_run, imports=imports, log_to=log_to
+            options.address,
+            workers,
+            results_dir,
+            device,
+            gpus_per_run=options.gpus_per_run,
+            imports=imports,
+            log_to=log_to,
         )
     workers = workers or default_workers(device)
     if runs:  # no more workers than runs
         workers = min(workers, runs)
     if workers == 1:
-        return InProcessBackend(results_dir, device, progress, log_to)
+        return InProcessBackend(results_dir, device, options.progress, log_to)
     return LocalBackend(workers, results_dir, device, imports, log_to)

@@ -26,7 +26,6 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +36,9 @@ from statetrack.experiments.backends import check_backend, experiment_device, ma
 from statetrack.experiments.spec import Experiment, RunSpec
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.models.sizing import pass_flops
+from statetrack.options import RunOptions
 from statetrack.paths import check_output, check_outputs, check_writable, report_outputs, store_file
-from statetrack.store import LEASE_SECONDS, Store
+from statetrack.store import Outcome, RunClaim, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
 
 
@@ -161,83 +161,70 @@ def record(store: Store, run: RunSpec, outcome: dict) -> str:
     if outcome["status"] in ("done", "diverged"):
         store.finish_run(
             run.id,
-            outcome["evals"],
-            outcome["curve"],
-            outcome["steps"],
-            outcome["num_parameters"],
-            outcome["train_seconds"],
-            outcome["eval_seconds"],
-            host=outcome.get("host"),
-            diverged_at=outcome.get("diverged_at"),
-            threads=outcome.get("threads"),
+            Outcome(
+                outcome["evals"],
+                outcome["curve"],
+                outcome["steps"],
+                outcome["num_parameters"],
+                outcome["train_seconds"],
+                outcome["eval_seconds"],
+                host=outcome.get("host"),
+                diverged_at=outcome.get("diverged_at"),
+                threads=outcome.get("threads"),
+            ),
         )
     else:
         store.fail_run(run.id, outcome["error"], host=outcome.get("host"))
     return outcome["status"]
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """How an experiment's runs are carried out; none of it is part of a run's id.
+def check_options(options: RunOptions) -> None:
+    """Check the options' values (a backend option that does not apply, an empty tracker name, a
+    Ray address that does not answer), so the command line calls it before the spec's modules are
+    imported. Once per options object: `run_experiment` calls it too, and a Ray address is probed
+    once, not again for each experiment `reproduce` runs with the same options."""
+    if options.__dict__.get("_checked"):
+        return
+    check_backend(
+        options.backend, options.workers, options.address, options.device, options.gpus_per_run, options.lease
+    )
+    for option, value in (
+        ("--tensorboard", options.tensorboard),
+        ("--wandb", options.wandb),
+        ("--mlflow", options.mlflow),
+    ):
+        if value is not None and not str(value).strip():
+            raise StatetrackError(f"{option} needs a value; got an empty one")
+    object.__setattr__(options, "_checked", True)  # frozen: the mark is no field, in no comparison
 
-    backend 'local': `workers` runs at a time on a process pool (default: one per core; 1 runs
-    them in this process, with progress bars). backend 'ray': one Ray task per run on the cluster
-    at `address`, or on a local Ray instance with `workers` CPUs. `tensorboard` (a folder), `wandb`
-    (a project) and `mlflow` (a tracking URI) log every run to those trackers. `retry_failed`: train
-    runs that failed before again. `lease`: seconds a driver's claim on a run lasts unless renewed."""
 
-    device: str = "auto"
-    workers: int | None = None
-    backend: str = "local"
-    address: str | None = None
-    gpus_per_run: float | None = None
-    tensorboard: str | Path | None = None
-    wandb: str | None = None
-    mlflow: str | None = None
-    retry_failed: bool = True
-    lease: float = LEASE_SECONDS
-    progress: bool = True
-
-    def check(self) -> None:
-        """Check the options' values (a backend option that does not apply, an empty tracker name, a
-        Ray address that does not answer), so the command line calls it before the spec's modules
-        are imported. Once per options object: `run_experiment` calls it too, and a Ray address is
-        probed once, not again for each experiment `reproduce` runs with the same options."""
-        if self.__dict__.get("_checked"):
-            return
-        check_backend(self.backend, self.workers, self.address, self.device, self.gpus_per_run, self.lease)
-        for option, value in (("--tensorboard", self.tensorboard), ("--wandb", self.wandb), ("--mlflow", self.mlflow)):
-            if value is not None and not str(value).strip():
-                raise StatetrackError(f"{option} needs a value; got an empty one")
-        object.__setattr__(self, "_checked", True)  # frozen: the mark is no field, in no comparison
-
-    def trackers(self) -> dict:
-        """The trackers to log every run to, each checked before anything is written (a tracking
-        server that cannot be reached, a folder that cannot be written)."""
-        log_to = {
-            k: v
-            for k, v in {
-                "tensorboard": str(Path(self.tensorboard).resolve()) if self.tensorboard else None,
-                "wandb": self.wandb,
-                "mlflow": self.mlflow,
-            }.items()
-            if v is not None
-        }
-        check_log_to(log_to)  # fail now, not after the first run
-        if self.tensorboard:
-            check_writable(self.tensorboard, "--tensorboard folder")
-        return log_to
+def trackers(options: RunOptions) -> dict:
+    """The trackers to log every run to, each checked before anything is written (a tracking server
+    that cannot be reached, a folder that cannot be written)."""
+    log_to = {
+        k: v
+        for k, v in {
+            "tensorboard": str(Path(options.tensorboard).resolve()) if options.tensorboard else None,
+            "wandb": options.wandb,
+            "mlflow": options.mlflow,
+        }.items()
+        if v is not None
+    }
+    check_log_to(log_to)  # fail now, not after the first run
+    if options.tensorboard:
+        check_writable(options.tensorboard, "--tensorboard folder")
+    return log_to
 
 
 def run_experiment(
     experiment: Experiment,
     results_dir: str | Path = "results",
-    options: RunOptions = RunOptions(),
+    options: RunOptions | None = None,
     store_path: str | Path | None = None,
     log=print,
 ) -> None:
     """Train every unfinished run of `experiment` (`spec.resolve`) into the store (`store_path`, by
-    default `results_dir`/statetrack.db) and record its plan.
+    default `results_dir`/statetrack.db) and record its plan, under `options` (default: `RunOptions()`).
 
     Several drivers may run the same experiment on one store: each claims a run before training it
     and renews its lease every `options.lease` / 4 seconds; the others skip claimed runs, wait for
@@ -245,54 +232,36 @@ def run_experiment(
     Everything is checked (the options, the device, every folder a run writes) before the store is
     opened, so a bad setting trains nothing and writes nothing.
     """
-    options.check()
-    log_to = options.trackers()
-    spec, runs, imports = experiment.spec, list(experiment.runs), list(experiment.imports)
-    device, workers, backend, lease = options.device, options.workers, options.backend, options.lease
-    retry_failed, progress, tensorboard = options.retry_failed, options.progress, options.tensorboard
-    scale = experiment.scale
-    device = experiment_device(spec["name"], runs, device, backend)
-    # every file a run and the report write resolves inside its root (a link planted at one is refused
-    # now) and can be written: a folder where a checkpoint goes, a read-only results folder, fail before training
-    store_at = Path(store_path or store_file(results_dir))
-    if not os.path.lexists(store_at) or (store_at.is_file() and not store_at.is_symlink()):
-        check_output(store_at, "results store")  # a link, a FIFO, a folder: Store says what it is
-    for run in runs:
-        check_output(checkpoint_path(results_dir, run.experiment, run.id), "checkpoint")
-        if tensorboard:
-            tensorboard_dir(tensorboard, run)
-    check_outputs(report_outputs(results_dir, spec["name"]), "report file")
+    options = options or RunOptions()
+    check_options(options)
+    log_to = trackers(options)
+    spec, runs = experiment.spec, list(experiment.runs)
+    device = experiment_device(spec["name"], runs, options.device, options.backend)
+    _check_outputs(experiment, results_dir, store_path, options.tensorboard)
     results_dir = Path(results_dir)
     store = Store(store_path or store_file(results_dir))
     git_rev = git_revision()
     if log_to:  # what the trackers tag each run with and score it by
         log_to["context"] = {"git_rev": git_rev, "selection": experiment.selection}
     status = {r.id: store.status(r.id) for r in runs}
-    finished = {"done"} if retry_failed else {"done", "failed"}
+    finished = {"done"} if options.retry_failed else {"done", "failed"}
     # the longest runs first, so that the workers finish together instead of one waiting on a late long run
     todo = sorted((r for r in runs if status[r.id] not in finished), key=training_cost, reverse=True)
     failed_before = sum(1 for r in runs if status[r.id] == "failed")
-    held = sum(1 for r in todo if store.holder(r.id, lease) is not None)
+    held = sum(1 for r in todo if store.holder(r.id, options.lease) is not None)
     summary = (
-        f"experiment {spec['name']} ({scale}): {len(runs)} runs, "
+        f"experiment {spec['name']} ({experiment.scale}): {len(runs)} runs, "
         f"{sum(s == 'done' for s in status.values())} already done"
-        + (f", {failed_before} failed before ({'retried' if retry_failed else 'skipped'})" if failed_before else "")
+        + (
+            f", {failed_before} failed before ({'retried' if options.retry_failed else 'skipped'})"
+            if failed_before
+            else ""
+        )
         + (f", {held} in training by other drivers" if held else "")
     )
     # the backend first (a Ray cluster that refuses to be joined fails here), then the plan
     pool = (
-        make_backend(
-            backend,
-            workers,
-            results_dir,
-            device,
-            options.address,
-            options.gpus_per_run,
-            imports,
-            runs=len(todo),
-            progress=progress,
-            log_to=log_to,
-        )
+        make_backend(options, results_dir, device, list(experiment.imports), runs=len(todo), log_to=log_to)
         if todo
         else None
     )
@@ -301,88 +270,122 @@ def run_experiment(
         log(summary)
         return
     log(f"{summary}; {pool.describe()}")
-    pending, started = list(todo), 0
-    in_flight: dict[Any, RunSpec] = {}  # the backend's handle -> its run
-    elsewhere: list[RunSpec] = []  # runs that another driver trains
-    steps: dict[str, tuple[int, int]] = {}  # run id -> (step, total) as pool workers report it
-    by_id = {r.id: r for r in todo}
-    heartbeat = Heartbeat(store, lease)
-    cancel = True
-    try:
-        with (
-            terminate_as_interrupt(),
-            heartbeat,
-            tqdm(total=len(todo), desc="runs", disable=not progress or pool.in_process) as bar,
-        ):
-            # in this process each run shows its own progress bars; elsewhere one bar counts the runs
-            say = log if pool.in_process else bar.write
-            while pending or in_flight or elsewhere:
-                while pending and len(in_flight) < pool.slots:
-                    run = pending.pop(0)
-                    if not store.start_run(
-                        run.id,
-                        run.experiment,
-                        run.model_name,
-                        run.task_name,
-                        run.seed,
-                        run.lr,
-                        run.config,
-                        git_rev,
-                        lease=lease,
-                        retry_failed=retry_failed and status[run.id] == "failed",
-                    ):
-                        if (
-                            store.status(run.id) == "running"
-                        ):  # another driver trains it: wait for it, or its lease to lapse
-                            elsewhere.append(run)
-                        else:  # another driver finished it since
-                            bar.update(1)
-                        continue
-                    heartbeat.hold(run.id)
-                    started += 1
-                    if pool.in_process:
-                        pool.share_cores(bool(store.drivers_here(lease)))
-                        say(f"[{started}/{len(todo)}] {describe(run)}")
-                    in_flight[pool.submit(run)] = run
-                if not in_flight and not pending:
-                    time.sleep(POLL_SECONDS)  # only other drivers' runs are left
-                reports = hasattr(pool, "reports")  # pool workers report their steps: wake up to show them
-                for handle in (
-                    pool.wait(list(in_flight), timeout=POLL_SECONDS if elsewhere or reports else None)
-                    if in_flight
-                    else []
-                ):
-                    run = in_flight.pop(handle)
-                    outcome = pool.outcome(handle)
-                    outcome_status = record(store, run, outcome)
-                    heartbeat.release(run.id)
-                    if outcome_status == "failed":
-                        say(f"  failed: {describe(run)} (run {run.id}): {outcome['error'].splitlines()[0]}")
-                    elif outcome_status == "diverged":
-                        say(f"  diverged: {describe(run)} at step {outcome['diverged_at']} (scored as chance)")
-                    elif not pool.in_process:
-                        say(f"done    {describe(run)}")
-                    steps.pop(run.id, None)
-                    bar.update(1)
-                if reports:
-                    steps.update(pool.reports())
-                    if steps and progress:
-                        bar.set_postfix_str(
-                            "; ".join(f"{short(by_id[i])} {s}/{n}" for i, (s, n) in steps.items() if i in by_id),
-                            refresh=True,
-                        )
-                still = []
-                for run in elsewhere:  # finished by their driver, or free again (that driver was killed)
-                    if store.status(run.id) != "running":
-                        bar.update(1)
-                    elif store.holder(run.id, lease) is None:
-                        say(f"taking over {describe(run)} (its driver stopped renewing its lease)")
-                        pending.append(run)
-                    else:
-                        still.append(run)
-                elsewhere = still
-        cancel = False
-    finally:
-        if cancel:
-            store.release_leases(heartbeat.held_runs())
-        pool.close(cancel=cancel)
+    _Drive(pool, store, options, git_rev, status, todo, log).run()
+
+
+def _check_outputs(experiment: Experiment, results_dir, store_path, tensorboard) -> None:
+    """Every file a run and the report write resolves inside its root (a link planted at one is
+    refused now) and can be written: a folder where a checkpoint goes, a read-only results folder,
+    fail before training."""
+    store_at = Path(store_path or store_file(results_dir))
+    if not os.path.lexists(store_at) or (store_at.is_file() and not store_at.is_symlink()):
+        check_output(store_at, "results store")  # a link, a FIFO, a folder: Store says what it is
+    for run in experiment.runs:
+        check_output(checkpoint_path(results_dir, run.experiment, run.id), "checkpoint")
+        if tensorboard:
+            tensorboard_dir(tensorboard, run)
+    check_outputs(report_outputs(results_dir, experiment.name), "report file")
+
+
+class _Drive:
+    """One driver's training of `todo` on `pool` (`run_experiment`): it claims each run in the store
+    before submitting it, records each outcome, waits for the runs another driver trains and takes
+    over those whose lease lapsed."""
+
+    def __init__(self, pool, store: Store, options: RunOptions, git_rev: str, status: dict, todo: list[RunSpec], log):
+        self.pool, self.store, self.options, self.git_rev, self.status = pool, store, options, git_rev, status
+        self.todo, self.log = todo, log
+        self.pending, self.started = list(todo), 0
+        self.in_flight: dict[Any, RunSpec] = {}  # the backend's handle -> its run
+        self.elsewhere: list[RunSpec] = []  # runs that another driver trains
+        self.steps: dict[str, tuple[int, int]] = {}  # run id -> (step, total) as pool workers report it
+        self.by_id = {r.id: r for r in todo}
+        self.heartbeat = Heartbeat(store, options.lease)
+
+    def run(self) -> None:
+        pool, cancel = self.pool, True
+        try:
+            with (
+                terminate_as_interrupt(),
+                self.heartbeat,
+                tqdm(total=len(self.todo), desc="runs", disable=not self.options.progress or pool.in_process) as bar,
+            ):
+                # in this process each run shows its own progress bars; elsewhere one bar counts the runs
+                say = self.log if pool.in_process else bar.write
+                while self.pending or self.in_flight or self.elsewhere:
+                    while self.pending and len(self.in_flight) < pool.slots:
+                        self._submit(self.pending.pop(0), bar, say)
+                    if not self.in_flight and not self.pending:
+                        time.sleep(POLL_SECONDS)  # only other drivers' runs are left
+                    self._collect(bar, say)
+                    self._check_elsewhere(bar, say)
+            cancel = False
+        finally:
+            if cancel:
+                self.store.release_leases(self.heartbeat.held_runs())
+            pool.close(cancel=cancel)
+
+    def _submit(self, run: RunSpec, bar, say) -> None:
+        """Claim `run` in the store and hand it to the pool; a run another driver holds is waited
+        for, one it finished since is counted."""
+        retry = self.options.retry_failed and self.status[run.id] == "failed"
+        claim = RunClaim(
+            run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config, self.git_rev
+        )
+        if not self.store.start_run(claim, lease=self.options.lease, retry_failed=retry):
+            if self.store.status(run.id) == "running":  # another driver trains it: wait for it, or its lease to lapse
+                self.elsewhere.append(run)
+            else:  # another driver finished it since
+                bar.update(1)
+            return
+        self.heartbeat.hold(run.id)
+        self.started += 1
+        if self.pool.in_process:
+            self.pool.share_cores(bool(self.store.drivers_here(self.options.lease)))
+            say(f"[{self.started}/{len(self.todo)}] {describe(run)}")
+        self.in_flight[self.pool.submit(run)] = run
+
+    def _collect(self, bar, say) -> None:
+        """Record the outcomes of the runs that finished (waiting for one when nothing else is to be
+        done), and show the steps pool workers report."""
+        pool = self.pool
+        reports = hasattr(pool, "reports")  # pool workers report their steps: wake up to show them
+        handles = (
+            pool.wait(list(self.in_flight), timeout=POLL_SECONDS if self.elsewhere or reports else None)
+            if self.in_flight
+            else []
+        )
+        for handle in handles:
+            run = self.in_flight.pop(handle)
+            outcome = pool.outcome(handle)
+            outcome_status = record(self.store, run, outcome)
+            self.heartbeat.release(run.id)
+            if outcome_status == "failed":
+                say(f"  failed: {describe(run)} (run {run.id}): {outcome['error'].splitlines()[0]}")
+            elif outcome_status == "diverged":
+                say(f"  diverged: {describe(run)} at step {outcome['diverged_at']} (scored as chance)")
+            elif not pool.in_process:
+                say(f"done    {describe(run)}")
+            self.steps.pop(run.id, None)
+            bar.update(1)
+        if reports:
+            self.steps.update(pool.reports())
+            if self.steps and self.options.progress:
+                bar.set_postfix_str(
+                    "; ".join(f"{short(self.by_id[i])} {s}/{n}" for i, (s, n) in self.steps.items() if i in self.by_id),
+                    refresh=True,
+                )
+
+    def _check_elsewhere(self, bar, say) -> None:
+        """The runs other drivers train: counted once finished, taken over once free again (that
+        driver was killed)."""
+        still = []
+        for run in self.elsewhere:
+            if self.store.status(run.id) != "running":
+                bar.update(1)
+            elif self.store.holder(run.id, self.options.lease) is None:
+                say(f"taking over {describe(run)} (its driver stopped renewing its lease)")
+                self.pending.append(run)
+            else:
+                still.append(run)
+        self.elsewhere = still

@@ -664,13 +664,39 @@ def write_report(scored: Scored, results_dir: str | Path = "results", formats: t
 
 
 def _write_report(scored: Scored, results_dir) -> Path:
-    experiment, plan, summary, runs, data = scored.experiment, scored.plan, scored.summary, scored.runs, scored.data
-    description, selection, missing, others = scored.description, scored.selection, scored.missing, scored.others
+    data = scored.data
     assert data is not None  # checked by write_report
-    out = under(results_dir, experiment)
+    out = under(results_dir, scored.experiment)
     out.mkdir(parents=True, exist_ok=True)
-    expected = len(plan["runs"])
-    longest = scored.train_length  # per task, every curriculum stage counted
+    plots = _report_plots(scored, out)
+    learning = learning_runs(scored.runs, scored.plan, data.curves)
+    tables = _report_tables(scored, learning)
+    status_line = _status_line(scored, learning)
+    # verdicts first, then the accuracy plot, then the tables (columns that hold one value named in
+    # the note), then the other plots
+    tables = [(title, *_without_constant_columns(note, table)) for title, note, table in tables]
+    claims_first = sorted(range(len(tables)), key=lambda i: not tables[i][0].startswith("Claims"))
+    tables = [tables[i] for i in claims_first]
+    runs_table = _runs_table(scored.runs, learning)
+    _write_markdown(scored, out, status_line, tables, plots, runs_table)
+    for title, note, table in tables:  # the tables a paper quotes, as LaTeX
+        name = (
+            "paper_vs_measured.tex"
+            if title == "Paper vs measured"
+            else "headline.tex"
+            if title.startswith("Headline")
+            else None
+        )
+        if name and table[0]:
+            write_text(out / name, latex_table(table[0], table[1], f"{scored.experiment}: {title}. {note}", *table[2:]))
+    _write_html(scored, out, status_line, tables, plots, runs_table)
+    return out
+
+
+def _report_plots(scored: Scored, out: Path) -> list[Path]:
+    """The report's plots, the accuracy against length first (`write_report` lists them)."""
+    summary, runs, data = scored.summary, scored.runs, scored.data
+    assert data is not None
     plots = [plot_accuracy_vs_length(summary, out / "accuracy_vs_length.png", train_ranges(runs))] if summary else []
     efficiency = data_efficiency(summary)
     if efficiency:
@@ -680,19 +706,27 @@ def _write_report(scored: Scored, results_dir) -> Path:
     plots += plot_metrics(data, summary, runs, out)
     positions = position_series(data, summary, runs)
     if positions:
-        plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", longest))
-    plots += plot_traces(data, summary, runs, answer_labels(runs), out)
+        plots.append(plot_position_accuracy(positions, out / "position_accuracy.png", scored.train_length))
+    return plots + plot_traces(data, summary, runs, answer_labels(runs), out)
+
+
+def _report_tables(scored: Scored, learning: set) -> list[tuple[str, str, tuple]]:
+    """The report's tables, each (title, note, (header, body) or (header, body, the number of text
+    columns first)): the paper's and the claims' first, then the headline, the fit table and the
+    data-driven ones."""
+    summary, selection = scored.summary, scored.selection
+    first = paper_tables(scored) if scored.paper else []
+    if not summary:
+        return first + [("Results", "No finished runs yet.", ([], []))]
     rule = describe_selection(selection) + "".join(f". {line}" for line in alike_lines(summary))
     several_seeds = any(len(e["per_seed"]) > 1 for e in summary)
-    mean_headline = selection["seeds"] == "mean"
-    # (title, note, (header, body) or (header, body, the number of text columns first))
-    learning = learning_runs(runs, plan, data.curves)
     tables: list[tuple[str, str, tuple]] = [
         ("Headline: scaled accuracy after selection", rule, table_rows(summary, "headline"))
     ]
     fit_note, fit = fit_rows(fit_table(scored, learning))
     if fit[0]:
         tables.append(("Fit: the figure at the longest training length", fit_note, fit))
+    efficiency = data_efficiency(summary)
     if efficiency:
         tables.append(
             (
@@ -702,9 +736,9 @@ def _write_report(scored: Scored, results_dir) -> Path:
                 data_efficiency_rows(efficiency),
             )
         )
-    if summary and selection["criterion"] == "extrapolation":
+    if selection["criterion"] == "extrapolation":
         tables.append(("Extrapolation", extrapolation_caption(selection), extrapolation_rows(summary)))
-    if several_seeds and not mean_headline:  # the best seed is the headline, or a row of the per-seed table
+    if several_seeds and selection["seeds"] != "mean":  # the best seed is the headline, or a row of the per-seed table
         tables.append(
             (
                 "Scaled accuracy, mean ± std over seeds",
@@ -712,7 +746,8 @@ def _write_report(scored: Scored, results_dir) -> Path:
                 table_rows(summary, "mean"),
             )
         )
-    for title, table in reversed(metric_rows(metrics_by_length(data, summary, runs))):
+    assert scored.data is not None
+    for title, table in reversed(metric_rows(metrics_by_length(scored.data, summary, scored.runs))):
         tables.append(
             (
                 title[0].upper() + title[1:] + " at each evaluation length",
@@ -741,8 +776,14 @@ def _write_report(scored: Scored, results_dir) -> Path:
         tables.append(
             ("Learning rates", "score of each lr under the lr rule; * marks the selected one", lr_rows(summary))
         )
-    run_header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
-    run_rows = [
+    return first + tables
+
+
+def _runs_table(runs: list[dict], learning: set) -> tuple[list[str], list[list[str]]]:
+    """The runs table: one row per run of the plan, with its status ("diverged at step N", "done,
+    still learning", ...)."""
+    header = ["run", "model", "task", "lr", "seed", "status", "steps", "train s", "params", "host", "git"]
+    rows = [
         [
             r["id"],
             run_label(r),
@@ -764,8 +805,14 @@ def _write_report(scored: Scored, results_dir) -> Path:
         ]
         for r in runs
     ]
+    return header, rows
+
+
+def _status_line(scored: Scored, learning: set) -> str:
+    """The report's first line: runs done of those planned, still learning, other configurations, verdicts."""
+    expected, missing, others = len(scored.plan["runs"]), scored.missing, scored.others
     scale = f" at scale {scored.scale}" if scored.scale else ""
-    status_line = (
+    line = (
         f"{expected - len(missing)} of {expected} runs done{scale}"
         + (
             f" ({len(learning)} still learning when their budget ended: training loss still falling over the "
@@ -775,40 +822,33 @@ def _write_report(scored: Scored, results_dir) -> Path:
         )
         + (f"; {others} other runs of this experiment in the store belong to other configurations" if others else "")
     )
+    return line + (f". Did it reproduce? {verdict_line(scored.verdicts)}" if scored.verdicts else "")
 
-    if not summary:
-        tables = [("Results", "No finished runs yet.", ([], []))]
-    if scored.paper:
-        tables = paper_tables(scored) + tables
-    if scored.verdicts:
-        status_line += f". Did it reproduce? {verdict_line(scored.verdicts)}"
-    # verdicts first, then the accuracy plot, then the tables (columns that hold one value named in
-    # the note), then the other plots
-    tables = [(title, *_without_constant_columns(note, table)) for title, note, table in tables]
-    claims_first = sorted(range(len(tables)), key=lambda i: not tables[i][0].startswith("Claims"))
-    tables = [tables[i] for i in claims_first]
-    lead = 1 if tables and tables[0][0].startswith("Claims") else 0
-    first_plots, other_plots = plots[:1], plots[1:]
-    md = [f"# {experiment}", "", description.strip(), "", status_line, ""]
+
+def _lead(tables: list) -> int:
+    """The index of the table the accuracy plot comes before: after the claims, where there are claims."""
+    return 1 if tables and tables[0][0].startswith("Claims") else 0
+
+
+def _write_markdown(scored: Scored, out: Path, status_line: str, tables: list, plots: list[Path], runs_table) -> None:
+    lead, first_plots, other_plots = _lead(tables), plots[:1], plots[1:]
+    md = [f"# {scored.experiment}", "", scored.description.strip(), "", status_line, ""]
     for number, (title, note, table) in enumerate(tables):
         if number == lead:
             md += [f"![{p.stem}]({p.name})" for p in first_plots] + [""]
         md += [f"## {title}", ""] + ([note, ""] if note else []) + ([markdown_table(*table), ""] if table[0] else [])
     md += [f"![{p.stem}]({p.name})" for p in other_plots] + [""]
-    if missing:
-        md += [f"## Missing runs ({len(missing)})", ""] + [f"- {_missing_line(r)}" for r in missing] + [""]
-    md += ["## Runs", "", markdown_table(run_header, run_rows), ""]
-    write_text(out / "report.md", "\n".join(md))
-    for title, note, table in tables:  # the tables a paper quotes, as LaTeX
-        name = (
-            "paper_vs_measured.tex"
-            if title == "Paper vs measured"
-            else "headline.tex"
-            if title.startswith("Headline")
-            else None
+    if scored.missing:
+        md += (
+            [f"## Missing runs ({len(scored.missing)})", ""] + [f"- {_missing_line(r)}" for r in scored.missing] + [""]
         )
-        if name and table[0]:
-            write_text(out / name, latex_table(table[0], table[1], f"{experiment}: {title}. {note}", *table[2:]))
+    md += ["## Runs", "", markdown_table(*runs_table), ""]
+    write_text(out / "report.md", "\n".join(md))
+
+
+def _write_html(scored: Scored, out: Path, status_line: str, tables: list, plots: list[Path], runs_table) -> None:
+    lead, first_plots, other_plots = _lead(tables), plots[:1], plots[1:]
+    experiment, missing = scored.experiment, scored.missing
 
     def images(paths):
         return "".join(
@@ -826,14 +866,13 @@ def _write_report(scored: Scored, results_dir) -> Path:
     missing_html = "".join(f"<li>{html.escape(_missing_line(r))}</li>" for r in missing)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(experiment)}</title>
 <style>{STYLE}</style></head><body>
-<h1>{html.escape(experiment)}</h1><p>{html.escape(description)}</p><p>{html.escape(status_line)}</p>
+<h1>{html.escape(experiment)}</h1><p>{html.escape(scored.description)}</p><p>{html.escape(status_line)}</p>
 {sections}
 {images(other_plots)}
 {f"<h2>Missing runs ({len(missing)})</h2><ul>" + missing_html + "</ul>" if missing else ""}
-<h2>Runs</h2>{html_table(run_header, run_rows)}
+<h2>Runs</h2>{html_table(*runs_table)}
 </body></html>"""
     write_text(out / "report.html", page)
-    return out
 
 
 STYLE = (

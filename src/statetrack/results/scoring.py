@@ -92,10 +92,39 @@ def summarize(rows: list[dict], selection: dict | None = None, train_length: dic
     of its own).
     """
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy}, {length: sequence accuracy where measured})
-    runs: dict = defaultdict(
-        lambda: ({}, {}, {}, {})
-    )  # ... and {metric: {length: value}} of the model's or task's metrics
+    groups, variants, differs = _seed_records(rows, selection, train_length)
+
+    def lr_score(runs_at_lr: dict) -> tuple:  # the lr rule's score of one lr's runs ({seed: record})
+        scores = [s["train_score"] for s in runs_at_lr.values()]
+        return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
+
+    summary = []
+    for (task, model, size), by_lr in groups.items():
+        lr_scores = {lr: lr_score(by_lr[lr]) for lr in sorted(by_lr)}
+        lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
+        summary.append(
+            {
+                "task": task,
+                "run_task": variants[task][0],
+                "variant": variants[task][1],
+                "model": model,
+                "dataset_size": size,
+                "lr": lr,
+                **_selected_figures(by_lr[lr], selection),
+                "lr_scores": {x: score[0] for x, score in lr_scores.items()},
+                "sequence_differs": (task, model, size) in differs,
+            }
+        )
+    return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
+
+
+def _seed_records(rows: list[dict], selection: dict, train_length: dict | None) -> tuple[dict, dict, set]:
+    """The rows grouped as `summarize` reads them: {(task, model, N): {lr: {seed: record}}}, each
+    record {scaled, accuracy, sequence, measured, metrics, score, train_score}; the tasks' (run task,
+    variant); and the (task, model, N) with a sequence accuracy other than the accuracy."""
+    # (task, model, N, lr, seed) -> ({length: scaled}, {length: accuracy}, {length: sequence accuracy where
+    # measured}, {metric: {length: value}} of the model's or task's metrics)
+    runs: dict = defaultdict(lambda: ({}, {}, {}, {}))
     differs: set = set()  # (task, model, N) with a sequence accuracy that is not the accuracy
     variants: dict = {}  # task -> (the runs' task, the evaluation variant; '' for the training task)
     for r in rows:
@@ -130,70 +159,53 @@ def summarize(rows: list[dict], selection: dict | None = None, train_length: dic
                 *_within_training(scaled, measured, (train_length or {}).get(variants[task][0])), selection
             ),
         }
+    return groups, variants, differs
 
-    def lr_score(runs_at_lr: dict) -> tuple:  # the lr rule's score of one lr's runs ({seed: record})
-        scores = [s["train_score"] for s in runs_at_lr.values()]
-        return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
 
-    summary = []
-    for (task, model, size), by_lr in groups.items():
-        lr_scores = {lr: lr_score(by_lr[lr]) for lr in sorted(by_lr)}
-        lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
-        seeds = by_lr[lr]
-        best_seed = max(sorted(seeds), key=lambda s: seeds[s]["score"])
-        lengths = sorted(set().union(*[set(v["scaled"]) for v in seeds.values()]))
-        per_length = {n: [v["scaled"][n] for v in seeds.values() if n in v["scaled"]] for n in lengths}
-        mean = {n: statistics.mean(v) for n, v in per_length.items()}
-        best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
-        per_length_sequence = {n: [v["sequence"][n] for v in seeds.values() if n in v["sequence"]] for n in lengths}
-        per_length_sequence = {n: v for n, v in per_length_sequence.items() if v}
-        measured_mean = {
-            n: statistics.mean(v["measured"][n] for v in seeds.values() if n in v["measured"]) for n in lengths
-        }
-        by_mean = selection["seeds"] == "mean"
-        # the headline, its score and the check marks read one aggregate: the mean over seeds or the best seed
-        reached = extrapolation_length(
-            measured_mean if by_mean else seeds[best_seed]["measured"], selection["threshold"]
-        )
-        score = (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0]
-        summary.append(
-            {
-                "task": task,
-                "run_task": variants[task][0],
-                "variant": variants[task][1],
-                "model": model,
-                "dataset_size": size,
-                "lr": lr,
-                "lengths": lengths,
-                "seeds": sorted(seeds),
-                "selection": selection,
-                "score": reached if selection["criterion"] == "extrapolation" else score,
-                "headline": mean if by_mean else best,
-                "best_seed": best_seed,
-                "best": best,
-                "mean": mean,
-                "std": {n: sample_std(v) for n, v in per_length.items()},
-                "per_seed": {
-                    s: {**{k: v for k, v in seeds[s].items() if k != "train_score"}, "score": seeds[s]["score"][0]}
-                    for s in sorted(seeds)
-                },
-                "lr_scores": {x: score[0] for x, score in lr_scores.items()},
-                "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
-                "sequence_std": {n: sample_std(v) for n, v in per_length_sequence.items()},
-                "sequence_differs": (task, model, size) in differs,
-                "measured_mean": measured_mean,
-                "extrapolates": {n: n <= reached for n in lengths},
-                "metrics_mean": {
-                    name: {
-                        n: statistics.mean(vs)
-                        for n in lengths
-                        if (vs := [v["metrics"][name][n] for v in seeds.values() if n in v["metrics"].get(name, {})])
-                    }
-                    for name in sorted({m for v in seeds.values() for m in v["metrics"]})
-                },
+def _selected_figures(seeds: dict, selection: dict) -> dict:
+    """A summary entry's figures from its seeds' records at the selected lr ({seed: record}): the
+    keys of `summarize`'s entry from lengths to metrics_mean."""
+    best_seed = max(sorted(seeds), key=lambda s: seeds[s]["score"])
+    lengths = sorted(set().union(*[set(v["scaled"]) for v in seeds.values()]))
+    per_length = {n: [v["scaled"][n] for v in seeds.values() if n in v["scaled"]] for n in lengths}
+    mean = {n: statistics.mean(v) for n, v in per_length.items()}
+    best = {n: seeds[best_seed]["scaled"].get(n) for n in lengths}
+    per_length_sequence = {n: [v["sequence"][n] for v in seeds.values() if n in v["sequence"]] for n in lengths}
+    per_length_sequence = {n: v for n, v in per_length_sequence.items() if v}
+    measured_mean = {
+        n: statistics.mean(v["measured"][n] for v in seeds.values() if n in v["measured"]) for n in lengths
+    }
+    by_mean = selection["seeds"] == "mean"
+    # the headline, its score and the check marks read one aggregate: the mean over seeds or the best seed
+    reached = extrapolation_length(measured_mean if by_mean else seeds[best_seed]["measured"], selection["threshold"])
+    score = (_mean_score([v["score"] for v in seeds.values()]) if by_mean else seeds[best_seed]["score"])[0]
+    return {
+        "lengths": lengths,
+        "seeds": sorted(seeds),
+        "selection": selection,
+        "score": reached if selection["criterion"] == "extrapolation" else score,
+        "headline": mean if by_mean else best,
+        "best_seed": best_seed,
+        "best": best,
+        "mean": mean,
+        "std": {n: sample_std(v) for n, v in per_length.items()},
+        "per_seed": {
+            s: {**{k: v for k, v in seeds[s].items() if k != "train_score"}, "score": seeds[s]["score"][0]}
+            for s in sorted(seeds)
+        },
+        "sequence_mean": {n: statistics.mean(v) for n, v in per_length_sequence.items()},
+        "sequence_std": {n: sample_std(v) for n, v in per_length_sequence.items()},
+        "measured_mean": measured_mean,
+        "extrapolates": {n: n <= reached for n in lengths},
+        "metrics_mean": {
+            name: {
+                n: statistics.mean(vs)
+                for n in lengths
+                if (vs := [v["metrics"][name][n] for v in seeds.values() if n in v["metrics"].get(name, {})])
             }
-        )
-    return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
+            for name in sorted({m for v in seeds.values() for m in v["metrics"]})
+        },
+    }
 
 
 def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
@@ -713,148 +725,151 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
     model that did not learn what it was trained on. A comparison gates the model claimed to win,
     not the ones it beats. missing: planned models (or model on task) without a finished entry;
     unplanned: what it names that this plan does not run (`planned`, from `planned_names`; None: all
-    it names). Verdict: ✗ when some entry fails under the seed rule, else "not in this run" when
-    what it names that the plan does not run was left out by the run's overrides (`left_out`), else
-    "not run at this scale" when it names a scale, model or task the plan does not run, else
-    "not measured" when something is missing or unmeasured, else "inconclusive" when the gate left
-    the seed rule undecided, else ✓. A claim on a check (`measure: check:NAME`) reads no runs: its
-    scale decides whether it is tested, then `check_verdict`."""
-    out = []
-    for claim in paper["claims"]:
-        results, missing, reason = [], [], ""
-        if claim["scales"] and planned is not None and planned.get("scale") not in claim["scales"]:
-            out.append(
-                {
-                    "claim": claim,
-                    "verdict": NOT_RUN,
-                    "results": [],
-                    "missing": [],
-                    "unplanned": [],
-                    "reason": f"a claim of the {' and '.join(claim['scales'])} scale",
-                }
-            )
-            continue
-        if claim["measure"].startswith("check:"):
-            out.append(check_verdict(claim))
-            continue
-        models = [m for m in claim["models"] if _planned("model", m, planned)]
-        tasks = None if claim["tasks"] is None else [t for t in claim["tasks"] if _planned("task", t, planned)]
-        rivals = [m for m in claim["bound"] if _planned("model", m, planned)] if claim["test"] == "beats" else []
-        unplanned = [
-            n
-            for n in claim["models"] + (claim["bound"] if claim["test"] == "beats" else [])
-            if n not in models + rivals
+    it names). Verdict (`_verdict`): ✗ when some entry fails under the seed rule, else "not in this
+    run" when what it names that the plan does not run was left out by the run's overrides
+    (`left_out`), else "not run at this scale" when it names a scale, model or task the plan does
+    not run, else "not measured" when something is missing or unmeasured, else "inconclusive" when
+    the gate left the seed rule undecided, else ✓. A claim on a check (`measure: check:NAME`) reads
+    no runs: its scale decides whether it is tested, then `check_verdict`."""
+    return [_claim_verdict(claim, summary, planned) for claim in paper["claims"]]
+
+
+def _claim_verdict(claim: dict, summary: list[dict], planned: dict | None) -> dict:
+    """One claim's verdict (`claim_verdicts`)."""
+    if claim["scales"] and planned is not None and planned.get("scale") not in claim["scales"]:
+        return {
+            "claim": claim,
+            "verdict": NOT_RUN,
+            "results": [],
+            "missing": [],
+            "unplanned": [],
+            "reason": f"a claim of the {' and '.join(claim['scales'])} scale",
+        }
+    if claim["measure"].startswith("check:"):
+        return check_verdict(claim)
+    models = [m for m in claim["models"] if _planned("model", m, planned)]
+    tasks = None if claim["tasks"] is None else [t for t in claim["tasks"] if _planned("task", t, planned)]
+    rivals = [m for m in claim["bound"] if _planned("model", m, planned)] if claim["test"] == "beats" else []
+    unplanned = [
+        n for n in claim["models"] + (claim["bound"] if claim["test"] == "beats" else []) if n not in models + rivals
+    ]
+    if tasks is not None:  # (None exactly when the claim names no task)
+        unplanned += [t for t in claim["tasks"] if t not in tasks]
+    results: list[dict] = []
+    missing: list[str] = []
+    for model in models if tasks != [] and (claim["test"] != "beats" or rivals) else []:
+        entries = [
+            e
+            for e in summary
+            if covers(model, e["model"])
+            and (tasks is None or e["task"] in tasks)
+            and claim["dataset_size"] in (None, e["dataset_size"])
         ]
-        if tasks is not None:  # (None exactly when the claim names no task)
-            unplanned += [t for t in claim["tasks"] if t not in tasks]
-        for model in models if tasks != [] and (claim["test"] != "beats" or rivals) else []:
-            entries = [
-                e
-                for e in summary
-                if covers(model, e["model"])
-                and (tasks is None or e["task"] in tasks)
-                and claim["dataset_size"] in (None, e["dataset_size"])
-            ]
-            missing += (
-                [model]
-                if not entries
-                else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
-            )
-            for e in entries:
-                lengths, why = claim_lengths(e, claim["measure"], claim["lengths"], planned)
-                figures: dict[int, float | None] = {}  # seed -> its figure
-                unfit: dict[int, float | None] = {}  # seed -> its figure at the gate, below the fit threshold
-                value: float | None = None
-                rival: float | None = None
-                gate: int | None = None
-                if lengths is not None:
-                    figures, value = _entry_figure(e, claim, lengths, planned)
-                    gate = gate_length(e, claim, lengths, planned)
-                    if gate is not None:  # the fit gate: a seed that did not fit its training lengths decides nothing
-                        trained = _trained_entry(e, summary, claim["fit_variant"])
-                        fits = {
-                            s: fit_figure(trained["per_seed"][s], claim["measure"], gate)
-                            for s in figures
-                            if s in trained["per_seed"]
-                        }  # a seed not finished yet is "not measured", not unfit
-                        unfit = {s: v for s, v in fits.items() if v is None or v < claim["fit"] - 1e-9}
-                if claim["test"] == "beats" and lengths is not None:
-                    against = {
-                        name: [
-                            _entry_figure(r, claim, lengths, planned)[1]
-                            for r in summary
-                            if covers(name, r["model"])
-                            and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])
-                        ]
-                        for name in rivals
-                    }
-                    missing += [f"{name} on {e['task']}" for name, values in against.items() if not values]
-                    values = [v for vs in against.values() for v in vs]
-                    rival = None if not values or None in values else max(v for v in values if v is not None)
-                    why = why or (None if rival is not None else "a rival not measured")
-                bound = rival if claim["test"] == "beats" else claim["bound"]
-                outcomes = [
-                    None if v is None or bound is None or s in unfit else _passes(claim["test"], v, bound)
-                    for s, v in figures.items()
-                ]
-                holds = seeds_verdict(outcomes, claim["seeds"]) if lengths is not None else None
-                unmeasured = sum(o is None for s, o in zip(figures, outcomes) if s not in unfit)
-                inconclusive = holds is None and why is None and bool(unfit)
-                if inconclusive:
-                    assert gate is not None  # only a gated claim has unfit seeds
-                    why = unfit_text(e["model"], unfit, gate)
-                elif holds is None and why is None and unmeasured:
-                    why = f"{unmeasured} of {len(outcomes)} seeds not measured"
-                results.append(
-                    {
-                        "task": e["task"],
-                        "model": e["model"],
-                        "dataset_size": e["dataset_size"],
-                        "value": value,
-                        "rival": rival,
-                        "seeds": figures,
-                        "passed": sum(o is True for o in outcomes),
-                        "of": len(outcomes),
-                        "holds": holds,
-                        "reason": why,
-                        "unfit": unfit,
-                        "train_length": gate,
-                        "inconclusive": inconclusive,
-                    }
-                )
-        missing = list(dict.fromkeys(missing))
-        if any(r["holds"] is False for r in results):
-            verdict = FAIL
-        elif unplanned and all(
-            any(n == label or covers(n, label) for label in (planned or {}).get("left_out", ())) for n in unplanned
-        ):
-            verdict, reason = NOT_IN_RUN, "left out by this run's overrides: " + ", ".join(unplanned)
-        elif unplanned:
-            verdict, reason = NOT_RUN, "not run at this scale: " + ", ".join(unplanned)
-        elif missing or not results or any(r["holds"] is None and not r["inconclusive"] for r in results):
-            verdict = NOT_MEASURED
-            reason = "; ".join(
-                dict.fromkeys(
-                    [r["reason"] for r in results if r["reason"]]
-                    + (["not run yet: " + ", ".join(missing)] if missing else [])
-                )
-            )
-        elif any(r["inconclusive"] for r in results):
-            verdict = INCONCLUSIVE
-            reason = "; ".join(dict.fromkeys(r["reason"] for r in results if r["inconclusive"]))
-        else:
-            verdict = PASS
-        out.append(
-            {
-                "claim": claim,
-                "verdict": verdict,
-                "results": results,
-                "missing": missing,
-                "unplanned": unplanned,
-                "reason": reason,
-            }
+        missing += (
+            [model]
+            if not entries
+            else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
         )
-    return out
+        for e in entries:
+            result, rivals_missing = _entry_result(claim, e, summary, rivals, planned)
+            results.append(result)
+            missing += rivals_missing
+    verdict, reason = _verdict(results, list(dict.fromkeys(missing)), unplanned, planned)
+    return {
+        "claim": claim,
+        "verdict": verdict,
+        "results": results,
+        "missing": list(dict.fromkeys(missing)),
+        "unplanned": unplanned,
+        "reason": reason,
+    }
+
+
+def _entry_result(
+    claim: dict, e: dict, summary: list[dict], rivals: list[str], planned: dict | None
+) -> tuple[dict, list[str]]:
+    """One (task, model) entry of a claim, scored seed by seed behind the fit gate (`claim_verdicts`
+    gives its keys), and the rivals it has no entry of on the same task."""
+    missing: list[str] = []
+    lengths, why = claim_lengths(e, claim["measure"], claim["lengths"], planned)
+    figures: dict[int, float | None] = {}  # seed -> its figure
+    unfit: dict[int, float | None] = {}  # seed -> its figure at the gate, below the fit threshold
+    value: float | None = None
+    rival: float | None = None
+    gate: int | None = None
+    if lengths is not None:
+        figures, value = _entry_figure(e, claim, lengths, planned)
+        gate = gate_length(e, claim, lengths, planned)
+        if gate is not None:  # the fit gate: a seed that did not fit its training lengths decides nothing
+            trained = _trained_entry(e, summary, claim["fit_variant"])
+            fits = {
+                s: fit_figure(trained["per_seed"][s], claim["measure"], gate)
+                for s in figures
+                if s in trained["per_seed"]
+            }  # a seed not finished yet is "not measured", not unfit
+            unfit = {s: v for s, v in fits.items() if v is None or v < claim["fit"] - 1e-9}
+    if claim["test"] == "beats" and lengths is not None:
+        against = {
+            name: [
+                _entry_figure(r, claim, lengths, planned)[1]
+                for r in summary
+                if covers(name, r["model"]) and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])
+            ]
+            for name in rivals
+        }
+        missing += [f"{name} on {e['task']}" for name, values in against.items() if not values]
+        values = [v for vs in against.values() for v in vs]
+        rival = None if not values or None in values else max(v for v in values if v is not None)
+        why = why or (None if rival is not None else "a rival not measured")
+    bound = rival if claim["test"] == "beats" else claim["bound"]
+    outcomes = [
+        None if v is None or bound is None or s in unfit else _passes(claim["test"], v, bound)
+        for s, v in figures.items()
+    ]
+    holds = seeds_verdict(outcomes, claim["seeds"]) if lengths is not None else None
+    unmeasured = sum(o is None for s, o in zip(figures, outcomes) if s not in unfit)
+    inconclusive = holds is None and why is None and bool(unfit)
+    if inconclusive:
+        assert gate is not None  # only a gated claim has unfit seeds
+        why = unfit_text(e["model"], unfit, gate)
+    elif holds is None and why is None and unmeasured:
+        why = f"{unmeasured} of {len(outcomes)} seeds not measured"
+    result = {
+        "task": e["task"],
+        "model": e["model"],
+        "dataset_size": e["dataset_size"],
+        "value": value,
+        "rival": rival,
+        "seeds": figures,
+        "passed": sum(o is True for o in outcomes),
+        "of": len(outcomes),
+        "holds": holds,
+        "reason": why,
+        "unfit": unfit,
+        "train_length": gate,
+        "inconclusive": inconclusive,
+    }
+    return result, missing
+
+
+def _verdict(results: list[dict], missing: list[str], unplanned: list[str], planned: dict | None) -> tuple[str, str]:
+    """A claim's verdict and its reason from its entries' results (the order `claim_verdicts` gives)."""
+    if any(r["holds"] is False for r in results):
+        return FAIL, ""
+    if unplanned and all(
+        any(n == label or covers(n, label) for label in (planned or {}).get("left_out", ())) for n in unplanned
+    ):
+        return NOT_IN_RUN, "left out by this run's overrides: " + ", ".join(unplanned)
+    if unplanned:
+        return NOT_RUN, "not run at this scale: " + ", ".join(unplanned)
+    if missing or not results or any(r["holds"] is None and not r["inconclusive"] for r in results):
+        reasons = [r["reason"] for r in results if r["reason"]] + (
+            ["not run yet: " + ", ".join(missing)] if missing else []
+        )
+        return NOT_MEASURED, "; ".join(dict.fromkeys(reasons))
+    if any(r["inconclusive"] for r in results):
+        return INCONCLUSIVE, "; ".join(dict.fromkeys(r["reason"] for r in results if r["inconclusive"]))
+    return PASS, ""
 
 
 def check_verdict(claim: dict) -> dict:

@@ -22,11 +22,17 @@ from statetrack.tasks import Batch, Task
 from statetrack.training.evaluate import count_right, scaled_accuracy
 
 
-def draw_lengths(low: int, high: int, step: int, size: int, generator: torch.Generator) -> torch.Tensor:
-    """`size` training lengths drawn uniformly from low, low + step, .., high (`train.length_step`)."""
-    if step == 1:
-        return torch.randint(low, high + 1, (size,), generator=generator)
-    return low + step * torch.randint(0, (high - low) // step + 1, (size,), generator=generator)
+def draw_lengths(lengths: range, size: int, generator: torch.Generator) -> torch.Tensor:
+    """`size` training lengths drawn uniformly from `lengths` (min_length, min_length + step, ..,
+    max_length; `train.length_step`)."""
+    if lengths.step == 1:
+        return torch.randint(lengths.start, lengths.stop, (size,), generator=generator)
+    return lengths.start + lengths.step * torch.randint(0, len(lengths), (size,), generator=generator)
+
+
+def training_lengths(low: int, high: int, step: int = 1) -> range:
+    """The training lengths low, low + step, .., high as a range."""
+    return range(low, high + 1, step)
 
 
 def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
@@ -52,9 +58,10 @@ def curriculum_tasks(task: Task, config: TrainConfig) -> list[Task]:
 class FixedTrainingSet:
     """`size` examples drawn once from `task` with `generator`, served in epochs.
 
-    Each example's length is uniform over the training lengths (`draw_lengths`); tasks sample one
-    length per batch, so the examples are kept in buckets by length. Each epoch every bucket is shuffled and split
-    into batches of at most `batch_size` (sizes differing by at most one) and the epoch's batches
+    Each example's length is drawn uniformly from `lengths`, the training lengths as a range
+    (`training_lengths`, `draw_lengths`); tasks sample one length per batch, so the examples are kept
+    in buckets by length. Each epoch every bucket is shuffled and split into batches of at most
+    `batch_size` (sizes differing by at most one) and the epoch's batches
     come in a shuffled order: every example is seen once per epoch, and a bucket comes up in
     proportion to its number of batches (about its size / batch_size). With `balanced`, the answers
     (the target at each example's last supervised position) are spread over the classes as evenly as
@@ -67,25 +74,23 @@ class FixedTrainingSet:
         self,
         task: Task,
         size: int,
-        min_length: int,
-        max_length: int,
+        lengths: range,
         batch_size: int,
         generator: torch.Generator,
         device: torch.device | str = "cpu",
         balanced: bool = False,
-        length_step: int = 1,
     ):
-        lengths = draw_lengths(min_length, max_length, length_step, size, generator)
+        drawn = draw_lengths(lengths, size, generator)
         answers = (
             (torch.arange(size) % task.num_classes)[torch.randperm(size, generator=generator)] if balanced else None
         )
-        self.lengths = torch.unique(lengths).tolist()  # the task's length of each bucket
+        self.lengths = torch.unique(drawn).tolist()  # the task's length of each bucket
         self.buckets = []
         for length in self.lengths:
             if answers is None:
-                bucket = task.sample(int((lengths == length).sum()), length, generator)
+                bucket = task.sample(int((drawn == length).sum()), length, generator)
             else:
-                bucket = _draw_answers(task, length, answers[lengths == length], generator)
+                bucket = _draw_answers(task, length, answers[drawn == length], generator)
             self.buckets.append(bucket.to(device))
         self.shuffle_seed = int(torch.randint(2**62, (1,), generator=generator))
         self.splits = [math.ceil(len(b.inputs) / batch_size) for b in self.buckets]
@@ -252,13 +257,11 @@ class Trainer:
             else FixedTrainingSet(
                 task,
                 config.dataset_size,
-                config.min_length,
-                config.max_length,
+                training_lengths(config.min_length, config.max_length, config.length_step),
                 config.batch_size,
                 self.generator,
                 self.device,
                 balanced=config.dataset_balanced,
-                length_step=config.length_step,
             )
         )
         self.step = 0
@@ -363,7 +366,8 @@ class Trainer:
         if self.training_set is not None:
             return self.training_set.batch(self.step)
         stage = self.plan[self.stage]
-        length = int(draw_lengths(stage["min_length"], stage["max_length"], self.config.length_step, 1, self.generator))
+        lengths = training_lengths(stage["min_length"], stage["max_length"], self.config.length_step)
+        length = int(draw_lengths(lengths, 1, self.generator))
         return self.tasks[self.stage].sample(self.config.batch_size, length, self.generator).to(self.device)
 
     def _curve_point(self, loss: float, accuracy: float, records: dict[str, list[float]], stage: int) -> dict:
