@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 STARTED = time.perf_counter()  # the benchmark's start, for `elapsed_s` (scripts import this module first)
-ENV_PREFIXES = ("STATETRACK_", "OMP_", "MKL_")  # environment that changes what a benchmark measures
+ENV_PREFIXES = ("STATETRACK_", "OMP_", "MKL_", "ATEN_")  # environment that changes what a benchmark measures
 
 
 def layer_parser(description: str) -> argparse.ArgumentParser:
@@ -56,16 +56,10 @@ def report(rows: list[dict], args, **extra) -> dict:
 
 
 def machine(device: str | torch.device = "cpu") -> dict:
-    """The CPU (model, cores, widest vector extension), the GPU if `device` is one, and the software."""
-    info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "simd": None}
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        fields = dict(line.split(":", 1) for line in cpuinfo.read_text().splitlines() if ":" in line)
-        fields = {k.strip(): v.strip() for k, v in fields.items()}
-        info["cpu"] = fields.get("model name", info["cpu"])
-        flags = set(fields.get("flags", "").split())
-        widest = (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sse2", "SSE2"))
-        info["simd"] = next((name for flag, name in widest if flag in flags), None)
+    """The CPU (model, cores, the vector kernels torch picked for it), the GPU if `device` is one, and the software."""
+    from statetrack.results.book import cpu_name  # scripts put src/ on the path before importing this module
+
+    info = {"cpu": cpu_name() or platform.machine(), "cores": os.cpu_count(), "simd": torch.backends.cpu.get_cpu_capability()}
     if torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda

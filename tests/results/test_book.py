@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from statetrack.cli import main
 from statetrack.experiments import runner
@@ -109,7 +110,8 @@ def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_
     assert snapshot["scale"] == "quick" and len(snapshot["plan"]) == 9 and len(snapshot["runs"]) == 9
     assert {r["length"] for r in snapshot["results"]} == {40, 64, 128, 256, 1000}
     assert [p["runs"] for p in snapshot["parts"]] == [9] and snapshot["parts"][0]["seconds"] > 0
-    assert snapshot["parts"][0]["machine"]["torch"]
+    machine = snapshot["parts"][0]["machine"]
+    assert machine["torch"] and machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     text = (tmp_path / "book/reproductions.md").read_text()
     demo = text.split("## `demo`")[1].split("\n## ")[0]
     assert "statetrack reproduce --scale quick demo" in demo and "9 of 9 runs done" in demo
@@ -197,3 +199,10 @@ def test_the_revision_is_dirty_for_changes_to_the_package_only(tmp_path):
     assert git_revision(package) == clean
     (package / "code.py").write_text("x = 2\n")
     assert git_revision(package) == clean + "+dirty"
+
+
+def test_the_machine_names_the_vector_kernels_its_figures_repeat_on():
+    info = {"cores": 2, "cpu_capability": "AVX2", "memory_gib": 24, "gpu": None, "torch": "2.13.0", "python": "3.11.7"}
+    assert book.describe_machine(info) == "2 CPU cores (AVX2), 24 GiB, torch 2.13.0, Python 3.11.7"
+    older = {k: v for k, v in info.items() if k != "cpu_capability"}  # a snapshot from before the field
+    assert book.describe_machine(older) == "2 CPU cores, 24 GiB, torch 2.13.0, Python 3.11.7"

@@ -60,8 +60,22 @@ def snapshot_path(book_dir: str | Path, experiment: str, scale: str) -> Path:
     return Path(book_dir) / "results" / f"{experiment}.{scale}.json"
 
 
+def cpu_name() -> str | None:
+    """The CPU's model name (/proc/cpuinfo), else what `platform.processor()` gives; None if neither says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def machine() -> dict:
-    """What the figures were measured on: cores, memory, CPU or GPU, torch and Python."""
+    """What the figures were measured on: cores, memory, the CPU and the vector kernels torch picked
+    for it (`cpu_capability`: AVX2, AVX512, ...; figures repeat bit for bit only at the same one),
+    the GPU, torch and Python."""
     import torch
 
     memory = None
@@ -74,6 +88,8 @@ def machine() -> dict:
     return {
         "cores": os.cpu_count(),
         "memory_gib": memory,
+        "cpu": cpu_name(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "gpu": gpu,
         "system": platform.system(),
         "torch": torch.__version__,
@@ -82,7 +98,8 @@ def machine() -> dict:
 
 
 def describe_machine(info: dict) -> str:
-    cpu = f"{info['cores']} CPU cores" + (f", {info['memory_gib']} GiB" if info.get("memory_gib") else "")
+    cpu = f"{info['cores']} CPU cores" + (f" ({info['cpu_capability']})" if info.get("cpu_capability") else "")
+    cpu += f", {info['memory_gib']} GiB" if info.get("memory_gib") else ""
     return (f"{info['gpu']}, " if info.get("gpu") else "") + f"{cpu}, torch {info['torch']}, Python {info['python']}"
 
 
