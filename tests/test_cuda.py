@@ -13,7 +13,7 @@ import torch
 
 from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.train import TrainConfig, Trainer, read_checkpoint
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -85,8 +85,8 @@ def test_forward_backward_and_carried_state_on_cuda_equal_the_cpu_in_float64(cas
 def test_chunked_evaluation_on_cuda_equals_the_whole_input(case):
     torch.manual_seed(0)
     model = zoo.build_model(_spec(*case), TASK.vocab_size, TASK.num_classes).cuda()
-    whole = evaluate_lengths(model, TASK, [200], samples=16, chunk_size=None, device="cuda")
-    chunked = evaluate_lengths(model, TASK, [200], samples=16, chunk_size=48, device="cuda")
+    whole = evaluate_lengths(model, TASK, [200], Sampling(samples=16, chunk_size=None))
+    chunked = evaluate_lengths(model, TASK, [200], Sampling(samples=16, chunk_size=48))
     assert abs(whole[0]["accuracy"] - chunked[0]["accuracy"]) <= 1 / (16 * 200) + 1e-9
 
 

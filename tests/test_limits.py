@@ -169,7 +169,7 @@ def test_validation_and_evaluation_samples_are_sized_before_anything_is_allocate
 def test_the_python_entry_points_size_their_batches_too(monkeypatch):
     from statetrack.models import zoo
     from statetrack.tasks import make_task
-    from statetrack.training.evaluate import evaluate_lengths
+    from statetrack.training.evaluate import Sampling, evaluate_lengths
     from statetrack.training.train import TrainConfig, Trainer
 
     monkeypatch.delenv(limits.LIFT, raising=False)
@@ -179,4 +179,4 @@ def test_the_python_entry_points_size_their_batches_too(monkeypatch):
     with pytest.raises(StatetrackError, match=r"train\.val_samples: 1,000,000 sequences of 40 tokens would take about"):
         Trainer(model, task, TrainConfig(val_samples=10**6, max_length=40, device="cpu"), progress=False)
     with pytest.raises(StatetrackError, match=r"evaluating samples 10000000 in batches of batch_size: 100,000 sequences"):
-        evaluate_lengths(model, task, [40], samples=10**7, batch_size=10**5)
+        evaluate_lengths(model, task, [40], Sampling(samples=10**7, batch_size=10**5))

@@ -59,20 +59,36 @@ def _store_path(args) -> Path:
     return Path(args.store) if args.store else store_file(args.results_dir)
 
 
+def run_and_report(args, experiment, options, after=None):
+    """What `run` and `reproduce` do per experiment: train what the store lacks of it, call `after`
+    (when given) however that ended, score the stored runs once and write the report; returns
+    (the `Scored`, the report's folder)."""
+    from statetrack.experiments.runner import run_experiment
+    from statetrack.results.report import write_report
+    from statetrack.results.scoring import score_store
+
+    try:
+        run_experiment(experiment, args.results_dir, options, store_path=args.store)
+    finally:
+        if after is not None:
+            after()
+    scored = score_store(_store(args), experiment.name, run_data=True)
+    return scored, write_report(scored, args.results_dir)
+
+
 def cmd_run(args) -> int:
-    from statetrack.experiments.runner import check_options, run_experiment
+    from statetrack.experiments.runner import check_options
     from statetrack.experiments.spec import resolve
-    from statetrack.results.report import index_verdicts, table_rows, text_table, write_report
-    from statetrack.results.scoring import describe_selection, score_store
+    from statetrack.results.report import index_verdicts
+    from statetrack.results.selection import describe_selection
+    from statetrack.results.tables import table_rows, text_table
 
     options = _run_options(args)
     check_options(options)  # a backend option that cannot work fails before the spec's modules are imported
     experiment = resolve(args.experiment, args.scale, args.overrides, args.name, _imports(args))
     if args.dry_run:
         return dry_run(args, experiment)
-    run_experiment(experiment, args.results_dir, options, store_path=args.store)
-    scored = score_store(_store(args), experiment.name, run_data=True)
-    out = write_report(scored, args.results_dir)
+    scored, out = run_and_report(args, experiment, options)
     print()
     print(text_table(*table_rows(scored.summary, "headline")))
     print(f"({describe_selection(scored.selection)})")
@@ -97,7 +113,7 @@ def dry_run(args, experiment) -> int:
 
     from statetrack.experiments.runner import training_cost
     from statetrack.experiments.spec import train_lengths_text
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
 
     spec, runs = experiment.spec, experiment.runs
     status = {}
@@ -143,11 +159,9 @@ def cmd_reproduce(args) -> int:
     import time
 
     from statetrack.experiments.backends import default_workers
-    from statetrack.experiments.runner import check_options, run_experiment
+    from statetrack.experiments.runner import check_options
     from statetrack.experiments.spec import resolve, shipped_specs
     from statetrack.results.book import record_part, write_book
-    from statetrack.results.report import write_report
-    from statetrack.results.scoring import score_store
 
     known = shipped_specs()
     unknown_names = [n for n in args.experiments if n not in known]
@@ -164,14 +178,12 @@ def cmd_reproduce(args) -> int:
         print(f"== [{number}/{len(names)}] {name} ({args.scale} scale)")
         start = time.time()
         experiment = resolve(name, args.scale, [], name=name, imports=_imports(args))
-        try:
-            run_experiment(experiment, args.results_dir, options, store_path=args.store)
-        finally:  # an interrupted part's time still counts: its finished runs are in the store
-            store = _store(args) if _store_path(args).exists() else None
-            if store is not None:
-                record_part(store, name, args.book_dir, start, workers)
-        scored = score_store(store, name, run_data=True)
-        write_report(scored, args.results_dir)
+
+        def record(name=name, start=start):  # an interrupted part's time counts too: its finished runs are stored
+            if _store_path(args).exists():
+                record_part(_store(args), name, args.book_dir, start, workers)
+
+        scored, _ = run_and_report(args, experiment, options, after=record)
         failed += sum(1 for r in scored.missing if r["status"] == "failed")
     changed = write_book(args.book_dir, args.readme)
     for path in changed:
@@ -299,7 +311,7 @@ def cmd_models(args) -> int:
 def _model_sizes(args) -> int:
     """`models --params B` / `--width N`: per-layer parameter counts, one row per model (statetrack.models.sizing)."""
     from statetrack.models import sizing, zoo
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
 
     budget = None if args.budget is None else sizing.parse_budget(args.budget, "--params")
     if args.width is not None and args.width < 1:
@@ -326,7 +338,7 @@ def cmd_experiments(args) -> int:
 
     from statetrack.results.book import duration
     from statetrack.results.overview import checkout_docs, experiments_overview
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
 
     if args.book_dir is not None and not Path(args.book_dir).is_dir():
         what = "is not a folder" if Path(args.book_dir).exists() else "does not exist"
@@ -401,8 +413,9 @@ def _known_experiment(store, experiment: str) -> None:
 
 
 def cmd_report(args) -> int:
+    from statetrack.experiments.spec import spec_now
     from statetrack.results.plots import check_formats
-    from statetrack.results.report import spec_paper, spec_section, write_index, write_report
+    from statetrack.results.report import write_index, write_report
     from statetrack.results.scoring import score_store
 
     if not args.all and not args.experiment:
@@ -423,10 +436,8 @@ def cmd_report(args) -> int:
         _known_experiment(store, name)
         if args.all and store.plan(name) is None:
             continue  # a damaged plan (the store's warning names it) or none: a row of the index says so
-        scale = (store.plan(name) or {}).get("scale")
-        scored[name] = score_store(
-            store, name, paper=spec_paper(name, scale), selection=spec_section(name, "selection", scale), run_data=True
-        )
+        now = spec_now(name, (store.plan(name) or {}).get("scale")) or {}
+        scored[name] = score_store(store, name, paper=now.get("paper"), selection=now.get("selection"), run_data=True)
         print(write_report(scored[name], args.results_dir, formats) / "report.html")
     if args.all:
         print(write_index(store, args.results_dir, scored))
@@ -563,7 +574,7 @@ def cmd_construct(args) -> int:
     from statetrack.analysis.constructions import STRUCTURES, TASKS, construct, evaluate_construction
     from statetrack.errors import unknown
     from statetrack.models import zoo
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
     from statetrack.tasks import make_task
 
     if args.task not in TASKS:

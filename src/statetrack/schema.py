@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
 
 SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes) and `paper` (the papers' sizes)
-# Valid values of each selection setting, the default first (statetrack.results.scoring applies them).
+# Valid values of each selection setting, the default first (statetrack.results.selection applies them).
 SELECTION_CHOICES = {
     "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
     "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
@@ -39,7 +39,7 @@ SELECTION_CHOICES = {
     "metric": ("accuracy", "sequence_accuracy"),  # what the threshold of `extrapolation` applies to
 }
 SELECTION_DEFAULTS: dict[str, Any] = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
-MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is (statetrack.results.scoring.measured)
+MEASURES = ("scaled", "sequence", "extrapolation")  # what a measured figure is (statetrack.results.claims.measured)
 # How a claim's per-seed outcomes become its verdict: every seed, more than half, or the best seed
 # (`best` only where the paper itself reports a best-of-seeds figure; the book says so).
 SEED_RULES = ("majority", "all", "best")
@@ -652,7 +652,7 @@ class Eval(Section):
 
 
 class Selection(Section):
-    """How the report reads a grid of (lr, seed) runs (statetrack.results.scoring)."""
+    """How the report reads a grid of (lr, seed) runs (statetrack.results.selection)."""
 
     lr: Annotated[str, choice(SELECTION_CHOICES["lr"])] = Field(
         default=SELECTION_DEFAULTS["lr"],
@@ -676,7 +676,7 @@ class Selection(Section):
 
 
 class Claim(Section):
-    """One claim of the paper, tested against the measured figures (statetrack.results.scoring.claim_verdicts)."""
+    """One claim of the paper, tested against the measured figures (statetrack.results.claims.claim_verdicts)."""
 
     text: Text = Field(description="the claim in words")
     model: Names = Field(description="the model (display name) or models it is about")

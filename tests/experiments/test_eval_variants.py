@@ -12,11 +12,13 @@ import yaml
 from statetrack.errors import StatetrackError
 from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import expand, load_spec, resolve
-from statetrack.results.report import extrapolation_rows, write_report
-from statetrack.results.scoring import score_store, summarize
+from statetrack.results.report import write_report
+from statetrack.results.scoring import score_store
+from statetrack.results.selection import summarize
+from statetrack.results.tables import extrapolation_rows
 from statetrack.store import Store
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 
 
 class _WrongFrom(torch.nn.Module):
@@ -35,7 +37,7 @@ class _WrongFrom(torch.nn.Module):
 
 def test_position_and_sequence_accuracy_on_hand_made_predictions():
     task = make_task("word_problem", group="Z5")
-    row = evaluate_lengths(_WrongFrom(task, start=6), task, [10], samples=64, batch_size=16, positions=True)[0]
+    row = evaluate_lengths(_WrongFrom(task, start=6), task, [10], Sampling(samples=64, batch_size=16), positions=True)[0]
     assert row["position_accuracy"] == [1.0] * 6 + [0.5] * 4
     assert row["accuracy"] == pytest.approx(1 - 0.5 * 4 / 10)
     assert row["sequence_accuracy"] == 0.5  # the examples wrong from position 6 on are wrong as sequences
@@ -49,7 +51,7 @@ def test_position_accuracy_skips_unsupervised_positions():
         def forward(self, tokens, state=None):
             return torch.zeros(*tokens.shape, task.num_classes), state
 
-    row = evaluate_lengths(Constant(), task, [4], samples=8, positions=True)[0]
+    row = evaluate_lengths(Constant(), task, [4], Sampling(samples=8), positions=True)[0]
     positions = row["position_accuracy"]
     assert len(positions) == 2 * 4 + 3 and positions[:5] == [None] * 5 and positions[-1] is None
     assert all(v is not None for v in positions[5:10])
@@ -61,7 +63,7 @@ def test_traces_keep_the_models_probabilities():
     from statetrack.models import zoo
 
     model = zoo.build_model({"name": "rnn", "d_model": 8}, task.vocab_size, task.num_classes)
-    row = evaluate_lengths(model, task, [200], samples=4, traces=2)[0]
+    row = evaluate_lengths(model, task, [200], Sampling(samples=4), traces=2)[0]
     assert len(row["traces"]) == 2
     example = row["traces"][0]
     assert len(example["inputs"]) == len(example["probabilities"]) == 200 and set(example["inputs"]) <= {1, 2}

@@ -33,6 +33,27 @@ def test_a_run_resolves_once_reads_its_plan_once_and_scores_once(monkeypatch, tm
     assert calls == {"read_spec": 1, "load_spec": 1, "expand": 1, "plan": 1, "score": 1, "summarize": 1, "claim_verdicts": 1}
 
 
+
+def test_a_run_of_three_runs_builds_its_training_settings_at_most_six_times(monkeypatch, tmp_path, capsys):
+    """Each run's TrainConfig is derived from its model's settings, validated once per experiment
+    (`spec.train_config`), and checked again by the trainer: not rebuilt by the plan, the worker and
+    the report."""
+    from statetrack import schema
+
+    built = []
+    real = schema.TrainConfig.__init__
+
+    def counted(self, **values):
+        built.append(values)
+        real(self, **values)
+
+    spec_module._train_config.cache_clear()  # nothing built by an earlier test counts as built here
+    monkeypatch.setattr(schema.TrainConfig, "__init__", counted)
+    code, out, _ = run_cli(capsys, "run", "demo", "--results-dir", str(tmp_path), "--workers", "1", "--no-progress",
+                           "--name", "demo", "seeds=[0]", "train.steps=5", "eval.samples=8")
+    assert code == 0 and "did it reproduce?" in out and len(Store(tmp_path / "statetrack.db").runs("demo")) == 3
+    assert 3 <= len(built) <= 6  # the trainer's own check of each run, and the settings the runs share
+
 SPEC = """
 name: marks
 description: the per-position plot's training-length marker
@@ -64,3 +85,12 @@ def test_the_per_position_plot_marks_the_plans_longest_training_length(monkeypat
     assert code == 0
     assert marked == [{"word_problem(group=Z2)": longest}]
     assert (tmp_path / "r" / "marks" / "position_accuracy.png").is_file()
+
+
+@pytest.mark.parametrize("name, scale", [("demo", "quick"), ("memory-state-tracking", "paper")])
+def test_a_report_reads_the_paper_and_selection_a_run_resolves(name, scale):
+    """`statetrack report` and the book read a spec's sections through the resolution a run uses
+    (`spec_at`): the same `paper` and `selection` at each scale, with no loader of their own."""
+    now, run = spec_module.spec_now(name, scale), spec_module.load_spec(name, scale)
+    assert now is not None and now["paper"] == run["paper"] and now.get("selection") == run.get("selection")
+    assert spec_module.spec_now("demo_seeds-0_train.steps-5") is None  # named after overrides: no spec of its own

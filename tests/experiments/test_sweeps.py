@@ -1,5 +1,5 @@
-"""Sweeps: selection rules, the local and Ray backends agree run for run, plans and missing runs,
-the index page, TensorBoard events, and the clear errors for missing optional packages."""
+"""Sweeps: the selection settings' errors, the local and Ray backends agree run for run, plans and
+missing runs, the index page, TensorBoard events, and the clear errors for missing optional packages."""
 
 import socket
 import sqlite3
@@ -13,9 +13,8 @@ from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import resolve
 from statetrack.results.report import write_index, write_report
-from statetrack.results.scoring import score_store, summarize
+from statetrack.results.scoring import score_store
 from statetrack.store import Store
-from statetrack.training.evaluate import extrapolation_length
 from statetrack.training.loggers import tensorboard_dir
 
 # 2 models x 2 lrs x 2 seeds, a few steps each; curves logged every 5 steps.
@@ -33,70 +32,6 @@ lrs: [1.0e-2, 3.0e-3]
 seeds: [0, 1]
 selection: {lr: best_max, seeds: max}
 """
-
-
-# ---- selection: one rule, checked against figures worked out by hand ---------------------------------
-def _rows(table):
-    """{(lr, seed): {length: accuracy}} -> Store.results rows (chance 0, so scaled == accuracy)."""
-    return [{"task": "t", "model": "m", "lr": lr, "seed": seed, "length": n, "accuracy": a, "scaled_accuracy": a}
-            for (lr, seed), per_length in table.items() for n, a in per_length.items()]
-
-
-# lr 0.1: steady, both seeds good to length 20, fail at 40.   mean scaled 0.75 / 0.74
-# lr 0.01: one brilliant seed (all lengths), one poor seed.    mean scaled 0.97 / 0.30
-GRID = {
-    (0.1, 0): {10: 1.0, 20: 0.95, 40: 0.3, 80: 0.75},
-    (0.1, 1): {10: 1.0, 20: 0.91, 40: 0.3, 80: 0.75},
-    (0.01, 0): {10: 0.97, 20: 0.97, 40: 0.97, 80: 0.97},
-    (0.01, 1): {10: 0.5, 20: 0.2, 40: 0.2, 80: 0.3},
-}
-
-
-def test_extrapolation_counts_only_unbroken_prefix():
-    assert extrapolation_length({10: 1.0, 20: 0.95, 40: 0.5, 80: 0.99}) == 20  # 80 is good but 40 is not
-    assert extrapolation_length({10: 0.89, 20: 1.0}) == 0
-    assert extrapolation_length({20: 0.9, 10: 0.95}) == 20  # order of the dict does not matter
-    assert extrapolation_length({10: 0.85, 20: 0.8}, threshold=0.8) == 20
-
-
-@pytest.mark.parametrize("lr_rule, seeds_rule, criterion, lr, score, headline_40", [
-    ("best_mean", "mean", "mean_scaled", 0.1, (0.75 + 0.74) / 2, 0.3),   # 0.745 beats (0.97 + 0.30) / 2
-    ("best_max", "max", "mean_scaled", 0.01, 0.97, 0.97),              # the brilliant seed wins
-    ("best_max", "mean", "mean_scaled", 0.01, (0.97 + 0.30) / 2, (0.97 + 0.2) / 2),
-    # lr 0.1 reaches 20 with both seeds (mean 20); lr 0.01 reaches 80 and 0 (mean 40), so the lr rule keeps 0.01;
-    # its headline score is the length the mean over seeds extrapolates to, as the check marks read it: 0
-    ("best_mean", "mean", "extrapolation", 0.01, 0, (0.97 + 0.2) / 2),
-])
-def test_selection_rules(lr_rule, seeds_rule, criterion, lr, score, headline_40):
-    selection = {"lr": lr_rule, "seeds": seeds_rule, "criterion": criterion, "threshold": 0.9}
-    [entry] = summarize(_rows(GRID), selection)
-    assert entry["lr"] == lr
-    assert entry["score"] == pytest.approx(score)
-    assert entry["headline"][40] == pytest.approx(headline_40)
-    assert entry["seeds"] == [0, 1] and set(entry["per_seed"]) == {0, 1}
-    assert set(entry["lr_scores"]) == {0.01, 0.1}
-
-
-def test_extrapolation_with_max_over_seeds_and_threshold():
-    [entry] = summarize(_rows(GRID), {"lr": "best_max", "seeds": "max", "criterion": "extrapolation"})
-    assert (entry["lr"], entry["best_seed"], entry["score"]) == (0.01, 0, 80)
-    # with threshold 0.92 lr 0.1's seed 1 (0.91 at 20) reaches only 10, seed 0 still 20
-    [entry] = summarize(_rows(GRID), {"lr": "best_mean", "seeds": "mean", "criterion": "extrapolation", "threshold": 0.92})
-    assert entry["lr_scores"] == {0.1: 15, 0.01: 40}
-
-
-def test_lr_is_chosen_on_the_training_lengths_only():
-    selection = {"lr": "best_mean", "seeds": "mean", "criterion": "extrapolation", "threshold": 0.9}
-    # over every length lr 0.01 wins (its brilliant seed reaches 80); trained up to 20, the rule reads
-    # lengths 10 and 20 only, where lr 0.1 holds in both seeds and lr 0.01 in one
-    [entry] = summarize(_rows(GRID), selection, {"t": 20})
-    assert entry["lr"] == 0.1 and entry["lr_scores"] == {0.1: 20, 0.01: 10}
-    assert entry["score"] == 20 and entry["headline"][80] == pytest.approx(0.75)  # reported at every length
-    [entry] = summarize(_rows(GRID), {**selection, "criterion": "mean_scaled"}, {"t": 10})
-    assert entry["lr"] == 0.1 and entry["lr_scores"] == pytest.approx({0.1: 1.0, 0.01: 0.735})
-    # a training length shorter than every evaluated one leaves the whole curve to the rule
-    assert summarize(_rows(GRID), selection, {"t": 5})[0]["lr"] == 0.01
-    assert summarize(_rows(GRID), selection, {"other": 20})[0]["lr"] == 0.01
 
 
 @pytest.mark.parametrize("override, message", [

@@ -12,7 +12,7 @@ from statetrack.models import zoo
 from statetrack.ops import diagonal_scan
 from statetrack.ops.fixed_point import householder_apply, householder_matrix
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.train import TrainConfig, Trainer
 
 
@@ -256,7 +256,7 @@ def test_training_and_evaluation_store_the_iteration_statistics():
     assert len(trainer.curve) == 2
     for point in trainer.curve:  # capped at max_iter = 4 in training
         assert 1 <= point["metrics"]["iterations_median"] <= point["metrics"]["iterations_max"] <= 4
-    rows = evaluate_lengths(model, task, [8, 32], samples=16, batch_size=8, chunk_size=16)
+    rows = evaluate_lengths(model, task, [8, 32], Sampling(samples=16, batch_size=8, chunk_size=16))
     for row in rows:
         assert 1 <= row["metrics"]["iterations_median"] <= row["metrics"]["iterations_max"] <= 100
         assert 0 <= row["sequence_accuracy"] <= row["accuracy"] + 1e-9

@@ -9,7 +9,7 @@ from statetrack.errors import StatetrackError
 from statetrack.layers.rnn import NRU
 from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.train import TrainConfig, Trainer
 
 D = 6
@@ -155,7 +155,7 @@ def test_a_one_layer_nru_learns_parity():
     model = zoo.build_model({"name": "nru", "d_model": 32}, task.vocab_size, task.num_classes)
     config = TrainConfig(steps=300, batch_size=64, lr=1e-3, min_length=2, max_length=6, early_stop_loss=None, device="cpu")
     Trainer(model, task, config, progress=False).fit()
-    result = evaluate_lengths(model, task, [6], samples=256)[0]
+    result = evaluate_lengths(model, task, [6], Sampling(samples=256))[0]
     assert result["scaled_accuracy"] > 0.8, result
 
 

@@ -53,7 +53,7 @@ def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that
     reached the claim's fit threshold at the longest training length alone (the others could not
     have changed it); only a claim that a model fails at the training lengths, or cannot learn the
     task at all (fit 0), or one on a metric, is exempt."""
-    from statetrack.results.scoring import FAIL, PASS
+    from statetrack.results.claims import FAIL, PASS
 
     snapshots = book.read_snapshots(ROOT / "docs")
     checked = 0
@@ -153,9 +153,9 @@ def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(
     runner.run_experiment(resolve("demo", "quick", TINY, name="demo"), options=RunOptions(workers=1, progress=False))
     book.write_snapshot(Store(tmp_path / "results/statetrack.db"), "demo", "book")
     before = book.book_pages("book")["reproductions.md"]
-    paper = book.spec_paper("demo", "quick")
-    paper["claims"][0]["text"] = "an edited claim"
-    monkeypatch.setattr(book, "spec_paper", lambda name, scale=None: paper if name == "demo" else None)
+    demo = book.spec_now("demo", "quick")
+    demo["paper"]["claims"][0]["text"] = "an edited claim"
+    monkeypatch.setattr(book, "spec_now", lambda name, scale=None: demo if name == "demo" else None)
     after = book.book_pages("book")["reproductions.md"]
     assert "an edited claim" in after and "an edited claim" not in before
 

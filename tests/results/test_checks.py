@@ -11,8 +11,8 @@ from statetrack.analysis.checks import burst_inputs, expected_memory, s4d_burst_
 from statetrack.checks import CHECKS, Check, check_value
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of
+from statetrack.results.claims import FAIL, PASS, claim_verdicts
 from statetrack.results.report import claim_measured, claim_test
-from statetrack.results.scoring import FAIL, PASS, claim_verdicts
 
 
 def test_burst_inputs_are_runs_of_ones_then_exactly_n_zeros():

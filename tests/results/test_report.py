@@ -7,48 +7,17 @@ import textwrap
 
 import pytest
 import yaml
+from claims_data import MEASURED, PAPER
 
 from statetrack.errors import StatetrackError
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.spec import by_settings, paper_of, shipped_specs
 from statetrack.results.plots import curve_style, log_axis
-from statetrack.results.report import markdown_table, table_rows, write_index, write_report
-from statetrack.results.scoring import (
-    FAIL,
-    INCONCLUSIVE,
-    NOT_IN_RUN,
-    NOT_MEASURED,
-    NOT_RUN,
-    PASS,
-    claim_verdicts,
-    score_store,
-    seeds_verdict,
-    still_learning,
-    summarize,
-)
+from statetrack.results.report import write_index, write_report
+from statetrack.results.scoring import score_store
+from statetrack.results.selection import summarize
+from statetrack.results.tables import markdown_table, table_rows
 from statetrack.store import Outcome, RunClaim, Store
-
-PAPER = {
-    "source": "Grazzi et al. 2025, parity table",
-    "metric": "scaled accuracy on test lengths 40..256",
-    "lengths": [40, 256],
-    "figures": {"DeltaNet [-1,1]": 1.0, "DeltaNet [0,1]": 0.017, "Transformer": "fails"},
-    "claims": [
-        {"text": "DeltaNet [-1,1] extrapolates", "model": "DeltaNet [-1,1]", "at_least": 0.9},
-        {"text": "DeltaNet [0,1] does not", "model": "DeltaNet [0,1]", "below": 0.2},
-        {"text": "DeltaNet [-1,1] holds at 1000", "model": "DeltaNet [-1,1]", "lengths": 1000, "at_least": 0.9},
-        {"text": "the negative range helps", "model": "DeltaNet [-1,1]", "beats": "DeltaNet [0,1]"},
-        {"text": "the LSTM extrapolates too", "model": "LSTM", "at_least": 0.9},
-        {"text": "the Transformer fails", "model": "Transformer", "below": 0.5},
-    ],
-}
-# scaled accuracy per length of each (model, seed): DeltaNet [-1,1] exact to 256 but not at 1000,
-# DeltaNet [0,1] at chance; the LSTM is planned but has not finished; no Transformer in this run
-MEASURED = {
-    ("DeltaNet [-1,1]", 0): {40: 1.0, 256: 0.96, 1000: 0.5},
-    ("DeltaNet [-1,1]", 1): {40: 1.0, 256: 0.90, 1000: 0.3},
-    ("DeltaNet [0,1]", 0): {40: 0.05, 256: 0.0, 1000: 0.0},
-}
 
 
 def _store(tmp_path, paper=PAPER, seeds=(0, 1)) -> Store:
@@ -98,145 +67,6 @@ def test_report_sets_the_papers_figures_beside_ours_with_verdicts(tmp_path):
     assert '<td class="pass">✓</td>' in page and '<td class="fail">✗</td>' in page and "<h2>Paper vs measured</h2>" in page
 
 
-def test_claim_verdicts_cover_twins_beats_and_missing_runs():
-    rows = [{"model": m, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": v}
-            for (m, s), by_length in {**MEASURED, ("Transformer (num_layers=1)", 0): {40: 0.1, 256: 0.0, 1000: 0.0},
-                                      ("Transformer (num_layers=2)", 0): {40: 0.9, 256: 0.8, 1000: 0.0}}.items()
-            for n, v in by_length.items()]
-    summary = summarize(rows)
-    paper = paper_of({"name": "x", "paper": PAPER})
-    verdicts = {v["claim"]["text"]: v for v in claim_verdicts(paper, summary)}
-    beats = verdicts["the negative range helps"]
-    assert beats["verdict"] == PASS and beats["results"][0]["rival"] == pytest.approx(0.025)
-    # "Transformer" covers both Transformers; the two-layer one fails the claim
-    fails = verdicts["the Transformer fails"]
-    assert fails["verdict"] == FAIL and [r["holds"] for r in fails["results"]] == [True, False]
-    assert verdicts["the LSTM extrapolates too"]["verdict"] == NOT_MEASURED and verdicts["the LSTM extrapolates too"]["missing"] == ["LSTM"]
-
-
-def test_a_claim_names_a_model_by_its_settings_where_it_has_no_twin():
-    """A scale with one Mamba labels it "Mamba [0,1]"; a claim on "Mamba [0,1] (num_layers=2)" reads it
-    when its depth is 2, and not when it is 1 (then the claim's model is not run)."""
-    paper = paper_of({"name": "x", "paper": {
-        "source": "s", "lengths": [40, 256],
-        "figures": {"Mamba [0,1] (num_layers=2)": "generalizes", "Mamba [0,1] (num_layers=1)": "fails"},
-        "claims": [{"text": "two layers hold", "model": "Mamba [0,1] (num_layers=2)", "at_least": 0.9},
-                   {"text": "it beats the LSTM", "model": "LSTM", "beats": "Mamba [0,1] (num_layers=2)"}]}})
-    spec = {"models": [{"name": "mamba", "num_layers": 2}, {"name": "lstm"}], "model_defaults": {"d_model": 8}, "lrs": [0.01]}
-    named = by_settings(paper, spec)
-    assert [c["models"] for c in named["claims"]] == [["Mamba [0,1]"], ["LSTM"]]
-    assert named["claims"][1]["bound"] == ["Mamba [0,1]"]
-    assert named["figures"][None] == {"Mamba [0,1]": "generalizes", "Mamba [0,1] (num_layers=1)": "fails"}
-    one_layer = by_settings(paper, {**spec, "models": [{"name": "mamba", "num_layers": 1}, {"name": "lstm"}]})
-    assert one_layer["claims"][0]["models"] == ["Mamba [0,1] (num_layers=2)"]
-    # twins keep the labels that tell them apart
-    twins = by_settings(paper, {**spec, "models": [{"name": "mamba", "num_layers": 1}, {"name": "mamba", "num_layers": 2}]})
-    assert twins["claims"][0]["models"] == ["Mamba [0,1] (num_layers=2)"]
-
-
-PLANNED = {"models": {"DeltaNet [-1,1]"}, "tasks": {"parity"}, "scale": "quick", "lengths": {"parity": [40, 64, 128, 256]},
-           "train_length": {"parity": 40}, "seeds": {("DeltaNet [-1,1]", "parity", None, 0.01): {0, 1, 2}}}
-
-
-def _rows(by_seed: dict, model="DeltaNet [-1,1]") -> list[dict]:
-    return [{"model": model, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": (1 + v) / 2}
-            for s, by_length in by_seed.items() for n, v in by_length.items()]
-
-
-def _verdict(claim: dict, rows: list[dict], planned=PLANNED, selection=None) -> dict:
-    paper = paper_of({"name": "x", "paper": {"source": "s", "lengths": [40, 256], "claims": [{"text": "t", **claim}]}})
-    return claim_verdicts(paper, summarize(rows, selection), planned)[0]
-
-
-def test_a_range_claim_is_not_measured_without_every_planned_length():
-    """Evaluated at 40 and 1000 only: the range 40..256 lacks 64, 128 and 256 of the plan, and the
-    longest training length 40 alone must never pass an extrapolation claim."""
-    rows = _rows({s: {40: 1.0, 1000: 1.0} for s in (0, 1, 2)})
-    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
-    assert verdict["verdict"] == NOT_MEASURED and "3 of 3 seeds not measured" in verdict["reason"]
-    # a plan that evaluates only 40 and 1000: the range holds no length beyond training
-    only = {**PLANNED, "lengths": {"parity": [40, 1000]}}
-    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, only)
-    assert verdict["verdict"] == NOT_MEASURED
-    assert verdict["results"][0]["reason"] == "no evaluation length in 40..256 beyond the longest training length 40"
-    # a claim within the training lengths needs none beyond them
-    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, rows, only)["verdict"] == PASS
-
-
-def test_a_range_claim_holds_only_at_every_length_of_its_range():
-    rows = _rows({s: {40: 1.0, 64: 1.0, 128: 1.0, 256: 0.6} for s in (0, 1, 2)})  # mean 0.9, but 0.6 at 256
-    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
-    assert verdict["verdict"] == FAIL and verdict["results"][0]["seeds"] == {0: 0.6, 1: 0.6, 2: 0.6}
-
-
-def test_claims_are_scored_per_seed_under_their_seed_rule():
-    rows = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: {40: 1.0, **dict.fromkeys([64, 128, 256], 0.1)},
-                  2: {40: 1.0, **dict.fromkeys([64, 128, 256], 0.2)}})
-    majority = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
-    assert majority["verdict"] == FAIL and (majority["results"][0]["passed"], majority["results"][0]["of"]) == (1, 3)
-    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "best"}, rows)["verdict"] == PASS
-    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "all"}, rows)["verdict"] == FAIL
-    two = _rows({s: dict.fromkeys([40, 64, 128, 256], 1.0) for s in (0, 1)})  # seed 2 not finished
-    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, two)["verdict"] == PASS  # 2 of 3 already decide
-    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "all"}, two)["verdict"] == NOT_MEASURED
-    assert seeds_verdict([True, False, None]) is None and seeds_verdict([True, False, False]) is False
-
-
-def test_the_fit_gate_sets_aside_seeds_that_did_not_fit_their_training_lengths():
-    """Seeds 1 and 2 never fit their longest training length 40 (0.1 there): a claim beyond it is
-    decided on seed 0 alone, which cannot make a majority of 3, so it is inconclusive, never ✗;
-    the same claim passes or fails once the seeds fit."""
-    unfit = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: dict.fromkeys([40, 64, 128, 256], 0.1),
-                   2: {40: 0.2, 64: 0.95, 128: 0.95, 256: 0.95}})
-    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, unfit)
-    assert verdict["verdict"] == INCONCLUSIVE and verdict["results"][0]["unfit"] == {1: 0.1, 2: 0.2}
-    assert verdict["reason"] == "DeltaNet [-1,1] did not fit its training lengths (0.100, 0.200 at 40)"
-    assert verdict["results"][0]["passed"] == 1  # seed 2 passes beyond 40 but does not count
-    # a failure to extrapolate is read only on a model that fit: below 0.5 is no more decided
-    assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5}, unfit)["verdict"] == INCONCLUSIVE
-    # best-of: the one fitted seed passing decides it
-    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "best"}, unfit)["verdict"] == PASS
-    # a lower threshold the spec sets, or fit: 0 (a model that cannot learn the task at all), lets them count
-    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "fit": 0.05}, unfit)["verdict"] == FAIL
-    assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5, "fit": 0}, unfit)["verdict"] == FAIL
-    # a claim that the model fails at its training length is not gated; one that it succeeds there
-    # is ✓ or inconclusive (a run that did not fit says its budget was short)
-    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "below": 0.5}, unfit)["verdict"] == PASS
-    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit)["verdict"] == INCONCLUSIVE
-    # not evaluated at the training length: the fit is unknown, so the claim is too
-    unknown = _rows({s: dict.fromkeys([64, 128, 256], 1.0) for s in (0, 1, 2)})
-    verdict = _verdict({"model": "DeltaNet [-1,1]", "lengths": [64, 256], "at_least": 0.9}, unknown)
-    assert verdict["verdict"] == INCONCLUSIVE and verdict["reason"] == "DeltaNet [-1,1] not evaluated at its longest training length 40"
-
-
-def test_a_comparison_gates_its_winner_not_the_models_it_beats():
-    rows = _rows({s: {40: 1.0, 64: 0.8, 128: 0.8, 256: 0.8} for s in (0, 1, 2)})
-    rows += _rows({s: {40: 0.1, 64: 0.1, 128: 0.1, 256: 0.1} for s in (0, 1, 2)}, model="DeltaNet [0,1]")
-    planned = {**PLANNED, "models": {"DeltaNet [-1,1]", "DeltaNet [0,1]"},
-               "seeds": {**PLANNED["seeds"], ("DeltaNet [0,1]", "parity", None, 0.01): {0, 1, 2}}}
-    assert _verdict({"model": "DeltaNet [-1,1]", "beats": "DeltaNet [0,1]"}, rows, planned)["verdict"] == PASS
-    verdict = _verdict({"model": "DeltaNet [0,1]", "beats": "DeltaNet [-1,1]"}, rows, planned)
-    assert verdict["verdict"] == INCONCLUSIVE and "DeltaNet [0,1] did not fit" in verdict["reason"]
-
-
-def test_a_variant_claim_reads_its_fit_on_the_training_task_or_on_the_fit_variant():
-    """Counting-like: the training task's own targets cap its accuracy at 0.5, the `offset` variant
-    shows whether the runs learned; a claim on the `two_isi` variant is gated on the variant named
-    by fit_variant, else on the training task."""
-    def variant_rows(variant, by_seed):
-        return [{**r, "task": f"parity [{variant}]", "variant": variant} for r in _rows(by_seed)]
-
-    rows = _rows({s: {40: 0.5} for s in (0, 1, 2)}) + variant_rows("offset", {s: {40: 1.0} for s in (0, 1, 2)})
-    rows += variant_rows("two_isi", {s: {40: 0.95} for s in (0, 1, 2)})
-    claim = {"model": "DeltaNet [-1,1]", "task": "parity [two_isi]", "lengths": 40, "at_least": 0.9}
-    planned = {**PLANNED, "lengths": {"parity": [40]}}
-    paper = {"source": "s", "claims": [{"text": "t", **claim}]}
-    on_training = claim_verdicts(paper_of({"name": "x", "paper": paper}), summarize(rows), planned)[0]
-    assert on_training["verdict"] == INCONCLUSIVE and on_training["results"][0]["unfit"] == {0: 0.5, 1: 0.5, 2: 0.5}
-    on_offset = claim_verdicts(paper_of({"name": "x", "paper": {**paper, "fit_variant": "offset"}}), summarize(rows), planned)[0]
-    assert on_offset["verdict"] == PASS and on_offset["results"][0]["unfit"] == {}
-
-
 def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
     """A run that used its whole budget with its loss still falling is "done, still learning" in
     the runs table, and the status line counts it; one that stopped early is not marked."""
@@ -264,58 +94,12 @@ def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
         "parity", "LSTM", "0.01", "0.200 (0.200 to 0.200) at 40", "0 of 2", "750 of 1000", "1 of 2"]
 
 
-def test_still_learning_reads_the_last_fifth_of_the_training_curve():
-    flat = [{"step": s, "loss": 2.0 if s < 500 else 0.5} for s in range(100, 1001, 100)]
-    falling = [{"step": s, "loss": 2.0 * math.exp(-s / 400)} for s in range(50, 1001, 50)]
-    noisy = [{"step": s, "loss": 0.5 + 0.01 * (s // 50 % 2)} for s in range(50, 1001, 50)]
-    assert still_learning(falling) and not still_learning(flat) and not still_learning(noisy) and not still_learning([])
-
-
-def test_a_claim_naming_an_unplanned_model_or_scale_is_listed_as_not_run():
-    rows = _rows({s: dict.fromkeys([40, 64, 128, 256], 1.0) for s in (0, 1, 2)})
-    verdict = _verdict({"model": ["DeltaNet [-1,1]", "Mamba [-1,1]"], "at_least": 0.9}, rows)
-    assert verdict["verdict"] == NOT_RUN and verdict["unplanned"] == ["Mamba [-1,1]"]
-    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "scale": "paper"}, rows)
-    assert verdict["verdict"] == NOT_RUN and verdict["reason"] == "a claim of the paper scale"
-    with pytest.raises(StatetrackError, match="unknown paper.claims\\[0\\].seeds 'most'; expected one of: majority, all, best"):
-        _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "most"}, rows)
-    # a model of this scale that the run's overrides left out: "not in this run", not "not run at this scale"
-    left = {**PLANNED, "left_out": {"Mamba [-1,1] (d_model=8)"}}
-    verdict = _verdict({"model": ["DeltaNet [-1,1]", "Mamba [-1,1]"], "at_least": 0.9}, rows, left)
-    assert verdict["verdict"] == NOT_IN_RUN and verdict["reason"] == "left out by this run's overrides: Mamba [-1,1]"
-
-
 def test_load_spec_records_what_the_overrides_left_out():
     from statetrack.experiments import load_spec
 
     spec = load_spec("demo", overrides=["models=[{name: lstm}]"])
     assert spec["left_out"] == ["DeltaNet [-1,1]", "DeltaNet [0,1]"]
     assert "left_out" not in load_spec("demo") and "left_out" not in load_spec("demo", overrides=["train.steps=5"])
-
-
-@pytest.mark.parametrize("seeds", ["max", "mean"])
-def test_the_headline_and_the_check_marks_read_one_aggregate(seeds):
-    """selection.criterion=extrapolation: the headline's "extrapolates to" is the last ✓ of the
-    check-mark table, whether the headline is the best seed or the mean over seeds."""
-    rows = _rows({0: {40: 1.0, 64: 1.0, 256: 1.0, 1000: 1.0}, 1: {40: 1.0, 64: 0.0, 256: 0.0, 1000: 0.0},
-                  2: {40: 1.0, 64: 0.2, 256: 0.0, 1000: 0.0}})
-    entry = summarize(rows, {"criterion": "extrapolation", "seeds": seeds})[0]
-    assert entry["score"] == max((n for n, ok in entry["extrapolates"].items() if ok), default=0)
-    assert entry["score"] == (1000 if seeds == "max" else 40)
-
-
-def test_a_claim_may_test_a_metric_of_the_runs():
-    """measure: metric:NAME reads a metric the runs report (e.g. pfsa's total-variation distance), mean over seeds."""
-    rows = [{"model": m, "task": "pfsa", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": 0.5, "accuracy": 0.6,
-             "tv_distance": tv + 0.01 * s}
-            for m, by_length in {"LSTM": {32: 0.05, 512: 0.30}, "DeltaNet [-1,1]": {32: 0.02, 512: 0.04}}.items()
-            for s in (0, 2) for n, tv in by_length.items()]
-    paper = paper_of({"name": "x", "paper": {"source": "s", "measure": "metric:tv_distance", "claims": [
-        {"text": "stable", "model": "DeltaNet [-1,1]", "lengths": 512, "below": 0.1},
-        {"text": "unstable", "model": "LSTM", "lengths": 512, "below": 0.1}]}})
-    verdicts = {v["claim"]["text"]: v for v in claim_verdicts(paper, summarize(rows))}
-    assert verdicts["stable"]["verdict"] == PASS and verdicts["unstable"]["verdict"] == FAIL
-    assert verdicts["unstable"]["results"][0]["value"] == pytest.approx(0.31)
 
 
 def test_the_report_writes_vector_plots_and_latex_tables_on_request(tmp_path):
@@ -350,12 +134,12 @@ def test_index_shows_each_experiments_verdicts(tmp_path):
 def test_report_all_gives_the_index_the_verdicts_of_the_reports(tmp_path, capsys, monkeypatch):
     """`statetrack report --all` scores each experiment once, with its spec's `paper:` and
     `selection:` as they are now, and the index shows the verdicts its report shows."""
-    import statetrack.results.report as report
+    import statetrack.experiments.spec as spec
     from cli_helpers import run_cli
 
     _store(tmp_path)
     now = {"paper": {**PAPER, "claims": PAPER["claims"][:1]}, "selection": {"seeds": "max"}}
-    monkeypatch.setattr(report, "spec_section", lambda name, key, scale=None: now.get(key))
+    monkeypatch.setattr(spec, "spec_now", lambda name, scale=None: now)
     code, _, err = run_cli(capsys, "report", "--all", "--results-dir", str(tmp_path))
     assert code == 0, err
     index, page = (tmp_path / "index.md").read_text(), (tmp_path / "parity" / "report.md").read_text()

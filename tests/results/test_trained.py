@@ -11,9 +11,9 @@ from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
 from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import resolve
-from statetrack.results.scoring import summarize
+from statetrack.results.selection import summarize
 from statetrack.store import Store
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def test_a_loaded_run_scores_what_it_stored(trained, tmp_path):
     assert run.config == row["config"] and run.task_name == "modadd(m=3)" and not run.model.training
     assert repr(run) == f"TrainedRun({row['id']}: LSTM on modadd(m=3), seed 1, lr 0.01, experiment tiny)"
     e = run.config["eval"]  # evaluated again as the worker did: the same figures, so the stored weights are loaded
-    rows = evaluate_lengths(run.model, run.task, e["lengths"], samples=e["samples"], batch_size=e["batch_size"], seed=e["seed"])
+    rows = evaluate_lengths(run.model, run.task, e["lengths"], Sampling(samples=e["samples"], batch_size=e["batch_size"], seed=e["seed"]))
     assert [(r["length"], r["accuracy"]) for r in rows] == [(s["length"], s["accuracy"]) for s in trained.evals(row["id"])]
     again = statetrack.load_run(row["id"], store=trained, results_dir=tmp_path / "r").model  # an open Store will do
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), run.model.state_dict().values()))

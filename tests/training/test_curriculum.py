@@ -11,7 +11,7 @@ from statetrack.errors import StatetrackError
 from statetrack.models import zoo
 from statetrack.store import Store
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.train import TrainConfig, Trainer
 
 STAGES = [{"steps": 6, "length": 2, "task": {"spacing": 1}}, {"steps": 6, "length": 4, "task": {"spacing": 2}}]
@@ -123,7 +123,7 @@ seeds: [0]
 
 def test_repl_accuracy_is_counted_per_reveal():
     task = make_task("repl", n=3, spacing=2)
-    rows = evaluate_lengths(_model(task), task, [6, 10], samples=8, positions=True)
+    rows = evaluate_lengths(_model(task), task, [6, 10], Sampling(samples=8), positions=True)
     assert [len(r["position_accuracy"]) for r in rows] == [3, 5]  # reveals, not tokens
     assert all(0 <= v <= 1 for r in rows for v in r["position_accuracy"])
 
@@ -151,10 +151,10 @@ def test_pfsa_marginal_mode_uses_the_first_positions_distribution():
 def test_evaluation_reports_the_tasks_own_metric_and_training_lowers_it():
     task = make_task("pfsa", n=3, noise=0.5, reveal_prob=0.3)
     model = _model(task)
-    before = evaluate_lengths(model, task, [10], samples=64)[0]["metrics"]["tv_distance"]
+    before = evaluate_lengths(model, task, [10], Sampling(samples=64))[0]["metrics"]["tv_distance"]
     config = TrainConfig(steps=150, batch_size=32, lr=1e-2, min_length=4, max_length=10, early_stop_loss=None, device="cpu")
     Trainer(model, task, config, progress=False).fit()
-    after = evaluate_lengths(model, task, [10], samples=64)[0]["metrics"]["tv_distance"]
+    after = evaluate_lengths(model, task, [10], Sampling(samples=64))[0]["metrics"]["tv_distance"]
     assert after < 0.6 * before, (before, after)
 
 

@@ -15,11 +15,12 @@ from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import resolve
 from statetrack.models import zoo
 from statetrack.results.report import write_report
-from statetrack.results.scoring import data_efficiency, score_store, summarize
+from statetrack.results.scoring import score_store
+from statetrack.results.selection import data_efficiency, summarize
 from statetrack.store import Store
 from statetrack.tasks import make_task
 from statetrack.tasks.base import masked_loss_and_accuracy
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.train import FixedTrainingSet, TrainConfig, Trainer
 
 
@@ -72,7 +73,7 @@ def test_four_examples_are_memorised_not_generalised():
         if size:
             with torch.no_grad():
                 assert all(masked_loss_and_accuracy(model(b.inputs)[0], b)[1].item() == 1.0 for b in trainer.training_set.buckets)
-        scores[size] = evaluate_lengths(model, task, [6], samples=256)[0]["scaled_accuracy"]
+        scores[size] = evaluate_lengths(model, task, [6], Sampling(samples=256))[0]["scaled_accuracy"]
     assert scores[4] < 0.3 and scores[None] > 0.9, scores
 
 

@@ -5,7 +5,7 @@ import torch
 
 from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths, predict, scaled_accuracy
+from statetrack.training.evaluate import Sampling, evaluate_lengths, predict, scaled_accuracy
 
 
 def test_scaled_accuracy():
@@ -34,10 +34,10 @@ def test_evaluation_is_chunk_size_invariant_and_reaches_length_10000():
     torch.manual_seed(0)
     task = make_task("parity")
     model = zoo.build_model({"name": "deltanet", "eig_range": "[-1,1]", "d_model": 8, "num_heads": 1}, task.vocab_size, task.num_classes)
-    a = evaluate_lengths(model, task, [30], samples=8, batch_size=8, chunk_size=None)
-    b = evaluate_lengths(model, task, [30], samples=8, batch_size=8, chunk_size=7)
+    a = evaluate_lengths(model, task, [30], Sampling(samples=8, batch_size=8, chunk_size=None))
+    b = evaluate_lengths(model, task, [30], Sampling(samples=8, batch_size=8, chunk_size=7))
     assert a == b
-    long = evaluate_lengths(model, task, [10_000], samples=2, batch_size=2, chunk_size=2048)
+    long = evaluate_lengths(model, task, [10_000], Sampling(samples=2, batch_size=2, chunk_size=2048))
     assert long[0]["length"] == 10_000 and 0 <= long[0]["accuracy"] <= 1
 
 
@@ -63,7 +63,7 @@ def test_sequence_accuracy_counts_whole_strings(wrong):
     """Copying strings of n = 10: half the strings carry `wrong` errors, so string accuracy is 1/2
     (1 with no error) while per-character accuracy is 1 - wrong / 2 / 11."""
     task = make_task("copy")
-    rows = evaluate_lengths(_Oracle(task, wrong), task, [10], samples=64, batch_size=16)
+    rows = evaluate_lengths(_Oracle(task, wrong), task, [10], Sampling(samples=64, batch_size=16))
     assert rows[0]["accuracy"] == pytest.approx(1 - wrong / 2 / 11)
     assert rows[0]["sequence_accuracy"] == (1.0 if wrong == 0 else 0.5)
     assert rows[0]["metrics"] == {}
@@ -71,13 +71,13 @@ def test_sequence_accuracy_counts_whole_strings(wrong):
 
 def test_scores_print_as_a_table_and_per_position_figures_come_on_request():
     task = make_task("copy")
-    rows = evaluate_lengths(_Oracle(task, 1), task, [4, 10], samples=64, batch_size=16)
+    rows = evaluate_lengths(_Oracle(task, 1), task, [4, 10], Sampling(samples=64, batch_size=16))
     assert str(rows) == repr(rows) == "\n".join([
         "length  accuracy  scaled accuracy  sequence accuracy",
         f"     4  {1 - 1 / 2 / 5:8.3f}  {rows[0]['scaled_accuracy']:15.3f}              0.500",
         f"    10  {1 - 1 / 2 / 11:8.3f}  {rows[1]['scaled_accuracy']:15.3f}              0.500"])
     assert all("position_accuracy" not in row for row in rows)
-    (row,) = evaluate_lengths(_Oracle(task, 1), task, [4], samples=64, batch_size=16, positions=True)
+    (row,) = evaluate_lengths(_Oracle(task, 1), task, [4], Sampling(samples=64, batch_size=16), positions=True)
     assert row["position_accuracy"][5:10] == [0.5] + [1.0] * 4 and row["accuracy"] == rows[0]["accuracy"]
 
 
@@ -94,13 +94,16 @@ def test_evaluate_lengths_refuses_bad_arguments(kwargs, message):
     from statetrack.errors import StatetrackError
     from statetrack.models import zoo
     from statetrack.tasks import make_task
-    from statetrack.training.evaluate import evaluate_lengths
+    from statetrack.training.evaluate import Sampling, evaluate_lengths
 
     task = make_task("parity")
     model = zoo.build_model({"name": "lstm", "d_model": 8}, task.vocab_size, task.num_classes)
+    sampling = {k: v for k, v in kwargs.items() if k != "lengths"}
     with pytest.raises(StatetrackError) as error:
-        evaluate_lengths(model, task, **{"lengths": [5], **kwargs})
+        evaluate_lengths(model, task, kwargs.get("lengths", [5]), Sampling(**sampling))
     assert message in str(error.value)
+    with pytest.raises(StatetrackError, match=r"sampling must be a Sampling\(samples=..., batch_size=..., seed=..., chunk_size=...\), got 256"):
+        evaluate_lengths(model, task, [5], 256)
 
 
 def test_eig_range_given_as_a_list_is_a_one_line_error():

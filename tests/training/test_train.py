@@ -7,7 +7,7 @@ import torch
 
 from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.train import TrainConfig, Trainer
 
 
@@ -21,7 +21,7 @@ def test_lstm_learns_modular_addition_in_distribution():
     model = make({"name": "lstm", "d_model": 32}, task)
     config = TrainConfig(steps=400, batch_size=64, lr=1e-2, min_length=2, max_length=6, early_stop_loss=None, device="cpu")
     Trainer(model, task, config, progress=False).fit()
-    result = evaluate_lengths(model, task, [6], samples=256)[0]
+    result = evaluate_lengths(model, task, [6], Sampling(samples=256))[0]
     assert result["scaled_accuracy"] > 0.9, result
 
 
@@ -34,7 +34,7 @@ def test_early_stop_accuracy_stops_a_run_once_it_fits_its_training_lengths():
                          early_stop_accuracy=0.99, val_every=25, device="cpu")
     trainer = Trainer(model, task, config, progress=False).fit()
     assert trainer.stopped_early and trainer.step < 2000 and trainer.step % 25 == 0
-    assert evaluate_lengths(model, task, [6], samples=256)[0]["accuracy"] > 0.95
+    assert evaluate_lengths(model, task, [6], Sampling(samples=256))[0]["accuracy"] > 0.95
 
 
 @pytest.mark.parametrize("measure", ["scaled", "sequence"])
@@ -61,7 +61,7 @@ def test_early_stop_fit_stops_once_the_held_out_figure_at_the_longest_length_rea
     trainer = Trainer(model, task, config, progress=False).fit()
     assert trainer.stopped_early and trainer.step < 1500 and trainer.step == 25 * len(seen)
     assert seen[-1][measure] >= 0.99 and all(f[measure] < 0.99 for f in seen[:-1])
-    assert evaluate_lengths(model, task, [6], samples=256)[0]["scaled_accuracy"] > 0.9
+    assert evaluate_lengths(model, task, [6], Sampling(samples=256))[0]["scaled_accuracy"] > 0.9
     seen.clear()
     full = Trainer(make({"name": "lstm", "d_model": 32}, task), task, TrainConfig(**settings), progress=False).fit()
     assert not full.stopped_early and full.step == 1500 and not seen  # no rule: no validation at all

@@ -154,7 +154,7 @@ def _max(values: torch.Tensor) -> str:
 
 def format_decay(decay: BeliefDecay) -> str:
     """The underflow table (predicted vs observed, per dtype) and the trackers' deviation from the exact belief."""
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
 
     samples, length, rate = decay.log_survival.shape[0], decay.length, decay.mean_log_survival
     halving = f"||h||_1 halves every {math.log(2) / -rate:.2f} tokens" if rate < 0 else "no decay"

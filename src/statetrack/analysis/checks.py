@@ -5,7 +5,7 @@ Monte Carlo estimate) or the behaviour of a recurrence in floating point, not a 
 accuracy. A check computes that number from fixed seeds in well under a second, so that it is
 computed whenever a spec's claims are scored (the report, `statetrack results`, the book) and the
 same code always gives the same figure. A claim reads one with `measure: check:NAME` and an
-`at_least` or `below` bound (`statetrack.results.scoring.check_verdict`); docs/analysis.md lists
+`at_least` or `below` bound (`statetrack.results.claims.check_verdict`); docs/analysis.md lists
 them.
 
 A new check is one function with `@register_check(name, measures)`: `measures` says in words what

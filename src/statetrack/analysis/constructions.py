@@ -36,7 +36,7 @@ from statetrack.layers.bilinear import Bilinear
 from statetrack.models import zoo
 from statetrack.models.model import Block, SequenceModel
 from statetrack.tasks.base import SPECIALS
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 
 STRUCTURES = ("full", "cp", "block", "rotation", "diagonal")
 TASKS = ("fsm", "modadd", "parity", "word_problem")
@@ -495,6 +495,4 @@ def evaluate_construction(
     chunks of `chunk_size` carrying the state): rows {length, accuracy, scaled_accuracy, samples}."""
     for length in lengths:
         task.check_length(length)
-    return evaluate_lengths(
-        model, task, lengths, samples=samples, batch_size=batch_size, seed=seed, chunk_size=chunk_size
-    )
+    return evaluate_lengths(model, task, lengths, Sampling(samples, batch_size, seed, chunk_size))

@@ -190,7 +190,7 @@ def head_analysis(model, batch, layers, sweep: int = 4) -> dict:
 
 
 def format_heads(result: dict, chance: float) -> str:
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
 
     base = result["accuracy"]
     header = [

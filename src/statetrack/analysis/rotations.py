@@ -89,7 +89,7 @@ def harmonic_table(model, task, one: str = "1") -> list[dict]:
 
 
 def format_table(rows: list[dict], top: int | None = None) -> str:
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
 
     header = ["rank", "plane", "readout weight", "theta(1)", "theta(1) m/2pi", "k", "distance", "worst over a"]
     body = [

@@ -5,7 +5,7 @@ and seeds. The base of the file is the `quick` scale; `scales: {paper: {...}}` h
 the papers' sizes (merged key by key). Lists of models x tasks x lrs x seeds (and a list of
 `train.dataset_size` values, one run each) expand to runs with stable ids: the same configuration
 always has the same id, which is how a re-run skips finished work.
-`selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.results.scoring applies
+`selection: {lr, seeds, criterion, threshold}` says how the grid is read (statetrack.results.selection applies
 it) and `paper: {source, metric, figures, claims}` what the paper reports (the report sets it beside
 the measured figures with a verdict per claim); neither is part of any run's id, so changing them
 retrains nothing. Every section is checked by the spec's schema (statetrack.schema).
@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -153,12 +153,7 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: Sequence[str] 
     """The spec at `scale` with `key=value` overrides applied and every section checked. Its name is
     `name` when given; else, with overrides, `overrides_name` (a run with overrides is an experiment
     of its own and leaves the one it started from as it was); else the spec's own."""
-    spec = read_spec(name_or_path)
-    if scale not in SCALES:
-        raise StatetrackError(f"unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
-    scales = check_scales(spec.pop("scales", None), f"experiment {spec['name']!r}: ")
-    written = [deep_merge(spec, scales.get(s) or {}) for s in SCALES]  # the spec as written, at every scale
-    spec = deep_merge(spec, scales.get(scale) or {})
+    spec, written = spec_at(name_or_path, scale)
     if scale == "quick":
         spec["train"] = stop_when_fit(spec)
     for text in overrides:
@@ -189,6 +184,31 @@ def load_spec(name_or_path: str, scale: str = "quick", overrides: Sequence[str] 
             if left_out:
                 spec["left_out"] = left_out
     return spec
+
+
+def spec_at(name_or_path: str, scale: str) -> tuple[dict, list[dict]]:
+    """(the spec as written with its `scale` section merged over it, the same at every scale of
+    SCALES): how a spec's scales resolve, for a run (`load_spec`, which then checks it) and for the
+    sections a report reads (`spec_now`)."""
+    spec = read_spec(name_or_path)
+    if scale not in SCALES:
+        raise StatetrackError(f"unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
+    scales = check_scales(spec.pop("scales", None), f"experiment {spec['name']!r}: ")
+    written = [deep_merge(spec, scales.get(s) or {}) for s in SCALES]
+    return deep_merge(spec, scales.get(scale) or {}), written
+
+
+def spec_now(experiment: str, scale: str | None = None) -> dict | None:
+    """The experiment's spec as it is now (a shipped experiment, or a spec file of that name) at
+    `scale` (quick when None), its scales resolved as a run's are (`spec_at`); None when there is no
+    spec of that name that reads (an experiment named after its overrides): its runs' plan holds the
+    spec they ran. Its `paper` and `selection` are part of no run's id, so `statetrack report` and
+    the book read them from here: figures, claims and selection rules edited since the runs reach
+    their reports (checked as they are scored)."""
+    try:
+        return spec_at(experiment, scale or "quick")[0]
+    except StatetrackError:
+        return None
 
 
 def stop_when_fit(spec: dict) -> dict:
@@ -249,6 +269,13 @@ class RunSpec:
     seed: int
     lr: float
     label: str = field(default="", compare=False)  # the model's name in this experiment (not part of the id)
+    # `train` validated, built once with the run (`expand` derives it from its model's settings on
+    # its task); the worker trains with it, the plan reads its stages
+    settings: TrainConfig | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.settings is None:
+            object.__setattr__(self, "settings", TrainConfig.from_dict(self.train))
 
     @property
     def config(self) -> dict:
@@ -280,11 +307,12 @@ class RunSpec:
     @property
     def stages(self) -> list[dict]:
         """The training stages (one without a curriculum): {start, end, min_length, max_length, task}."""
-        return TrainConfig.from_dict(self.train).stages()
+        assert self.settings is not None  # set by __post_init__
+        return self.settings.stages()
 
     @property
     def train_length(self) -> int:
-        return train_range(self.train)[1]
+        return max(stage["max_length"] for stage in self.stages)
 
     def plan_entry(self) -> dict:
         """The run as the plan records it: what the report and the claims need before the run finishes
@@ -355,11 +383,24 @@ def resolve(
     return Experiment(spec, tuple(expand(spec)), tuple(dict.fromkeys([*imported, *spec.get("imports", [])])))
 
 
+def train_config(train: dict) -> TrainConfig:
+    """Training settings `train` (a run's, or a spec's `train:`) validated, built once per distinct
+    setting in this process: an experiment's runs share their model's settings on a task. Read it;
+    a change would reach every caller of the same settings (`model_copy` makes one's own)."""
+    return _train_config(json.dumps(train, sort_keys=True))
+
+
+@lru_cache(maxsize=1024)
+def _train_config(train: str) -> TrainConfig:
+    return TrainConfig.from_dict(json.loads(train))
+
+
 def train_range(train: dict) -> tuple[int, int]:
     """(shortest, longest) length that training settings `train` (a run's, or a spec's `train:`)
     train on, over every curriculum stage, defaults filled in. The plan records the longest; the fit
-    gate and the reports' in-distribution markers read it there."""
-    stages = TrainConfig.from_dict(train).stages()
+    gate and the reports' in-distribution markers read it there. A run's lr and seed change no
+    length: the settings without them are its model's, shared by its runs."""
+    stages = train_config({k: v for k, v in train.items() if k not in ("lr", "seed")}).stages()
     return min(stage["min_length"] for stage in stages), max(stage["max_length"] for stage in stages)
 
 
@@ -375,7 +416,7 @@ def _task_spec(entry, spec: dict):
     over the spec's). A task entry's `train:` and `eval:` override the spec's for that task's runs
     only (e.g. counting's medium signals train and test at length 600 where the short ones use 200);
     the schema has checked them (validate_spec). Every run is evaluated at its longest training
-    length, so that the fit gate of the claims (statetrack.results.scoring.gate_length) can read
+    length, so that the fit gate of the claims (statetrack.results.claims.gate_length) can read
     whether it learned what it was trained on."""
     entry = {"name": entry} if isinstance(entry, str) else dict(entry)
     own = {key: entry.pop(key) for key in TASK_SETTINGS if key in entry}
@@ -474,7 +515,7 @@ def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: l
     for t, (entry, trains, eval_spec) in enumerate(tasks):
         try:
             task = make_task(**entry)
-            curriculum_tasks(task, TrainConfig.from_dict(trains[0]))  # each stage's task and lengths
+            curriculum_tasks(task, train_config(trains[0]))  # each stage's task and lengths
         except StatetrackError as error:
             raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
         for length in eval_spec["lengths"]:
@@ -497,14 +538,14 @@ def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: l
             for train in per_model[m][t]:
                 if train.get("curriculum") != trains[0].get("curriculum"):  # the model's own stages
                     try:
-                        curriculum_tasks(task, TrainConfig.from_dict(train))
+                        curriculum_tasks(task, train_config(train))
                     except StatetrackError as error:
                         raise StatetrackError(f"experiment {spec['name']!r}: models[{m}]: {error}") from None
                 limits.check_run_sizes(
                     spec["name"],
                     params[key],
                     model,
-                    TrainConfig.from_dict(train),
+                    train_config(train),
                     eval_spec,
                     len(eval_spec.get("variants") or {}),
                 )
@@ -530,11 +571,12 @@ def expand(spec: dict, check: bool = True) -> list[RunSpec]:
     for t, (task, _, eval_spec) in enumerate(tasks):
         for m, (model, label, lrs) in enumerate(zip(models, labels, model_lrs)):
             for base in per_model[m][t]:
+                settings = train_config(base)  # the schema has checked lrs and seeds: each run sets its own
                 for lr in lrs:
                     for seed in spec["seeds"]:
                         train = {**base, "lr": float(lr), "seed": int(seed)}
-                        TrainConfig.from_dict(train)  # validate early
-                        run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr), label)
+                        own = settings.model_copy(update={"lr": float(lr), "seed": int(seed)})
+                        run = RunSpec(spec["name"], model, task, train, eval_spec, int(seed), float(lr), label, own)
                         runs.setdefault(run.id, run)
     return list(runs.values())
 

@@ -30,9 +30,9 @@ from statetrack.models import zoo
 from statetrack.paths import under
 from statetrack.plugins import load_imports
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import evaluate_lengths
+from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.loggers import ProgressLogger, run_loggers, selection_score
-from statetrack.training.train import Diverged, TrainConfig, Trainer
+from statetrack.training.train import Diverged, Trainer
 
 
 def checkpoint_path(results_dir: str | Path, experiment: str, run_id: str) -> Path:
@@ -166,7 +166,8 @@ def train_and_evaluate(
         torch.manual_seed(run.seed)  # parameter initialisation
         task = make_task(**run.task)
         model = zoo.build_model(run.model, task.vocab_size, task.num_classes)
-        config = TrainConfig.from_dict({**run.train, "device": device})
+        assert run.settings is not None  # set with the run
+        config = run.settings.model_copy(update={"device": device})  # the trainer checks it
         path = checkpoint_path(results_dir, run.experiment, run.id)
         loggers = run_loggers(run, log_to or {})
         if progress_queue is not None:
@@ -202,11 +203,7 @@ def train_and_evaluate(
                 model,
                 scored,
                 e["lengths"],
-                samples=e["samples"],
-                batch_size=e["batch_size"],
-                seed=e["seed"],
-                chunk_size=e["chunk_size"] if zoo.get_entry(run.model["name"]).recurrent else None,
-                device=trainer.device,
+                Sampling.of(e, chunked=zoo.get_entry(run.model["name"]).recurrent),
                 progress=progress,
                 traces=e.get("traces", 0),
                 positions=True,

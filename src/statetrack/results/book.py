@@ -13,7 +13,7 @@ generates from the snapshots:
 - `<book dir>/claims.md`: one table of every claim of every experiment;
 - the README's blocks between `<!-- book:NAME -->` and `<!-- /book:NAME -->` (the demo's table and
   the experiments table).
-The claims, notes and selection rules come from the specs as they are now (`report.spec_section`),
+The claims, notes and selection rules come from the specs as they are now (`spec.spec_now`),
 the figures only from the snapshots: editing a claim re-scores it without re-running anything.
 """
 
@@ -27,29 +27,14 @@ import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
-from statetrack.experiments.spec import paper_of, shipped_specs, spec_tasks, train_lengths_text
+from statetrack.experiments.spec import paper_of, shipped_specs, spec_now, spec_tasks, train_config, train_lengths_text
 from statetrack.paths import write_text
-from statetrack.results.report import (
-    claim_measured,
-    claim_test,
-    fit_rows,
-    markdown_table,
-    paper_tables,
-    spec_paper,
-    spec_section,
-    table_rows,
-    verdict_line,
-)
-from statetrack.results.scoring import (
-    NOT_MEASURED,
-    VERDICTS,
-    Scored,
-    check_verdict,
-    fit_table,
-    learning_runs,
-    score,
-)
-from statetrack.schema import SCALES, TrainConfig
+from statetrack.results.claims import NOT_MEASURED, VERDICTS, check_verdict
+from statetrack.results.report import claim_measured, claim_test, paper_tables, verdict_line
+from statetrack.results.scoring import Scored, fit_table, score
+from statetrack.results.selection import learning_runs
+from statetrack.results.tables import fit_rows, markdown_table, table_rows
+from statetrack.schema import SCALES
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1
@@ -208,14 +193,15 @@ def scored(snapshot: dict) -> Scored:
     they are now (else the snapshot's)."""
     experiment, scale = snapshot["experiment"], snapshot["scale"]
     plan = {"scale": scale, "runs": snapshot["plan"], "spec": snapshot["spec"]}
+    now = spec_now(experiment, scale) or {}
     return score(
-        experiment,
-        plan,
-        snapshot["runs"],
-        snapshot["results"],
-        paper=spec_paper(experiment, scale),
-        selection=spec_section(experiment, "selection", scale),
+        experiment, plan, snapshot["runs"], snapshot["results"], paper=now.get("paper"), selection=now.get("selection")
     )
+
+
+def _paper_now(name: str, scale: str) -> dict | None:
+    """The `paper` of the experiment's spec as it is now at `scale`."""
+    return (spec_now(name, scale) or {}).get("paper")
 
 
 def wall_seconds(snapshot: dict) -> float:
@@ -249,7 +235,7 @@ def settings_line(spec: dict) -> str:
     keys = ("min_length", "max_length", "length_step", "curriculum", "steps")
     lengths_only = {k: train[k] for k in keys if k in train}
     if train.get("curriculum"):
-        stages = TrainConfig.from_dict(lengths_only).stages()
+        stages = train_config(lengths_only).stages()
         lengths = "through a curriculum of lengths " + ", ".join(
             str(s["max_length"]) if s["min_length"] == s["max_length"] else f"{s['min_length']}..{s['max_length']}"
             for s in stages
@@ -323,7 +309,7 @@ def experiment_title(name: str, paper: dict | None) -> str:
 
 def experiment_section(name: str, description: str, snapshots: dict) -> list[str]:
     """The book's section of one experiment: one subsection per scale it has a snapshot of."""
-    raw = spec_paper(name, "quick")
+    raw = _paper_now(name, "quick")
     paper = paper_of({"name": name, "paper": raw}) if raw else None
     md = [f"## {experiment_title(name, paper)}", "", " ".join(description.split()), ""]
     if paper and paper["notes"]:
@@ -393,7 +379,7 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
 
 
 def _selection_text(summary: list[dict]) -> str:
-    from statetrack.results.scoring import describe_selection
+    from statetrack.results.selection import describe_selection
 
     return describe_selection(summary[0]["selection"])
 
@@ -406,7 +392,7 @@ def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]]
     for name in shipped_specs():
         snapshot = snapshots.get((name, scale))
         if snapshot is None:
-            raw = spec_paper(name, scale)
+            raw = _paper_now(name, scale)
             paper = paper_of({"name": name, "paper": raw}) if raw else None
             verdicts = [
                 check_verdict(c)  # a check reads no runs: it is computed with or without a snapshot
@@ -481,7 +467,7 @@ def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
     """{block name: text} of the README's generated blocks: `demo` (the demo's headline table and
     verdicts at the quick scale) and `experiments` (one row per shipped experiment: its claims'
     verdicts at the quick scale and its wall time)."""
-    from statetrack.results.report import text_table
+    from statetrack.results.tables import text_table
 
     snapshots = read_snapshots(book_dir)
     blocks = {}
@@ -504,7 +490,7 @@ def readme_blocks(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
     body = []
     for name in shipped_specs():
         snapshot = snapshots.get((name, "quick"))
-        raw = spec_paper(name, "quick")
+        raw = _paper_now(name, "quick")
         paper = paper_of({"name": name, "paper": raw}) if raw else None
         source = paper["source"] if paper is not None else "-"
         verdicts = verdict_line(scored(snapshot).verdicts) if snapshot else "not measured yet"

@@ -2,11 +2,12 @@
 fed in chunks to recurrent models; and a run's score: `scaled_accuracy` = (acc - chance) / (1 - chance)
 (0 at chance, 1 when perfect; Ebrahimi & Memisevic 2025, Grazzi et al. 2025), the extrapolation length
 (Anonymous 2025) and the selection criterion computed from both (`run_score`, `evals_score`).
-How a grid of runs becomes one figure is `statetrack.results.scoring`."""
+How a grid of runs becomes one figure is `statetrack.results.selection`."""
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
@@ -19,6 +20,39 @@ from statetrack.tasks import Batch, Task
 # Per-position accuracy is kept for inputs of at most this many tokens (a longer one would store a
 # list as long as the input in every evaluation row).
 MAX_POSITIONS = 4096
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The test examples `evaluate_lengths` draws and how it feeds them to a model: `samples` fresh
+    examples per length from the test seed `seed` (every model of an experiment sees the same ones),
+    `batch_size` examples per forward pass, each input fed `chunk_size` positions at a time with the
+    model's state carried across (None: the whole input at once; chunks keep a recurrent model's
+    memory constant in the length). The settings a spec's `eval:` section gives beside its lengths."""
+
+    samples: int = 512
+    batch_size: int = 256
+    seed: int = 0
+    chunk_size: int | None = 1024
+
+    def __post_init__(self):
+        for name in ("samples", "batch_size"):
+            limits.check_int(getattr(self, name), name, 1)
+        if self.chunk_size is not None:
+            limits.check_int(self.chunk_size, "chunk_size (or None: the whole input at once)", 1)
+        limits.check_int(self.seed, "seed", 0)
+
+    @classmethod
+    def of(cls, eval_section: dict, chunked: bool = True) -> Sampling:
+        """The sampling of a spec's (or a run's) `eval:` section; `chunked` False for a model that
+        takes the whole input at once (a Transformer: it has no state to carry)."""
+        chunk_size = eval_section.get("chunk_size", cls.chunk_size) if chunked else None
+        return cls(
+            samples=eval_section.get("samples", cls.samples),
+            batch_size=eval_section.get("batch_size", cls.batch_size),
+            seed=eval_section.get("seed", cls.seed),
+            chunk_size=chunk_size,
+        )
 
 
 # CPU inputs of at most this many sequences are predicted on one thread (see `predict`).
@@ -145,17 +179,15 @@ def evaluate_lengths(
     model,
     task: Task,
     lengths: list[int],
-    samples: int = 512,
-    batch_size: int = 256,
-    seed: int = 0,
-    chunk_size: int | None = 1024,
-    device: str | torch.device = "cpu",
+    sampling: Sampling = Sampling(),
+    *,
     progress: bool = False,
     traces: int = 0,
     positions: bool = False,
 ) -> LengthScores:
-    """Scores of `model` on `samples` fresh examples at each length, one row per length (a list of
-    dicts that prints as a table, `LengthScores`):
+    """Scores of `model` on `sampling.samples` fresh examples at each length (`Sampling`: the test
+    seed, the batch size and the chunks the inputs are fed in), on the device its parameters are on,
+    one row per length (a list of dicts that prints as a table, `LengthScores`):
 
     `accuracy` over the supervised positions, its `scaled_accuracy`, `sequence_accuracy` (the
     fraction of examples whose supervised positions are all right: string accuracy for copying,
@@ -171,11 +203,12 @@ def evaluate_lengths(
     belief on `pfsa`) adds them to `metrics`, averaged over the supervised positions. With `traces` > 0, `traces`
     holds that many examples' per-position outputs (see `trace`).
     """
-    for name, value in (("samples", samples), ("batch_size", batch_size)):
-        limits.check_int(value, name, 1)
-    if chunk_size is not None:
-        limits.check_int(chunk_size, "chunk_size (or None: the whole input at once)", 1)
-    limits.check_int(seed, "seed", 0)
+    if not isinstance(sampling, Sampling):
+        raise StatetrackError(
+            "sampling must be a Sampling(samples=..., batch_size=..., seed=..., chunk_size=...), "
+            f"got {limits.shown(sampling)}"
+        )
+    samples, batch_size, chunk_size = sampling.samples, sampling.batch_size, sampling.chunk_size
     limits.check_int(traces, "traces", 0)
     if not lengths or not isinstance(lengths, (list, tuple)):
         raise StatetrackError(f"lengths must be a non-empty list of integers, got {limits.shown(lengths)}")
@@ -183,11 +216,12 @@ def evaluate_lengths(
         task.check_length(length)
     held = min(samples, batch_size)  # one batch is held at a time
     limits.check_tokens(held, max(lengths), f"evaluating samples {samples} in batches of batch_size")
+    device = next(iter(model.parameters()), torch.empty(0)).device
     model.eval()
     results = LengthScores()
     diagnostics.drain(model)  # nothing recorded before this call counts
     for length in tqdm(lengths, desc="evaluate", disable=not progress, leave=False):
-        g = eval_generator(seed, length)
+        g = eval_generator(sampling.seed, length)
         correct: float = 0  # counts, summed from .item() (int | float to the checker)
         total: float = 0
         whole: float = 0

@@ -1,0 +1,187 @@
+"""Claims (statetrack.results.claims): verdicts on twins, comparisons and missing runs, claims that
+name a model by its settings, range claims, the seed rules, the fit gate, variant claims, claims
+not run at a scale or left out by overrides, and claims on a metric the runs report."""
+
+import pytest
+from claims_data import MEASURED, PAPER
+
+from statetrack.errors import StatetrackError
+from statetrack.experiments.spec import by_settings, paper_of
+from statetrack.results.claims import (
+    FAIL,
+    INCONCLUSIVE,
+    NOT_IN_RUN,
+    NOT_MEASURED,
+    NOT_RUN,
+    PASS,
+    claim_verdicts,
+    seeds_verdict,
+)
+from statetrack.results.selection import summarize
+
+
+def test_claim_verdicts_cover_twins_beats_and_missing_runs():
+    rows = [{"model": m, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": v}
+            for (m, s), by_length in {**MEASURED, ("Transformer (num_layers=1)", 0): {40: 0.1, 256: 0.0, 1000: 0.0},
+                                      ("Transformer (num_layers=2)", 0): {40: 0.9, 256: 0.8, 1000: 0.0}}.items()
+            for n, v in by_length.items()]
+    summary = summarize(rows)
+    paper = paper_of({"name": "x", "paper": PAPER})
+    verdicts = {v["claim"]["text"]: v for v in claim_verdicts(paper, summary)}
+    beats = verdicts["the negative range helps"]
+    assert beats["verdict"] == PASS and beats["results"][0]["rival"] == pytest.approx(0.025)
+    # "Transformer" covers both Transformers; the two-layer one fails the claim
+    fails = verdicts["the Transformer fails"]
+    assert fails["verdict"] == FAIL and [r["holds"] for r in fails["results"]] == [True, False]
+    assert verdicts["the LSTM extrapolates too"]["verdict"] == NOT_MEASURED and verdicts["the LSTM extrapolates too"]["missing"] == ["LSTM"]
+
+
+def test_a_claim_names_a_model_by_its_settings_where_it_has_no_twin():
+    """A scale with one Mamba labels it "Mamba [0,1]"; a claim on "Mamba [0,1] (num_layers=2)" reads it
+    when its depth is 2, and not when it is 1 (then the claim's model is not run)."""
+    paper = paper_of({"name": "x", "paper": {
+        "source": "s", "lengths": [40, 256],
+        "figures": {"Mamba [0,1] (num_layers=2)": "generalizes", "Mamba [0,1] (num_layers=1)": "fails"},
+        "claims": [{"text": "two layers hold", "model": "Mamba [0,1] (num_layers=2)", "at_least": 0.9},
+                   {"text": "it beats the LSTM", "model": "LSTM", "beats": "Mamba [0,1] (num_layers=2)"}]}})
+    spec = {"models": [{"name": "mamba", "num_layers": 2}, {"name": "lstm"}], "model_defaults": {"d_model": 8}, "lrs": [0.01]}
+    named = by_settings(paper, spec)
+    assert [c["models"] for c in named["claims"]] == [["Mamba [0,1]"], ["LSTM"]]
+    assert named["claims"][1]["bound"] == ["Mamba [0,1]"]
+    assert named["figures"][None] == {"Mamba [0,1]": "generalizes", "Mamba [0,1] (num_layers=1)": "fails"}
+    one_layer = by_settings(paper, {**spec, "models": [{"name": "mamba", "num_layers": 1}, {"name": "lstm"}]})
+    assert one_layer["claims"][0]["models"] == ["Mamba [0,1] (num_layers=2)"]
+    # twins keep the labels that tell them apart
+    twins = by_settings(paper, {**spec, "models": [{"name": "mamba", "num_layers": 1}, {"name": "mamba", "num_layers": 2}]})
+    assert twins["claims"][0]["models"] == ["Mamba [0,1] (num_layers=2)"]
+
+
+PLANNED = {"models": {"DeltaNet [-1,1]"}, "tasks": {"parity"}, "scale": "quick", "lengths": {"parity": [40, 64, 128, 256]},
+           "train_length": {"parity": 40}, "seeds": {("DeltaNet [-1,1]", "parity", None, 0.01): {0, 1, 2}}}
+
+
+def _rows(by_seed: dict, model="DeltaNet [-1,1]") -> list[dict]:
+    return [{"model": model, "task": "parity", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": v, "accuracy": (1 + v) / 2}
+            for s, by_length in by_seed.items() for n, v in by_length.items()]
+
+
+def _verdict(claim: dict, rows: list[dict], planned=PLANNED, selection=None) -> dict:
+    paper = paper_of({"name": "x", "paper": {"source": "s", "lengths": [40, 256], "claims": [{"text": "t", **claim}]}})
+    return claim_verdicts(paper, summarize(rows, selection), planned)[0]
+
+
+def test_a_range_claim_is_not_measured_without_every_planned_length():
+    """Evaluated at 40 and 1000 only: the range 40..256 lacks 64, 128 and 256 of the plan, and the
+    longest training length 40 alone must never pass an extrapolation claim."""
+    rows = _rows({s: {40: 1.0, 1000: 1.0} for s in (0, 1, 2)})
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
+    assert verdict["verdict"] == NOT_MEASURED and "3 of 3 seeds not measured" in verdict["reason"]
+    # a plan that evaluates only 40 and 1000: the range holds no length beyond training
+    only = {**PLANNED, "lengths": {"parity": [40, 1000]}}
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, only)
+    assert verdict["verdict"] == NOT_MEASURED
+    assert verdict["results"][0]["reason"] == "no evaluation length in 40..256 beyond the longest training length 40"
+    # a claim within the training lengths needs none beyond them
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, rows, only)["verdict"] == PASS
+
+
+def test_a_range_claim_holds_only_at_every_length_of_its_range():
+    rows = _rows({s: {40: 1.0, 64: 1.0, 128: 1.0, 256: 0.6} for s in (0, 1, 2)})  # mean 0.9, but 0.6 at 256
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
+    assert verdict["verdict"] == FAIL and verdict["results"][0]["seeds"] == {0: 0.6, 1: 0.6, 2: 0.6}
+
+
+def test_claims_are_scored_per_seed_under_their_seed_rule():
+    rows = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: {40: 1.0, **dict.fromkeys([64, 128, 256], 0.1)},
+                  2: {40: 1.0, **dict.fromkeys([64, 128, 256], 0.2)}})
+    majority = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows)
+    assert majority["verdict"] == FAIL and (majority["results"][0]["passed"], majority["results"][0]["of"]) == (1, 3)
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "best"}, rows)["verdict"] == PASS
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "all"}, rows)["verdict"] == FAIL
+    two = _rows({s: dict.fromkeys([40, 64, 128, 256], 1.0) for s in (0, 1)})  # seed 2 not finished
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, two)["verdict"] == PASS  # 2 of 3 already decide
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "all"}, two)["verdict"] == NOT_MEASURED
+    assert seeds_verdict([True, False, None]) is None and seeds_verdict([True, False, False]) is False
+
+
+def test_the_fit_gate_sets_aside_seeds_that_did_not_fit_their_training_lengths():
+    """Seeds 1 and 2 never fit their longest training length 40 (0.1 there): a claim beyond it is
+    decided on seed 0 alone, which cannot make a majority of 3, so it is inconclusive, never ✗;
+    the same claim passes or fails once the seeds fit."""
+    unfit = _rows({0: dict.fromkeys([40, 64, 128, 256], 1.0), 1: dict.fromkeys([40, 64, 128, 256], 0.1),
+                   2: {40: 0.2, 64: 0.95, 128: 0.95, 256: 0.95}})
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, unfit)
+    assert verdict["verdict"] == INCONCLUSIVE and verdict["results"][0]["unfit"] == {1: 0.1, 2: 0.2}
+    assert verdict["reason"] == "DeltaNet [-1,1] did not fit its training lengths (0.100, 0.200 at 40)"
+    assert verdict["results"][0]["passed"] == 1  # seed 2 passes beyond 40 but does not count
+    # a failure to extrapolate is read only on a model that fit: below 0.5 is no more decided
+    assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5}, unfit)["verdict"] == INCONCLUSIVE
+    # best-of: the one fitted seed passing decides it
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "best"}, unfit)["verdict"] == PASS
+    # a lower threshold the spec sets, or fit: 0 (a model that cannot learn the task at all), lets them count
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "fit": 0.05}, unfit)["verdict"] == FAIL
+    assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5, "fit": 0}, unfit)["verdict"] == FAIL
+    # a claim that the model fails at its training length is not gated; one that it succeeds there
+    # is ✓ or inconclusive (a run that did not fit says its budget was short)
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "below": 0.5}, unfit)["verdict"] == PASS
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit)["verdict"] == INCONCLUSIVE
+    # not evaluated at the training length: the fit is unknown, so the claim is too
+    unknown = _rows({s: dict.fromkeys([64, 128, 256], 1.0) for s in (0, 1, 2)})
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "lengths": [64, 256], "at_least": 0.9}, unknown)
+    assert verdict["verdict"] == INCONCLUSIVE and verdict["reason"] == "DeltaNet [-1,1] not evaluated at its longest training length 40"
+
+
+def test_a_comparison_gates_its_winner_not_the_models_it_beats():
+    rows = _rows({s: {40: 1.0, 64: 0.8, 128: 0.8, 256: 0.8} for s in (0, 1, 2)})
+    rows += _rows({s: {40: 0.1, 64: 0.1, 128: 0.1, 256: 0.1} for s in (0, 1, 2)}, model="DeltaNet [0,1]")
+    planned = {**PLANNED, "models": {"DeltaNet [-1,1]", "DeltaNet [0,1]"},
+               "seeds": {**PLANNED["seeds"], ("DeltaNet [0,1]", "parity", None, 0.01): {0, 1, 2}}}
+    assert _verdict({"model": "DeltaNet [-1,1]", "beats": "DeltaNet [0,1]"}, rows, planned)["verdict"] == PASS
+    verdict = _verdict({"model": "DeltaNet [0,1]", "beats": "DeltaNet [-1,1]"}, rows, planned)
+    assert verdict["verdict"] == INCONCLUSIVE and "DeltaNet [0,1] did not fit" in verdict["reason"]
+
+
+def test_a_variant_claim_reads_its_fit_on_the_training_task_or_on_the_fit_variant():
+    """Counting-like: the training task's own targets cap its accuracy at 0.5, the `offset` variant
+    shows whether the runs learned; a claim on the `two_isi` variant is gated on the variant named
+    by fit_variant, else on the training task."""
+    def variant_rows(variant, by_seed):
+        return [{**r, "task": f"parity [{variant}]", "variant": variant} for r in _rows(by_seed)]
+
+    rows = _rows({s: {40: 0.5} for s in (0, 1, 2)}) + variant_rows("offset", {s: {40: 1.0} for s in (0, 1, 2)})
+    rows += variant_rows("two_isi", {s: {40: 0.95} for s in (0, 1, 2)})
+    claim = {"model": "DeltaNet [-1,1]", "task": "parity [two_isi]", "lengths": 40, "at_least": 0.9}
+    planned = {**PLANNED, "lengths": {"parity": [40]}}
+    paper = {"source": "s", "claims": [{"text": "t", **claim}]}
+    on_training = claim_verdicts(paper_of({"name": "x", "paper": paper}), summarize(rows), planned)[0]
+    assert on_training["verdict"] == INCONCLUSIVE and on_training["results"][0]["unfit"] == {0: 0.5, 1: 0.5, 2: 0.5}
+    on_offset = claim_verdicts(paper_of({"name": "x", "paper": {**paper, "fit_variant": "offset"}}), summarize(rows), planned)[0]
+    assert on_offset["verdict"] == PASS and on_offset["results"][0]["unfit"] == {}
+
+
+def test_a_claim_naming_an_unplanned_model_or_scale_is_listed_as_not_run():
+    rows = _rows({s: dict.fromkeys([40, 64, 128, 256], 1.0) for s in (0, 1, 2)})
+    verdict = _verdict({"model": ["DeltaNet [-1,1]", "Mamba [-1,1]"], "at_least": 0.9}, rows)
+    assert verdict["verdict"] == NOT_RUN and verdict["unplanned"] == ["Mamba [-1,1]"]
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "scale": "paper"}, rows)
+    assert verdict["verdict"] == NOT_RUN and verdict["reason"] == "a claim of the paper scale"
+    with pytest.raises(StatetrackError, match="unknown paper.claims\\[0\\].seeds 'most'; expected one of: majority, all, best"):
+        _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "seeds": "most"}, rows)
+    # a model of this scale that the run's overrides left out: "not in this run", not "not run at this scale"
+    left = {**PLANNED, "left_out": {"Mamba [-1,1] (d_model=8)"}}
+    verdict = _verdict({"model": ["DeltaNet [-1,1]", "Mamba [-1,1]"], "at_least": 0.9}, rows, left)
+    assert verdict["verdict"] == NOT_IN_RUN and verdict["reason"] == "left out by this run's overrides: Mamba [-1,1]"
+
+
+def test_a_claim_may_test_a_metric_of_the_runs():
+    """measure: metric:NAME reads a metric the runs report (e.g. pfsa's total-variation distance), mean over seeds."""
+    rows = [{"model": m, "task": "pfsa", "seed": s, "lr": 0.01, "length": n, "scaled_accuracy": 0.5, "accuracy": 0.6,
+             "tv_distance": tv + 0.01 * s}
+            for m, by_length in {"LSTM": {32: 0.05, 512: 0.30}, "DeltaNet [-1,1]": {32: 0.02, 512: 0.04}}.items()
+            for s in (0, 2) for n, tv in by_length.items()]
+    paper = paper_of({"name": "x", "paper": {"source": "s", "measure": "metric:tv_distance", "claims": [
+        {"text": "stable", "model": "DeltaNet [-1,1]", "lengths": 512, "below": 0.1},
+        {"text": "unstable", "model": "LSTM", "lengths": 512, "below": 0.1}]}})
+    verdicts = {v["claim"]["text"]: v for v in claim_verdicts(paper, summarize(rows))}
+    assert verdicts["stable"]["verdict"] == PASS and verdicts["unstable"]["verdict"] == FAIL
+    assert verdicts["unstable"]["results"][0]["value"] == pytest.approx(0.31)
