@@ -4,6 +4,8 @@ A spec is validated here section by section: the top level (`Spec`), `train` (`T
 is also the Python API's training settings, and its curriculum `Stage`s), `eval` (`Eval`),
 `selection` (`Selection`) and `paper` with its claims (`Paper`, `Claim`). Every violation is one
 line naming its key path, e.g. `experiment 'demo': train.steps must be an integer >= 1, got 0`.
+Beside the selection rule sits what its `criterion` means for one run, `run_score` (and the
+extrapolation length it reads), so the trackers and the report score a run by one definition.
 
 What a model or a task accepts is not restated here: a model entry is a name and the parameters of
 its mixer's signature, a task entry a name and its class's signature, checked when built
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
@@ -35,7 +38,7 @@ SCALES = ("quick", "paper")  # every shipped spec has both: `quick` (CPU minutes
 SELECTION_CHOICES = {
     "lr": ("best_mean", "best_max"),  # the lr whose mean / best seed scores highest
     "seeds": ("mean", "max"),  # the headline figure: mean over seeds, or the best seed
-    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (statetrack.training.evaluate.run_score)
+    "criterion": ("mean_scaled", "extrapolation"),  # a run's score (run_score, below)
     "metric": ("accuracy", "sequence_accuracy"),  # what the threshold of `extrapolation` applies to
 }
 SELECTION_DEFAULTS: dict[str, Any] = {**{k: v[0] for k, v in SELECTION_CHOICES.items()}, "threshold": 0.9}
@@ -1011,3 +1014,37 @@ def json_schema(models: dict[str, dict], tasks: dict[str, dict]) -> dict:
 def selection_of(spec: dict) -> dict:
     """The spec's selection rule with defaults filled in (checked by statetrack.schema.Selection)."""
     return Selection.check(spec.get("selection") or {}, f"experiment {spec.get('name')!r}: ").model_dump()
+
+
+# ---- a run's score under the selection rule, defined beside the rule: the trackers
+# (statetrack.training.loggers), the selection (statetrack.results.selection) and the claims read it
+def extrapolation_length(accuracy: dict, threshold: float = 0.9) -> int:
+    """The longest test length whose accuracy, and that of every shorter one, is >= threshold
+    (Anonymous 2025); 0 when the shortest one already falls short."""
+    reached = 0
+    for length in sorted(accuracy):
+        if accuracy[length] < threshold:
+            break
+        reached = length
+    return reached
+
+
+def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
+    """A run's score as a tuple compared lexicographically: (criterion value, tie-breaker)."""
+    mean_scaled = statistics.mean(scaled.values())
+    if selection["criterion"] == "extrapolation":
+        return (extrapolation_length(accuracy, selection["threshold"]), mean_scaled)
+    return (mean_scaled,)
+
+
+def evals_score(evals: list[dict], selection: dict | None = None) -> float | None:
+    """One run's score under `selection` from its evaluation rows as the store keeps them (the
+    training task's, variant ''): the criterion value `summarize` ranks its runs by (mean scaled
+    accuracy, or the extrapolation length). None without rows, or when the rule's metric was not measured."""
+    selection = {**SELECTION_DEFAULTS, **(selection or {})}
+    rows = [r for r in evals if not r.get("variant")]
+    key = "sequence_accuracy" if selection["metric"] == "sequence_accuracy" else "accuracy"
+    if not rows or any(r.get(key) is None for r in rows):
+        return None
+    score = run_score({r["length"]: r["scaled_accuracy"] for r in rows}, {r["length"]: r[key] for r in rows}, selection)
+    return float(score[0])

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from statetrack.results.selection import still_learning, summarize
-from statetrack.training.evaluate import extrapolation_length
+from statetrack.schema import extrapolation_length
 
 
 def _rows(table):

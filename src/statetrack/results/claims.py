@@ -15,7 +15,7 @@ from collections import defaultdict
 from statetrack.checks import check_value
 from statetrack.experiments.spec import covers
 from statetrack.labels import split_variant_label, variant_label
-from statetrack.training.evaluate import extrapolation_length
+from statetrack.schema import extrapolation_length
 
 # ---- the paper's figures and claims beside the measured ones ----------------------------------------
 # A spec's `paper:` states what the paper reports, so that the report answers "did it reproduce?".

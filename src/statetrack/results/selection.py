@@ -41,9 +41,8 @@ from collections import defaultdict
 
 from statetrack.errors import StatetrackError
 from statetrack.labels import split_variant_label
-from statetrack.schema import SELECTION_DEFAULTS
+from statetrack.schema import SELECTION_DEFAULTS, extrapolation_length, run_score
 from statetrack.store import RESULT_KEYS
-from statetrack.training.evaluate import extrapolation_length, run_score
 
 
 def sample_std(values: list[float]) -> float:

@@ -1,12 +1,11 @@
 """Length-generalization evaluation: every model of an experiment sees the same inputs at each length,
-fed in chunks to recurrent models; and a run's score: `scaled_accuracy` = (acc - chance) / (1 - chance)
-(0 at chance, 1 when perfect; Ebrahimi & Memisevic 2025, Grazzi et al. 2025), the extrapolation length
-(Anonymous 2025) and the selection criterion computed from both (`run_score`, `evals_score`).
-How a grid of runs becomes one figure is `statetrack.results.selection`."""
+fed in chunks to recurrent models, each row scored by `scaled_accuracy` = (acc - chance) / (1 - chance)
+(0 at chance, 1 when perfect; Ebrahimi & Memisevic 2025, Grazzi et al. 2025). A run's score under
+the selection rule is `statetrack.schema.run_score`; how a grid of runs becomes one figure,
+`statetrack.results.selection`."""
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +13,6 @@ from tqdm.auto import tqdm
 
 from statetrack import diagnostics, limits
 from statetrack.errors import StatetrackError
-from statetrack.schema import SELECTION_DEFAULTS
 from statetrack.tasks import Batch, Task
 
 # Per-position accuracy is kept for inputs of at most this many tokens (a longer one would store a
@@ -292,35 +290,3 @@ def count_right(predicted: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, di
 def scaled_accuracy(accuracy: float, chance: float) -> float:
     """(acc - chance) / (1 - chance): 0 at chance, 1 when perfect."""
     return (accuracy - chance) / (1.0 - chance)
-
-
-def extrapolation_length(accuracy: dict, threshold: float = 0.9) -> int:
-    """The longest test length whose accuracy, and that of every shorter one, is >= threshold
-    (Anonymous 2025); 0 when the shortest one already falls short."""
-    reached = 0
-    for length in sorted(accuracy):
-        if accuracy[length] < threshold:
-            break
-        reached = length
-    return reached
-
-
-def run_score(scaled: dict, accuracy: dict, selection: dict) -> tuple:
-    """A run's score as a tuple compared lexicographically: (criterion value, tie-breaker)."""
-    mean_scaled = statistics.mean(scaled.values())
-    if selection["criterion"] == "extrapolation":
-        return (extrapolation_length(accuracy, selection["threshold"]), mean_scaled)
-    return (mean_scaled,)
-
-
-def evals_score(evals: list[dict], selection: dict | None = None) -> float | None:
-    """One run's score under `selection` from its evaluation rows as the store keeps them (the
-    training task's, variant ''): the criterion value `summarize` ranks its runs by (mean scaled
-    accuracy, or the extrapolation length). None without rows, or when the rule's metric was not measured."""
-    selection = {**SELECTION_DEFAULTS, **(selection or {})}
-    rows = [r for r in evals if not r.get("variant")]
-    key = "sequence_accuracy" if selection["metric"] == "sequence_accuracy" else "accuracy"
-    if not rows or any(r.get(key) is None for r in rows):
-        return None
-    score = run_score({r["length"]: r["scaled_accuracy"] for r in rows}, {r["length"]: r[key] for r in rows}, selection)
-    return float(score[0])

@@ -389,7 +389,7 @@ def run_loggers(run, log_to: dict, tags: dict | None = None) -> list[Logger]:
 
 def selection_score(evals: list[dict], log_to: dict) -> float | None:
     """The run's score under the selection rule in `log_to['context']` (the default rule without one)."""
-    from statetrack.training.evaluate import evals_score
+    from statetrack.schema import evals_score
 
     return evals_score(evals, (log_to.get("context") or {}).get("selection"))
 
