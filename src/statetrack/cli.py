@@ -12,7 +12,9 @@ import json
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from statetrack import __version__, limits
 from statetrack.allocator import keep_freed_memory
@@ -632,493 +634,607 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
 
 
-def add_run_options(p) -> None:
-    """The options of how runs are carried out, shared by `run` and `reproduce`: the scale, and each
-    field of `RunOptions` as its flag."""
-    p.add_argument("--scale", default="quick", choices=SCALES, help="quick: CPU minutes; paper: the papers' sizes")
-    RunOptions.add_arguments(p)
+@dataclass(frozen=True, init=False)
+class Arg:
+    """One argument of a command: the flags (or the positional's name) and the keywords that
+    `ArgumentParser.add_argument` takes."""
+
+    flags: tuple[str, ...]
+    options: dict[str, Any]
+
+    def __init__(self, *flags: str, **options: Any) -> None:
+        object.__setattr__(self, "flags", flags)
+        object.__setattr__(self, "options", options)
 
 
-def add_book_options(p) -> None:
-    p.add_argument(
-        "--book-dir",
-        default="docs",
-        metavar="DIR",
-        help="where the book is (DIR/reproductions.md, DIR/claims.md) and its snapshots (DIR/results/) (default: docs)",
+@dataclass(frozen=True)
+class Group:
+    """Options declared once and taken by every command that lists the group among its arguments;
+    `add` puts on the options another module declares, after `args`."""
+
+    name: str
+    args: tuple[Arg, ...] = ()
+    add: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Options of which a command line gives one at most (an argparse mutually exclusive group)."""
+
+    args: tuple[Arg, ...]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command, or one action of a command: its name, its help line, its handler (None where the
+    command above it handles it), its arguments in the order its help lists them, and its actions,
+    chosen by the word stored in `dest` (required unless `optional_action`); `common`: arguments
+    every one of its actions takes, before their own."""
+
+    name: str
+    help: str
+    func: Callable[..., int] | None = None
+    args: tuple[Arg | Group | OneOf, ...] = ()
+    actions: tuple[Command, ...] = ()
+    dest: str = "action"
+    optional_action: bool = False
+    common: tuple[Group, ...] = ()
+
+
+# every command takes --import too; its own dest, so a subcommand's default cannot hide the top-level one
+IMPORT = Group("import", (Arg("--import", dest="imports", action="append", metavar="MODULE", help=IMPORT_HELP),))
+STORE = Group(
+    "store",
+    (
+        Arg("--results-dir", default="results", help="folder for reports and checkpoints (default: results)"),
+        Arg("--store", default=None, help="SQLite results file (default: RESULTS_DIR/statetrack.db)"),
+    ),
+)
+# how runs are carried out, shared by `run` and `reproduce`: the scale, and each field of `RunOptions` as its flag
+RUN_OPTIONS = Group(
+    "run options",
+    (Arg("--scale", default="quick", choices=SCALES, help="quick: CPU minutes; paper: the papers' sizes"),),
+    add=RunOptions.add_arguments,
+)
+BOOK = Group(
+    "book",
+    (
+        Arg(
+            "--book-dir",
+            default="docs",
+            metavar="DIR",
+            help="where the book is (DIR/reproductions.md, DIR/claims.md) and its snapshots (DIR/results/) "
+            "(default: docs)",
+        ),
+        Arg(
+            "--readme",
+            default="README.md",
+            metavar="FILE",
+            help="the README whose generated blocks are rewritten, where it exists (default: README.md)",
+        ),
+    ),
+)
+
+TASKS_JSON_HELP = "a JSON list, one object per task: name, summary, parameters (with their defaults)"
+TASK_NAME = Arg("name", metavar="NAME", help="a task (see `statetrack tasks`)")
+INPUTS = Arg("--samples", type=_int(), default=64, help="input sequences (default: 64)")
+INPUT_LENGTH = Arg(
+    "--length",
+    type=_int(high=limits.MAX_LENGTH),
+    default=None,
+    help="input length (default: the run's longest training length)",
+)
+
+
+def _parameters(help: str) -> Arg:
+    """The key=value parameters after a task's (or a machine's) name."""
+    return Arg("params", nargs="*", default=[], metavar="param=value", help=help)
+
+
+def _one_run(example: str) -> tuple[Arg, ...]:
+    """The arguments naming one trained run: RUN, or an experiment with --model and --run-seed."""
+    return (
+        Arg("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model"),
+        Arg("--model", default=None, help=f'display name of the model when RUN is an experiment, e.g. "{example}"'),
+        Arg(
+            "--run-seed", type=_int(0), default=None, help="seed of the run when RUN is an experiment (default: lowest)"
+        ),
     )
-    p.add_argument(
-        "--readme",
-        default="README.md",
-        metavar="FILE",
-        help="the README whose generated blocks are rewritten, where it exists (default: README.md)",
-    )
+
+
+RUN = Command(
+    "run",
+    "train and evaluate every run of an experiment, then report",
+    cmd_run,
+    (
+        STORE,
+        Arg(
+            "experiment",
+            metavar="EXPERIMENT|FILE.yaml",
+            help="a shipped experiment (see `statetrack experiments`) or a spec file",
+        ),
+        RUN_OPTIONS,
+        Arg(
+            "--name",
+            default=None,
+            metavar="NAME",
+            help="the experiment's name in the store and the results folder (default: the spec's; with overrides, "
+            "the spec's and the overrides', e.g. demo_seeds-0_train.steps-200)",
+        ),
+        Arg(
+            "--dry-run",
+            action="store_true",
+            help="print the resolved spec and the planned runs with their training cost and status; "
+            "train and write nothing",
+        ),
+        Arg(
+            "overrides",
+            nargs="*",
+            default=[],
+            metavar="key=value",
+            help="override spec entries, e.g. train.steps=200 'seeds=[0]'",
+        ),
+    ),
+)
+REPRODUCE = Command(
+    "reproduce",
+    "run every shipped experiment (or those named) into one store, then write the book",
+    cmd_reproduce,
+    (
+        STORE,
+        Arg(
+            "experiments",
+            nargs="*",
+            default=[],
+            metavar="EXPERIMENT",
+            help="shipped experiments (default: all of them)",
+        ),
+        RUN_OPTIONS,
+        BOOK,
+    ),
+)
+BOOK_COMMAND = Command(
+    "book",
+    "write docs/reproductions.md, docs/claims.md and the README's result blocks from the snapshots",
+    cmd_book,
+    (BOOK, Arg("--check", action="store_true", help="write nothing; exit 1 when a page differs from its generation")),
+)
+TASKS = Command(
+    "tasks",
+    "list tasks, show examples, export datasets",
+    cmd_tasks,
+    (Arg("--json", action="store_true", help=TASKS_JSON_HELP),),
+    actions=(
+        # its --json has its own dest, so the action's default cannot hide `tasks --json`
+        Command(
+            "list",
+            "list tasks with their parameters",
+            args=(Arg("--json", dest="list_json", action="store_true", help=TASKS_JSON_HELP),),
+        ),
+        Command(
+            "show",
+            "print readable examples of a task",
+            args=(
+                TASK_NAME,
+                _parameters("task parameters, e.g. group=S5"),
+                Arg(
+                    "--lengths",
+                    type=_int(high=limits.MAX_LENGTH),
+                    nargs="+",
+                    default=None,
+                    metavar="L",
+                    help="task lengths, --count examples at each (default: 8, or the task's minimum length if longer)",
+                ),
+                Arg("--count", type=_int(), default=3, help="examples per length (default: 3)"),
+                Arg("--seed", type=_int(0), default=0, help="seed of the examples (default: 0)"),
+            ),
+        ),
+        Command(
+            "export",
+            "write datasets to disk (CSV or JSONL)",
+            args=(
+                TASK_NAME,
+                _parameters("task parameters, e.g. group=A5"),
+                Arg(
+                    "--lengths",
+                    type=_int(high=limits.MAX_LENGTH),
+                    nargs="+",
+                    required=True,
+                    metavar="L",
+                    help="task lengths, one file per length",
+                ),
+                Arg("--samples", type=_int(), required=True, metavar="N", help="examples per length"),
+                Arg(
+                    "--out",
+                    required=True,
+                    metavar="DIR",
+                    help="folder to write into, created if missing: one file per length and NAME.meta.json "
+                    "(what decodes them: vocabulary, answer classes, parameters, files; a group's elements and "
+                    "Cayley table)",
+                ),
+                Arg(
+                    "--format",
+                    choices=["csv", "jsonl"],
+                    default="csv",
+                    help="csv: columns input,target,mask (word problems: GROUP=L.csv with seed,input,target, "
+                    "as Merrill et al. 2024); jsonl: one object per example (default: csv)",
+                ),
+                Arg(
+                    "--seed",
+                    type=_int(0),
+                    default=0,
+                    help="seed of the examples; each length has its own generator, seeded from (seed, length), "
+                    "so a file does not change when lengths are added (default: 0)",
+                ),
+            ),
+        ),
+    ),
+    optional_action=True,
+)
+MODELS = Command(
+    "models",
+    "list models, their parameters and presets; --params/--width: parameters per layer",
+    cmd_models,
+    (
+        Arg(
+            "names",
+            nargs="*",
+            default=[],
+            metavar="MODEL",
+            help="only these models or presets (default: every registered model)",
+        ),
+        OneOf(
+            (
+                Arg(
+                    "--params",
+                    dest="budget",
+                    default=None,
+                    metavar="BUDGET",
+                    help="choose each model's d_model for this many trainable parameters per layer (e.g. 3e6), "
+                    "and print it",
+                ),
+                Arg(
+                    "--width",
+                    type=_int(high=limits.MAX_WIDTH),
+                    default=None,
+                    metavar="N",
+                    help="print each model's parameters per layer at d_model N",
+                ),
+            )
+        ),
+        Arg(
+            "--num-layers",
+            type=_int(high=limits.MAX_LAYERS),
+            default=None,
+            metavar="N",
+            help="with --params or --width: also count all N layers",
+        ),
+        Arg(
+            "--set",
+            dest="settings",
+            nargs="+",
+            action="extend",
+            default=None,
+            metavar="key=value",
+            help="with --params or --width: model settings, applied to each model that has the key "
+            "(e.g. mlp=false num_heads=4)",
+        ),
+        Arg(
+            "--json",
+            action="store_true",
+            help="a JSON list, one object per model: name, display_name, summary, recurrent, "
+            "parameters (with their defaults), stack_defaults (d_model, num_layers, "
+            "mlp for this model), presets",
+        ),
+    ),
+)
+EXPERIMENTS = Command(
+    "experiments",
+    "list the shipped experiments: planned runs, last measured wall time, description",
+    cmd_experiments,
+    (
+        Arg("--scale", default="quick", choices=SCALES, help="the scale of the runs and wall times (default: quick)"),
+        Arg(
+            "--book-dir",
+            default=None,
+            metavar="DIR",
+            help="where the snapshots of measured experiments are (DIR/results/; default: the docs folder of the "
+            "checkout statetrack runs from, if it runs from one)",
+        ),
+        Arg(
+            "--json",
+            action="store_true",
+            help="a JSON list, one object per experiment: name, description, scale, "
+            "planned_runs, wall_seconds (null where none was measured)",
+        ),
+    ),
+)
+SCHEMA = Command(
+    "schema",
+    "print the JSON Schema of an experiment spec, every registered model and task with its parameters "
+    "(statetrack schema > statetrack.schema.json; an editor then completes and checks YAML specs)",
+    cmd_schema,
+)
+COMPLETION = Command(
+    "completion",
+    "print the shell's completion script: commands, options, and the names of experiments, tasks "
+    "and models (bash: statetrack completion bash > ~/.local/share/bash-completion/completions/statetrack)",
+    cmd_completion,
+    (Arg("shell", choices=["bash", "zsh", "tcsh"], help="the shell the script is for"),),
+)
+REPORT = Command(
+    "report",
+    "write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts",
+    cmd_report,
+    (
+        STORE,
+        Arg("experiment", nargs="?", metavar="EXPERIMENT"),
+        Arg(
+            "--all",
+            action="store_true",
+            help="every experiment in the store, and results/index.html linking them with their verdicts",
+        ),
+        Arg(
+            "--format",
+            default="png",
+            metavar="FORMATS",
+            help="the plots' formats, comma-separated: png, svg, pdf (default: png; the HTML report embeds the PNG)",
+        ),
+    ),
+)
+RESULTS = Command(
+    "results",
+    "print an experiment's results",
+    cmd_results,
+    (
+        STORE,
+        Arg("experiment", metavar="EXPERIMENT"),
+        Arg("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)"),
+    ),
+)
+EXPORT = Command(
+    "export",
+    "an experiment's finished runs (curves and evaluations) as CSV, TensorBoard events, W&B runs or MLflow runs",
+    cmd_export,
+    (
+        STORE,
+        Arg(
+            "kind",
+            choices=["csv", "tensorboard", "wandb", "mlflow"],
+            metavar="KIND",
+            help="csv, tensorboard, wandb or mlflow",
+        ),
+        Arg("experiment", metavar="EXPERIMENT"),
+        Arg(
+            "--out",
+            default=None,
+            metavar="DIR",
+            help="csv, tensorboard: the folder (default: RESULTS_DIR/EXPERIMENT/csv, RESULTS_DIR/tensorboard)",
+        ),
+        Arg(
+            "--project",
+            default="statetrack",
+            help="wandb: the project (default: statetrack; WANDB_MODE=offline works offline)",
+        ),
+        Arg(
+            "--tracking-uri",
+            default=None,
+            metavar="URI",
+            help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), "
+            "runs in an MLflow experiment of the experiment's name",
+        ),
+    ),
+)
+ANALYZE = Command(
+    "analyze",
+    "analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) "
+    "and of the random machine's shortcut floor (shortcut)",
+    dest="analysis",
+    actions=(
+        Command(
+            "spectrum",
+            "eigenvalues of a run's learned state transitions, printed and plotted",
+            cmd_analyze,
+            (
+                STORE,
+                *_one_run("DeltaNet [-1,1]"),
+                INPUTS,
+                INPUT_LENGTH,
+                Arg("--seed", type=_int(0), default=0, help="seed of the inputs"),
+                Arg(
+                    "--out",
+                    default=None,
+                    metavar="DIR",
+                    help="folder for the plot spectrum_RUNID.png (default: RESULTS_DIR/EXPERIMENT)",
+                ),
+            ),
+        ),
+        Command(
+            "rotations",
+            "a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted",
+            cmd_analyze,
+            (
+                STORE,
+                *_one_run("Bilinear rotation"),
+                Arg("--top", type=_int(), default=20, help="planes printed (default: 20; the plot shows every plane)"),
+                Arg(
+                    "--out",
+                    default=None,
+                    metavar="DIR",
+                    help="folder for the plot rotations_RUNID.png (default: RESULTS_DIR/EXPERIMENT)",
+                ),
+            ),
+        ),
+        Command(
+            "signs",
+            "a real-diagonal bilinear parity run's dominant coordinate and whether its sign tracks parity at long "
+            "lengths (every such run of an EXPERIMENT without --model)",
+            cmd_analyze,
+            (STORE, *_one_run("Bilinear diagonal frozen norm")),
+        ),
+        Command(
+            "heads",
+            "a delta-rule run's heads: beta per head, keys' PCA, "
+            "and the accuracy lost when one head's beta range is halved, ranked and plotted",
+            cmd_analyze,
+            (
+                STORE,
+                *_one_run("DeltaNet [-1,1]"),
+                INPUTS,
+                INPUT_LENGTH,
+                Arg(
+                    "--seed",
+                    type=_int(0),
+                    default=0,
+                    help="seed of the inputs (the evaluation set of that seed at --length)",
+                ),
+                Arg(
+                    "--sweep",
+                    type=_int(),
+                    default=4,
+                    help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)",
+                ),
+                Arg(
+                    "--out",
+                    default=None,
+                    metavar="DIR",
+                    help="folder for the plots heads_RUNID_beta.png, heads_RUNID_keys.png and "
+                    "heads_RUNID_intervention.png (default: RESULTS_DIR/EXPERIMENT)",
+                ),
+            ),
+        ),
+        Command(
+            "belief",
+            "a PFSA-SR task's unnormalised belief recurrence: "
+            "predicted vs observed float32/float64 underflow, printed and plotted",
+            cmd_analyze,
+            (
+                Arg("task", metavar="TASK", help="a task with a belief recurrence: pfsa"),
+                _parameters("task parameters, e.g. n=4 noise=0.5 reveal_prob=0.3"),
+                Arg(
+                    "--length",
+                    type=_int(high=limits.MAX_LENGTH),
+                    default=4000,
+                    help="tokens per sequence (default: 4000, past the float64 underflow at the defaults)",
+                ),
+                Arg("--samples", type=_int(), default=64, help="sequences (default: 64)"),
+                Arg("--seed", type=_int(0), default=0, help="seed of the sequences"),
+                Arg("--results-dir", default="results", help="folder for the plot (default: results)"),
+                Arg(
+                    "--out",
+                    default=None,
+                    metavar="DIR",
+                    help="folder for the plot belief_TASK_PARAMS.png (default: RESULTS_DIR/belief)",
+                ),
+            ),
+        ),
+        Command(
+            "shortcut",
+            "the random state machine's last-k-symbols floor: the accuracy of guessing the final "
+            "state from the last k symbols alone, exact",
+            cmd_analyze,
+            (
+                _parameters("fsm parameters, e.g. states=6 machine_seed=0"),
+                Arg(
+                    "--window",
+                    type=_int(),
+                    default=4,
+                    help="the longest window k (default: 4, a causal convolution of 4 tokens)",
+                ),
+            ),
+        ),
+    ),
+)
+CONSTRUCT = Command(
+    "construct",
+    "exact bilinear weights for an automaton task, and their accuracy per length",
+    cmd_construct,
+    (
+        Arg("task", metavar="TASK", help="fsm, modadd, parity or word_problem"),
+        _parameters("task parameters, e.g. states=6 machine_seed=1, m=20, group=A5"),
+        Arg(
+            "--structure",
+            default="full",
+            help="full, cp, block (any automaton), rotation (commuting tokens: Z_m, abelian groups) "
+            "or diagonal (parity)",
+        ),
+        Arg(
+            "--lengths",
+            type=_int(high=limits.MAX_LENGTH),
+            nargs="+",
+            default=[10, 100, 1000, 10000],
+            help="evaluation lengths (default: 10 100 1000 10000)",
+        ),
+        Arg("--samples", type=_int(), default=16, help="inputs per length (default: 16)"),
+        Arg("--batch-size", type=_int(), default=16, help="inputs per batch (default: 16)"),
+        Arg(
+            "--chunk-size",
+            type=_int(high=limits.MAX_LENGTH),
+            default=1024,
+            help="tokens fed per call, carrying the state (default: 1024)",
+        ),
+        Arg(
+            "--normalize-every",
+            type=_int(1),
+            default=1,
+            help="the mixer's evaluation-time renormalisation period (default: 1)",
+        ),
+        Arg("--seed", type=_int(0), default=0, help="seed of the evaluation inputs"),
+    ),
+)
+# the command line: the program (its help is the parser's description), its commands and their actions
+STATETRACK = Command(
+    "statetrack",
+    "State tracking and length generalization in sequence models.",
+    args=(
+        Arg("--version", action="version", version=f"statetrack {__version__}"),
+        Arg("--import", dest="top_imports", action="append", metavar="MODULE", help=IMPORT_HELP),
+    ),
+    actions=(
+        RUN,
+        REPRODUCE,
+        BOOK_COMMAND,
+        TASKS,
+        MODELS,
+        EXPERIMENTS,
+        SCHEMA,
+        COMPLETION,
+        REPORT,
+        RESULTS,
+        EXPORT,
+        ANALYZE,
+        CONSTRUCT,
+    ),
+    dest="command",
+    common=(IMPORT,),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="statetrack", description="State tracking and length generalization in sequence models.")
-    parser.add_argument("--version", action="version", version=f"statetrack {__version__}")
-    parser.add_argument("--import", dest="top_imports", action="append", metavar="MODULE", help=IMPORT_HELP)
-    # every command takes --import too; its own dest, so a subcommand's default cannot hide the top-level one
-    common = Parser(add_help=False)
-    common.add_argument("--import", dest="imports", action="append", metavar="MODULE", help=IMPORT_HELP)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    """The command line's parser, built from the table `STATETRACK`."""
+    return _build(Parser(prog=STATETRACK.name, description=STATETRACK.help), STATETRACK)
 
-    def command(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], **kwargs)
 
-    def with_store(p):
-        p.add_argument("--results-dir", default="results", help="folder for reports and checkpoints (default: results)")
-        p.add_argument("--store", default=None, help="SQLite results file (default: RESULTS_DIR/statetrack.db)")
-        return p
-
-    _add_run_commands(command, with_store)
-    _add_tasks_command(command)
-    _add_models_command(command)
-    _add_listing_commands(command, with_store)
-    asub = _add_analyze_command(command)
-    _add_run_analyses(asub, with_store)
-    _add_other_analyses(asub)
-    _add_construct_command(command)
+def _build(
+    parser: argparse.ArgumentParser, command: Command, common: tuple[Group, ...] = ()
+) -> argparse.ArgumentParser:
+    """`parser` with `command`'s arguments (after `common`, those its parent gives every action), its
+    handler, and a parser of each of its actions, built the same way."""
+    for item in (*common, *command.args):
+        container = parser.add_mutually_exclusive_group() if isinstance(item, OneOf) else parser
+        for arg in (item,) if isinstance(item, Arg) else item.args:
+            container.add_argument(*arg.flags, **arg.options)
+        if isinstance(item, Group) and item.add is not None:
+            item.add(parser)
+    if command.func is not None:
+        parser.set_defaults(func=command.func)
+    if command.actions:
+        sub = parser.add_subparsers(
+            dest=command.dest, required=not command.optional_action, metavar=command.dest.upper()
+        )
+        for action in command.actions:
+            _build(sub.add_parser(action.name, help=action.help), action, command.common)
     return parser
-
-
-def _add_run_commands(
-    command: Callable[..., argparse.ArgumentParser],
-    with_store: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
-) -> None:
-    """`run`, `reproduce` and `book`."""
-    p = with_store(command("run", help="train and evaluate every run of an experiment, then report"))
-    p.add_argument(
-        "experiment",
-        metavar="EXPERIMENT|FILE.yaml",
-        help="a shipped experiment (see `statetrack experiments`) or a spec file",
-    )
-    add_run_options(p)
-    p.add_argument(
-        "--name",
-        default=None,
-        metavar="NAME",
-        help="the experiment's name in the store and the results folder (default: the spec's; with overrides, "
-        "the spec's and the overrides', e.g. demo_seeds-0_train.steps-200)",
-    )
-    p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the resolved spec and the planned runs with their training cost and status; "
-        "train and write nothing",
-    )
-    p.add_argument(
-        "overrides",
-        nargs="*",
-        default=[],
-        metavar="key=value",
-        help="override spec entries, e.g. train.steps=200 'seeds=[0]'",
-    )
-    p.set_defaults(func=cmd_run)
-
-    p = with_store(
-        command("reproduce", help="run every shipped experiment (or those named) into one store, then write the book")
-    )
-    p.add_argument(
-        "experiments", nargs="*", default=[], metavar="EXPERIMENT", help="shipped experiments (default: all of them)"
-    )
-    add_run_options(p)
-    add_book_options(p)
-    p.set_defaults(func=cmd_reproduce)
-
-    p = command(
-        "book", help="write docs/reproductions.md, docs/claims.md and the README's result blocks from the snapshots"
-    )
-    add_book_options(p)
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page differs from its generation")
-    p.set_defaults(func=cmd_book)
-
-
-def _add_tasks_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """`tasks` and its actions: list, show, export."""
-    p = command("tasks", help="list tasks, show examples, export datasets")
-    tasks_json = "a JSON list, one object per task: name, summary, parameters (with their defaults)"
-    p.add_argument("--json", action="store_true", help=tasks_json)
-    tsub = p.add_subparsers(dest="action", metavar="ACTION")
-    listing = tsub.add_parser("list", help="list tasks with their parameters")
-    listing.add_argument("--json", dest="list_json", action="store_true", help=tasks_json)  # its own dest: see --import
-    show = tsub.add_parser("show", help="print readable examples of a task")
-    show.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
-    show.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=S5")
-    show.add_argument(
-        "--lengths",
-        type=_int(high=limits.MAX_LENGTH),
-        nargs="+",
-        default=None,
-        metavar="L",
-        help="task lengths, --count examples at each (default: 8, or the task's minimum length if longer)",
-    )
-    show.add_argument("--count", type=_int(), default=3, help="examples per length (default: 3)")
-    show.add_argument("--seed", type=_int(0), default=0, help="seed of the examples (default: 0)")
-    export = tsub.add_parser("export", help="write datasets to disk (CSV or JSONL)")
-    export.add_argument("name", metavar="NAME", help="a task (see `statetrack tasks`)")
-    export.add_argument("params", nargs="*", default=[], metavar="param=value", help="task parameters, e.g. group=A5")
-    export.add_argument(
-        "--lengths",
-        type=_int(high=limits.MAX_LENGTH),
-        nargs="+",
-        required=True,
-        metavar="L",
-        help="task lengths, one file per length",
-    )
-    export.add_argument("--samples", type=_int(), required=True, metavar="N", help="examples per length")
-    export.add_argument(
-        "--out",
-        required=True,
-        metavar="DIR",
-        help="folder to write into, created if missing: one file per length and NAME.meta.json "
-        "(what decodes them: vocabulary, answer classes, parameters, files; a group's elements and Cayley table)",
-    )
-    export.add_argument(
-        "--format",
-        choices=["csv", "jsonl"],
-        default="csv",
-        help="csv: columns input,target,mask (word problems: GROUP=L.csv with seed,input,target, "
-        "as Merrill et al. 2024); jsonl: one object per example (default: csv)",
-    )
-    export.add_argument(
-        "--seed",
-        type=_int(0),
-        default=0,
-        help="seed of the examples; each length has its own generator, seeded from (seed, length), "
-        "so a file does not change when lengths are added (default: 0)",
-    )
-    p.set_defaults(func=cmd_tasks)
-
-
-def _add_models_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """`models`."""
-    p = command("models", help="list models, their parameters and presets; --params/--width: parameters per layer")
-    p.add_argument(
-        "names",
-        nargs="*",
-        default=[],
-        metavar="MODEL",
-        help="only these models or presets (default: every registered model)",
-    )
-    size = p.add_mutually_exclusive_group()
-    size.add_argument(
-        "--params",
-        dest="budget",
-        default=None,
-        metavar="BUDGET",
-        help="choose each model's d_model for this many trainable parameters per layer (e.g. 3e6), and print it",
-    )
-    size.add_argument(
-        "--width",
-        type=_int(high=limits.MAX_WIDTH),
-        default=None,
-        metavar="N",
-        help="print each model's parameters per layer at d_model N",
-    )
-    p.add_argument(
-        "--num-layers",
-        type=_int(high=limits.MAX_LAYERS),
-        default=None,
-        metavar="N",
-        help="with --params or --width: also count all N layers",
-    )
-    p.add_argument(
-        "--set",
-        dest="settings",
-        nargs="+",
-        action="extend",
-        default=None,
-        metavar="key=value",
-        help="with --params or --width: model settings, applied to each model that has the key "
-        "(e.g. mlp=false num_heads=4)",
-    )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="a JSON list, one object per model: name, display_name, summary, recurrent, "
-        "parameters (with their defaults), stack_defaults (d_model, num_layers, "
-        "mlp for this model), presets",
-    )
-    p.set_defaults(func=cmd_models)
-
-
-def _add_listing_commands(
-    command: Callable[..., argparse.ArgumentParser],
-    with_store: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
-) -> None:
-    """The commands that list the shipped experiments or read the store: experiments, schema, status,
-    results, report, export."""
-    p = command("experiments", help="list the shipped experiments: planned runs, last measured wall time, description")
-    p.add_argument(
-        "--scale", default="quick", choices=SCALES, help="the scale of the runs and wall times (default: quick)"
-    )
-    p.add_argument(
-        "--book-dir",
-        default=None,
-        metavar="DIR",
-        help="where the snapshots of measured experiments are (DIR/results/; default: the docs folder of the "
-        "checkout statetrack runs from, if it runs from one)",
-    )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="a JSON list, one object per experiment: name, description, scale, "
-        "planned_runs, wall_seconds (null where none was measured)",
-    )
-    p.set_defaults(func=cmd_experiments)
-
-    p = command(
-        "schema",
-        help="print the JSON Schema of an experiment spec, every registered model and task with its parameters "
-        "(statetrack schema > statetrack.schema.json; an editor then completes and checks YAML specs)",
-    )
-    p.set_defaults(func=cmd_schema)
-
-    p = command(
-        "completion",
-        help="print the shell's completion script: commands, options, and the names of experiments, tasks "
-        "and models (bash: statetrack completion bash > ~/.local/share/bash-completion/completions/statetrack)",
-    )
-    p.add_argument("shell", choices=["bash", "zsh", "tcsh"], help="the shell the script is for")
-    p.set_defaults(func=cmd_completion)
-
-    p = with_store(
-        command(
-            "report",
-            help="write results/EXPERIMENT/report.{md,html}: tables, plots, the paper's figures and claim verdicts",
-        )
-    )
-    p.add_argument("experiment", nargs="?", metavar="EXPERIMENT")
-    p.add_argument(
-        "--all",
-        action="store_true",
-        help="every experiment in the store, and results/index.html linking them with their verdicts",
-    )
-    p.add_argument(
-        "--format",
-        default="png",
-        metavar="FORMATS",
-        help="the plots' formats, comma-separated: png, svg, pdf (default: png; the HTML report embeds the PNG)",
-    )
-    p.set_defaults(func=cmd_report)
-
-    p = with_store(command("results", help="print an experiment's results"))
-    p.add_argument("experiment", metavar="EXPERIMENT")
-    p.add_argument("--json", action="store_true", help="a JSON list, one object per (run, evaluation length)")
-    p.set_defaults(func=cmd_results)
-
-    p = with_store(
-        command(
-            "export",
-            help="an experiment's finished runs (curves and evaluations) as CSV, TensorBoard events, "
-            "W&B runs or MLflow runs",
-        )
-    )
-    p.add_argument(
-        "kind",
-        choices=["csv", "tensorboard", "wandb", "mlflow"],
-        metavar="KIND",
-        help="csv, tensorboard, wandb or mlflow",
-    )
-    p.add_argument("experiment", metavar="EXPERIMENT")
-    p.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="csv, tensorboard: the folder (default: RESULTS_DIR/EXPERIMENT/csv, RESULTS_DIR/tensorboard)",
-    )
-    p.add_argument(
-        "--project",
-        default="statetrack",
-        help="wandb: the project (default: statetrack; WANDB_MODE=offline works offline)",
-    )
-    p.add_argument(
-        "--tracking-uri",
-        default=None,
-        metavar="URI",
-        help="mlflow: the tracking URI (default: $MLFLOW_TRACKING_URI), "
-        "runs in an MLflow experiment of the experiment's name",
-    )
-    p.set_defaults(func=cmd_export)
-
-
-def _add_analyze_command(command: Callable[..., argparse.ArgumentParser]):
-    """`analyze`; returns its subparsers, for the analyses."""
-    p = command(
-        "analyze",
-        help="analyses of trained runs (spectrum, rotations, signs, heads), of a task's belief recurrence (belief) "
-        "and of the random machine's shortcut floor (shortcut)",
-    )
-    asub = p.add_subparsers(dest="analysis", required=True, metavar="ANALYSIS")
-    return asub
-
-
-def _add_run_analyses(asub, with_store: Callable[[argparse.ArgumentParser], argparse.ArgumentParser]) -> None:
-    """The analyses of one trained run: spectrum, rotations, signs, heads."""
-
-    def of_a_run(name: str, help: str, example: str) -> argparse.ArgumentParser:
-        """An analysis of one trained run: RUN, or an experiment with --model and --run-seed."""
-        a = with_store(asub.add_parser(name, help=help))
-        a.add_argument("run", metavar="RUN", help="a run id (or unique prefix), or an EXPERIMENT name with --model")
-        a.add_argument(
-            "--model", default=None, help=f'display name of the model when RUN is an experiment, e.g. "{example}"'
-        )
-        a.add_argument(
-            "--run-seed", type=_int(0), default=None, help="seed of the run when RUN is an experiment (default: lowest)"
-        )
-        a.set_defaults(func=cmd_analyze)
-        return a
-
-    a = of_a_run("spectrum", "eigenvalues of a run's learned state transitions, printed and plotted", "DeltaNet [-1,1]")
-    a.add_argument("--samples", type=_int(), default=64, help="input sequences (default: 64)")
-    a.add_argument(
-        "--length",
-        type=_int(high=limits.MAX_LENGTH),
-        default=None,
-        help="input length (default: the run's longest training length)",
-    )
-    a.add_argument("--seed", type=_int(0), default=0, help="seed of the inputs")
-    a.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="folder for the plot spectrum_RUNID.png (default: RESULTS_DIR/EXPERIMENT)",
-    )
-    a = of_a_run(
-        "rotations",
-        "a rotation bilinear run's angles per 2-D plane on Z_m, ranked by readout weight, printed and plotted",
-        "Bilinear rotation",
-    )
-    a.add_argument("--top", type=_int(), default=20, help="planes printed (default: 20; the plot shows every plane)")
-    a.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="folder for the plot rotations_RUNID.png (default: RESULTS_DIR/EXPERIMENT)",
-    )
-    of_a_run(
-        "signs",
-        "a real-diagonal bilinear parity run's dominant coordinate and whether its sign tracks parity at long lengths "
-        "(every such run of an EXPERIMENT without --model)",
-        "Bilinear diagonal frozen norm",
-    )
-    a = of_a_run(
-        "heads",
-        "a delta-rule run's heads: beta per head, keys' PCA, "
-        "and the accuracy lost when one head's beta range is halved, ranked and plotted",
-        "DeltaNet [-1,1]",
-    )
-    a.add_argument("--samples", type=_int(), default=64, help="input sequences (default: 64)")
-    a.add_argument(
-        "--length",
-        type=_int(high=limits.MAX_LENGTH),
-        default=None,
-        help="input length (default: the run's longest training length)",
-    )
-    a.add_argument(
-        "--seed", type=_int(0), default=0, help="seed of the inputs (the evaluation set of that seed at --length)"
-    )
-    a.add_argument(
-        "--sweep",
-        type=_int(),
-        default=4,
-        help="steps of the gradual beta scaling from x1 to x0.5 in the intervention plot (default: 4)",
-    )
-    a.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="folder for the plots heads_RUNID_beta.png, heads_RUNID_keys.png and "
-        "heads_RUNID_intervention.png (default: RESULTS_DIR/EXPERIMENT)",
-    )
-
-
-def _add_other_analyses(asub) -> None:
-    """The analyses that train nothing: belief and shortcut."""
-    a = asub.add_parser(
-        "belief",
-        help="a PFSA-SR task's unnormalised belief recurrence: "
-        "predicted vs observed float32/float64 underflow, printed and plotted",
-    )
-    a.add_argument("task", metavar="TASK", help="a task with a belief recurrence: pfsa")
-    a.add_argument(
-        "params",
-        nargs="*",
-        default=[],
-        metavar="param=value",
-        help="task parameters, e.g. n=4 noise=0.5 reveal_prob=0.3",
-    )
-    a.add_argument(
-        "--length",
-        type=_int(high=limits.MAX_LENGTH),
-        default=4000,
-        help="tokens per sequence (default: 4000, past the float64 underflow at the defaults)",
-    )
-    a.add_argument("--samples", type=_int(), default=64, help="sequences (default: 64)")
-    a.add_argument("--seed", type=_int(0), default=0, help="seed of the sequences")
-    a.add_argument("--results-dir", default="results", help="folder for the plot (default: results)")
-    a.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="folder for the plot belief_TASK_PARAMS.png (default: RESULTS_DIR/belief)",
-    )
-    a.set_defaults(func=cmd_analyze)
-
-    a = asub.add_parser(
-        "shortcut",
-        help="the random state machine's last-k-symbols floor: the accuracy of guessing the final "
-        "state from the last k symbols alone, exact",
-    )
-    a.add_argument(
-        "params", nargs="*", default=[], metavar="param=value", help="fsm parameters, e.g. states=6 machine_seed=0"
-    )
-    a.add_argument(
-        "--window", type=_int(), default=4, help="the longest window k (default: 4, a causal convolution of 4 tokens)"
-    )
-    a.set_defaults(func=cmd_analyze)
-
-
-def _add_construct_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """`construct`."""
-    p = command("construct", help="exact bilinear weights for an automaton task, and their accuracy per length")
-    p.add_argument("task", metavar="TASK", help="fsm, modadd, parity or word_problem")
-    p.add_argument(
-        "params",
-        nargs="*",
-        default=[],
-        metavar="param=value",
-        help="task parameters, e.g. states=6 machine_seed=1, m=20, group=A5",
-    )
-    p.add_argument(
-        "--structure",
-        default="full",
-        help="full, cp, block (any automaton), rotation (commuting tokens: Z_m, abelian groups) or diagonal (parity)",
-    )
-    p.add_argument(
-        "--lengths",
-        type=_int(high=limits.MAX_LENGTH),
-        nargs="+",
-        default=[10, 100, 1000, 10000],
-        help="evaluation lengths (default: 10 100 1000 10000)",
-    )
-    p.add_argument("--samples", type=_int(), default=16, help="inputs per length (default: 16)")
-    p.add_argument("--batch-size", type=_int(), default=16, help="inputs per batch (default: 16)")
-    p.add_argument(
-        "--chunk-size",
-        type=_int(high=limits.MAX_LENGTH),
-        default=1024,
-        help="tokens fed per call, carrying the state (default: 1024)",
-    )
-    p.add_argument(
-        "--normalize-every",
-        type=_int(1),
-        default=1,
-        help="the mixer's evaluation-time renormalisation period (default: 1)",
-    )
-    p.add_argument("--seed", type=_int(0), default=0, help="seed of the evaluation inputs")
-    p.set_defaults(func=cmd_construct)
 
 
 def _one_line(text: str) -> str:
