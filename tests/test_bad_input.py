@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from statetrack.store import Outcome, RunClaim, Store
+from statetrack.store import Outcome, Plan, RunClaim, Store
 
 RUN_ID = "0123456789abcdef"
 CONFIG = {"experiment": "exp", "model": {"name": "lstm", "d_model": 8}, "task": {"name": "modadd", "m": 3},
@@ -30,7 +30,7 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
     path = tmp_path / "results" / "statetrack.db"
     db = Store(path)
-    db.set_plan("exp", {"name": "exp"}, PLAN)
+    db.set_plan(Plan("exp", {"name": "exp"}, PLAN))
     db.start_run(RunClaim(RUN_ID, "exp", "LSTM", "modadd(m=3)", 0, 0.01, CONFIG, "abc"))
     db.finish_run(RUN_ID, Outcome([{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4}], [{"step": 1, "loss": 1.0, "accuracy": 0.5}], 2, 100, 0.1, 0.1))
     return path
@@ -234,7 +234,7 @@ def test_a_store_held_locked_at_open_is_one_line_after_one_wait(tmp_path, monkey
     from statetrack.errors import StatetrackError
 
     path = tmp_path / "s.db"
-    Store(path).set_plan("x", {"name": "x"}, [])
+    Store(path).set_plan(Plan("x", {"name": "x"}, []))
     monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.3)
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("PRAGMA journal_mode=DELETE")

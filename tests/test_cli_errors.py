@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
-from statetrack.store import Outcome, RunClaim, Store
+from statetrack.store import Outcome, Plan, RunClaim, Store
 
 # (argv, what the one line must contain). In argv, {tmp} is the test's working folder, {store} an
 # existing store holding no experiment, {text} a text file that is not a store; the other stores and
@@ -275,7 +275,7 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "exits.yaml").write_text("name: exits\nimports: [exits.py]\n" + TINY)
     (tmp_path / "locked").mkdir(mode=0o555)
     # a store whose plan and run name an experiment "../../x" (a store someone sent)
-    Store(tmp_path / "escaping.db").set_plan("fine", {"name": "fine"}, [])
+    Store(tmp_path / "escaping.db").set_plan(Plan("fine", {"name": "fine"}, []))
     _sql(tmp_path / "escaping.db", "INSERT INTO plans (experiment, spec, runs) VALUES ('../../x', '{}', '[]')",
          "INSERT INTO runs (id, experiment, model, task, seed, lr, config, status) VALUES ('abc', '../../x', 'm', 't', 0, 0.1, '{}', 'done')")
     # another application's databases: one with a `runs` table of its own, one with its application id
@@ -285,7 +285,7 @@ def workdir(tmp_path, monkeypatch):
     _sql(tmp_path / "newer.db", "PRAGMA user_version = 99")
     # damaged pages: a store whose pages after the first two are overwritten
     store = Store(tmp_path / "damaged.db")
-    store.set_plan("big", {"name": "big", "description": "x" * 20000}, [{"id": str(i)} for i in range(500)])
+    store.set_plan(Plan("big", {"name": "big", "description": "x" * 20000}, [{"id": str(i)} for i in range(500)]))
     data = bytearray((tmp_path / "damaged.db").read_bytes())
     data[8192:] = b"\x5a" * (len(data) - 8192)
     (tmp_path / "damaged.db").write_bytes(bytes(data))

@@ -128,3 +128,23 @@ def test_a_bad_command_line_is_one_line(capsys, words):
     code, out, err = run_cli(capsys, *words, "--no-such-option")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and err.startswith("statetrack: error: "), err
+
+
+def test_key_value_pairs_after_options_do_not_reach_the_next_command(monkeypatch, capsys):
+    """Pairs argparse leaves over (after an option) join that command's list, never the table's
+    shared default: a second command in the same process sees only its own."""
+    from statetrack.errors import StatetrackError
+    from statetrack.experiments import spec
+
+    seen = []
+
+    def resolve(name, scale, overrides, *rest):
+        seen.append(list(overrides))
+        raise StatetrackError("resolved")
+
+    monkeypatch.setattr(spec, "resolve", resolve)
+    assert cli.main(["run", "demo", "--dry-run", "train.steps=12"]) == 2
+    assert cli.main(["run", "demo", "--dry-run"]) == 2
+    assert cli.main(["run", "demo", "seeds=[0]", "--dry-run", "train.steps=3"]) == 2
+    assert seen == [["train.steps=12"], [], ["seeds=[0]", "train.steps=3"]]
+    assert capsys.readouterr().err.count("resolved") == 3

@@ -29,7 +29,7 @@ from cli_helpers import run_cli
 from statetrack import limits, yamlio
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import expand, load_spec
-from statetrack.store import Outcome, RunClaim
+from statetrack.store import Outcome, Plan, RunClaim
 
 HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 QUICK = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=HEALTH)
@@ -206,7 +206,7 @@ def a_damaged_row_is_skipped_or_refused_in_one_line(tmp_path_factory, capsys, co
     results = tmp_path_factory.mktemp("damaged") / "r"
     store = Store(results / "statetrack.db")
     run_id = "0123456789abcdef"
-    store.set_plan("exp", {"name": "exp"}, [{"id": run_id, "model": "LSTM", "task": "modadd(m=3)", "lr": 0.01, "seed": 0}])
+    store.set_plan(Plan("exp", {"name": "exp"}, [{"id": run_id, "model": "LSTM", "task": "modadd(m=3)", "lr": 0.01, "seed": 0}]))
     store.start_run(RunClaim(run_id, "exp", "LSTM", "modadd(m=3)", 0, 0.01, {"model": {"name": "lstm", "d_model": 8},
                     "task": {"name": "modadd", "m": 3}, "train": {"max_length": 5}, "eval": {"lengths": [5]}}, "abc"))
     store.finish_run(run_id, Outcome([{"length": 5, "accuracy": 0.5, "scaled_accuracy": 0.2, "samples": 4, "position_accuracy": [1.0],

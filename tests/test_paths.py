@@ -15,7 +15,7 @@ from statetrack.experiments.worker import checkpoint_path
 from statetrack.paths import NAME_MAX, check_name, under, write_text
 from statetrack.results.report import write_report
 from statetrack.results.scoring import score_store
-from statetrack.store import RunClaim, Store
+from statetrack.store import Plan, RunClaim, Store
 from statetrack.training.loggers import tensorboard_dir
 
 BAD_NAMES = ["", ".", "..", "../x", "../../escape", "/tmp/x", "a/b", "a\\b", ".hidden", "x" * (NAME_MAX + 1), "sp ace",
@@ -61,7 +61,7 @@ def test_a_folder_linked_out_of_the_results_folder_is_refused(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "results" / "demo").symlink_to(tmp_path / "elsewhere")
     store = Store(tmp_path / "s.db")
-    store.set_plan("demo", {"name": "demo"}, [])
+    store.set_plan(Plan("demo", {"name": "demo"}, []))
     with pytest.raises(StatetrackError, match="resolves to .*elsewhere, outside the folder"):
         write_report(score_store(store, "demo", run_data=True), tmp_path / "results")
     assert list((tmp_path / "elsewhere").iterdir()) == []
@@ -87,7 +87,7 @@ def test_checkpoint_and_tensorboard_paths_stay_under_their_roots(tmp_path, exper
 def test_a_store_takes_no_unsafe_name(tmp_path):
     store = Store(tmp_path / "s.db")
     with pytest.raises(StatetrackError, match="'../x' is not allowed"):
-        store.set_plan("../x", {}, [])
+        store.set_plan(Plan("../x", {}, []))
     with pytest.raises(StatetrackError, match="'../x' is not allowed"):
         store.start_run(RunClaim("r1", "../x", "LSTM", "parity", 0, 0.01, {}, "abc"))
     assert store.experiments() == []

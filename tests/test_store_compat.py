@@ -76,7 +76,7 @@ def test_the_fixture_is_a_store_of_this_version():
 def test_the_committed_store_opens_and_reads_back_the_same(store_path, read_only):
     store = Store(store_path, read_only=read_only)
     assert store.experiments() == EXPECTED["experiments"]
-    assert [r["id"] for r in store.plan("demo")["runs"]] == EXPECTED["plan_runs"]
+    assert [r["id"] for r in store.plan("demo").runs] == EXPECTED["plan_runs"]
     _same([{k: r[k] for k in EXPECTED["runs"][0]} for r in store.runs("demo")], EXPECTED["runs"])
     _same(store.results("demo"), EXPECTED["results"])
     assert {r["run_id"] for r in EXPECTED["results"]} == set(EXPECTED["plan_runs"])  # the expectation covers every run

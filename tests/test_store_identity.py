@@ -10,7 +10,7 @@ import pytest
 
 from cli_helpers import run_cli
 from statetrack.errors import StatetrackError
-from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Outcome, RunClaim, Store, StoreDamaged
+from statetrack.store import APPLICATION_ID, SCHEMA_VERSION, Outcome, Plan, RunClaim, Store, StoreDamaged
 
 # A store of an earlier statetrack: no application id, and evals and curves without the later columns.
 EARLIER_STORE = """
@@ -88,7 +88,7 @@ def test_the_command_line_says_it_in_one_line(tmp_path, capsys):
 def test_an_empty_sqlite_database_becomes_a_store(tmp_path):
     sqlite3.connect(tmp_path / "e.db").close()
     (tmp_path / "e.db").write_bytes(b"")
-    Store(tmp_path / "e.db").set_plan("x", {}, [])
+    Store(tmp_path / "e.db").set_plan(Plan("x", {}, []))
     assert _pragmas(tmp_path / "e.db") == (APPLICATION_ID, SCHEMA_VERSION)
 
 
@@ -137,7 +137,7 @@ def _damage(path: Path, keep_pages: int = 2) -> None:
 
 def _filled(path: Path) -> Store:
     store = Store(path)
-    store.set_plan("big", {"description": "x" * 20000}, [{"id": str(i)} for i in range(500)])
+    store.set_plan(Plan("big", {"description": "x" * 20000}, [{"id": str(i)} for i in range(500)]))
     return store
 
 
@@ -171,7 +171,7 @@ def test_a_file_with_an_sqlite_header_and_nothing_else_is_refused(tmp_path):
 def _store_with_a_result(tmp_path) -> Path:
     path = tmp_path / "s.db"
     store = Store(path)
-    store.set_plan("demo", {"name": "demo"}, [])
+    store.set_plan(Plan("demo", {"name": "demo"}, []))
     for run_id in ("a" * 16, "b" * 16):
         assert store.start_run(RunClaim(run_id, "demo", "LSTM", "parity", 0, 0.01, {"task": {"name": "parity"}}, "rev"))
         store.finish_run(run_id, Outcome([{"length": 8, "accuracy": 1.0, "scaled_accuracy": 1.0, "samples": 64}], [], 10, 100, 0.0, 0.0))
@@ -266,7 +266,7 @@ def test_a_store_locked_by_another_writer_is_one_line_after_a_bounded_wait(tmp_p
     holder.execute("BEGIN EXCLUSIVE")
     try:
         with pytest.raises(StatetrackError, match=r"is locked by another process \(waited 0.2 s\); try again"):
-            Store(path).set_plan("other", {"name": "other"}, [])
+            Store(path).set_plan(Plan("other", {"name": "other"}, []))
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -387,7 +387,7 @@ def test_a_new_store_still_opens_beside_its_wal_file(tmp_path):
 
     source = tmp_path / "s.db"
     store = Store(source)
-    store.set_plan("x", {"name": "x"}, [])
+    store.set_plan(Plan("x", {"name": "x"}, []))
     holder = sqlite3.connect(source)
     holder.execute("PRAGMA wal_autocheckpoint=0")
     holder.execute("BEGIN")
@@ -398,7 +398,7 @@ def test_a_new_store_still_opens_beside_its_wal_file(tmp_path):
             shutil.copy2(source.with_name("s.db" + end), tmp_path / "copy" / ("s.db" + end))
     holder.rollback()
     holder.close()
-    assert Store(tmp_path / "copy" / "s.db", read_only=True).plan("x")["spec"] == {"name": "x"}
+    assert Store(tmp_path / "copy" / "s.db", read_only=True).plan("x").spec == {"name": "x"}
 
 
 @pytest.mark.parametrize("read_only", [False, True], ids=["write", "read-only"])
@@ -408,7 +408,7 @@ def test_a_fifo_or_a_folder_where_sqlite_keeps_a_companion_file_is_one_line(tmp_
     """SQLite would block opening a FIFO there (a hang) or fail on a folder (a 'disk I/O error')."""
     import os
 
-    Store(tmp_path / "s.db").set_plan("x", {"name": "x"}, [])
+    Store(tmp_path / "s.db").set_plan(Plan("x", {"name": "x"}, []))
     companion = tmp_path / f"s.db{end}"
     os.mkfifo(companion) if kind == "a FIFO" else companion.mkdir()
     with pytest.raises(StatetrackError, match=f"{companion} \\(where SQLite keeps its {end[1:]} file\\) is {kind}, not a file"):

@@ -10,7 +10,7 @@ from statetrack.cli import main
 from statetrack.results.plots import metric_series
 from statetrack.results.report import write_report
 from statetrack.results.scoring import score_store
-from statetrack.store import Outcome, RunClaim, Store
+from statetrack.store import Outcome, Plan, RunClaim, Store
 
 
 def _config(group: str, lr: float = 0.01, seed: int = 0) -> dict:
@@ -21,8 +21,8 @@ def _config(group: str, lr: float = 0.01, seed: int = 0) -> dict:
 def _add_run(store: Store, run_id: str, model: str, group: str, lr: float, seed: int, evals: list[dict], curve=()) -> None:
     """Plan the run (beside the experiment's runs so far, as `statetrack run` plans before it trains), then store it."""
     task = f"word_problem(group={group})"
-    planned = (store.plan("fp") or {"runs": []})["runs"]
-    store.set_plan("fp", {"name": "fp", "scale": "quick"}, [*planned, {"id": run_id, "model": model, "task": task, "lr": lr, "seed": seed}])
+    planned = (store.plan("fp") or Plan("fp", {}, [])).runs
+    store.set_plan(Plan("fp", {"name": "fp", "scale": "quick"}, [*planned, {"id": run_id, "model": model, "task": task, "lr": lr, "seed": seed}]))
     store.start_run(RunClaim(run_id, "fp", model, task, seed, lr, _config(group, lr, seed), "abc"))
     store.finish_run(run_id, Outcome(evals, list(curve), 10, 100, 1.0, 0.5))
 

@@ -63,18 +63,18 @@ def _store_path(args) -> Path:
 
 def run_and_report(args, experiment, options, after=None):
     """What `run` and `reproduce` do per experiment: train what the store lacks of it, call `after`
-    (when given) however that ended, score the stored runs once and write the report; returns
+    (when given) however that ended, score the stored runs once under the plan it stored and write the report; returns
     (the `Scored`, the report's folder)."""
     from statetrack.experiments.runner import run_experiment
     from statetrack.results.report import write_report
     from statetrack.results.scoring import score_store
 
     try:
-        run_experiment(experiment, args.results_dir, options, store_path=args.store)
+        plan = run_experiment(experiment, args.results_dir, options, store_path=args.store)
     finally:
         if after is not None:
             after()
-    scored = score_store(_store(args), experiment.name, run_data=True)
+    scored = score_store(_store(args), experiment.name, plan=plan, run_data=True)
     return scored, write_report(scored, args.results_dir)
 
 
@@ -436,10 +436,13 @@ def cmd_report(args) -> int:
     scored = {}  # each experiment scored once, with its spec's `paper:` and `selection:` as they are now
     for name in names:
         _known_experiment(store, name)
-        if args.all and store.plan(name) is None:
+        plan = store.plan(name)
+        if args.all and plan is None:
             continue  # a damaged plan (the store's warning names it) or none: a row of the index says so
-        now = spec_now(name, (store.plan(name) or {}).get("scale")) or {}
-        scored[name] = score_store(store, name, paper=now.get("paper"), selection=now.get("selection"), run_data=True)
+        now = spec_now(name, plan.scale if plan else None) or {}
+        scored[name] = score_store(
+            store, name, plan=plan, paper=now.get("paper"), selection=now.get("selection"), run_data=True
+        )
         print(write_report(scored[name], args.results_dir, formats) / "report.html")
     if args.all:
         print(write_index(store, args.results_dir, scored))
@@ -480,7 +483,7 @@ def cmd_results(args) -> int:
     _known_experiment(store, args.experiment)
     if args.json:
         plan = store.plan(args.experiment)
-        print(json.dumps(store.results(args.experiment, {r["id"] for r in plan["runs"]} if plan else None), indent=1))
+        print(json.dumps(store.results(args.experiment, plan.ids if plan else None), indent=1))
         return 0
     print(results_text(score_store(store, args.experiment, run_data=True)))
     return 0
@@ -1268,11 +1271,11 @@ def main(argv: list[str] | None = None) -> int:
         args, extra = parser.parse_known_args(argv)
         # key=value pairs may come after options (`run demo --scale paper seeds=[0]`): argparse leaves
         # them over, and they belong to the command's own key=value list.
-        listed = getattr(args, "overrides", getattr(args, "params", None))
-        for item in extra:
-            if listed is None or item.startswith("-") or "=" not in item:
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            listed.append(item)
+        listed = next((key for key in ("overrides", "params") if hasattr(args, key)), None)
+        if extra and (listed is None or any(item.startswith("-") or "=" not in item for item in extra)):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        if extra and listed is not None:  # a new list: the table's default one stays empty for the next parse
+            setattr(args, listed, [*getattr(args, listed), *extra])
     except UsageError as error:
         print(f"statetrack: error: {error}", file=sys.stderr)
         return 2

@@ -34,7 +34,7 @@ import stat
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -228,6 +228,29 @@ def _kind(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `statetrack run` expanded for one experiment, kept as the store keeps it (JSON values):
+    the resolved spec (its scale among its keys) and one entry per run ({id, model, task, lr, seed,
+    ...}: `RunSpec.plan_entry`); `created_at`: when the store recorded it (None before). The runner
+    stores it (`Store.set_plan`), `statetrack run` scores the one it stored, and the store, a
+    snapshot and the book give it back (`Store.plan`)."""
+
+    experiment: str
+    spec: dict
+    runs: list[dict]
+    created_at: float | None = None
+
+    @property
+    def scale(self) -> str | None:
+        return self.spec.get("scale")
+
+    @property
+    def ids(self) -> set[str]:
+        """The ids of the plan's runs."""
+        return {r["id"] for r in self.runs}
 
 
 @dataclass(frozen=True)
@@ -577,17 +600,19 @@ class Store:
                 [(run_id, socket.gethostname(), os.getpid()) for run_id in run_ids],
             )
 
-    def set_plan(self, experiment: str, spec: dict, runs: list[dict]) -> None:
-        """Record what `statetrack run` expanded: the resolved spec and one {id, model, task, lr, seed} per run.
-        The latest plan of an experiment replaces the earlier one (the report follows the last command).
-        A stored run of the plan takes the plan's model and task labels: a label tells models of one
-        plan apart (`Mamba [0,1] (num_layers=2)` beside a one-layer Mamba), so it follows the plan,
-        while the run itself (its id, its configuration) is the same."""
+    def set_plan(self, plan: Plan) -> Plan:
+        """Record what `statetrack run` expanded (`Plan`). The latest plan of an experiment replaces
+        the earlier one (the report follows the last command). A stored run of the plan takes the
+        plan's model and task labels: a label tells models of one plan apart (`Mamba [0,1]
+        (num_layers=2)` beside a one-layer Mamba), so it follows the plan, while the run itself (its
+        id, its configuration) is the same. Returns the plan as stored (with its `created_at`)."""
+        experiment, runs = plan.experiment, plan.runs
+        stored = replace(plan, created_at=time.time())
         check_name(experiment)
         with self._connect() as db:
             db.execute(
                 "INSERT OR REPLACE INTO plans (experiment, scale, spec, runs, created_at) VALUES (?, ?, ?, ?, ?)",
-                (experiment, spec.get("scale"), json.dumps(spec, sort_keys=True), json.dumps(runs), time.time()),
+                (experiment, plan.scale, json.dumps(plan.spec, sort_keys=True), json.dumps(runs), stored.created_at),
             )
             db.executemany(
                 "UPDATE runs SET model = ?, task = ? WHERE id = ? AND experiment = ? AND (model != ? OR task != ?)",
@@ -597,6 +622,7 @@ class Store:
                     if "model" in r and "task" in r and "id" in r
                 ],
             )
+        return stored
 
     def finish_run(self, run_id: str, outcome: Outcome) -> None:
         """Write a finished run's evaluations and curve (`Outcome`) and mark it done, atomically."""
@@ -733,8 +759,8 @@ class Store:
             self._warned.add(message)
             warnings.warn(StoreDamaged(message), stacklevel=4)
 
-    def plan(self, experiment: str) -> dict | None:
-        """The latest plan of the experiment: {experiment, scale, spec, runs, created_at}; None for an
+    def plan(self, experiment: str) -> Plan | None:
+        """The latest plan of the experiment (`Plan`); None for an
         experiment the store does not know (`statetrack run` records the plan before any run) and,
         with a StoreDamaged warning naming it, for a plan that does not decode (`decode_plan`)."""
         with self._connect() as db:
@@ -753,7 +779,9 @@ class Store:
                 "(re-run the experiment to record it again)"
             )
             return None
-        return {**dict(row), "spec": spec, "runs": runs}
+        if row["scale"] is not None:
+            spec.setdefault("scale", row["scale"])
+        return Plan(experiment, spec, runs, row["created_at"])
 
     def experiments(self) -> list[str]:
         """Every experiment with runs or a plan (a grid killed before its first run has only a plan);

@@ -1,4 +1,4 @@
-"""One `statetrack run` resolves its spec once, reads its plan once and scores once, and every
+"""One `statetrack run` resolves its spec once, scores once from the plan it stored (never read back), and every
 derived fact has one definition: the longest training length the report's per-position plot marks
 is the plan's, for a spec that relies on the default training lengths and for a curriculum."""
 
@@ -22,7 +22,7 @@ def _counting(monkeypatch, module, name, calls):
     monkeypatch.setattr(module, name, counted)
 
 
-def test_a_run_resolves_once_reads_its_plan_once_and_scores_once(monkeypatch, tmp_path, capsys):
+def test_a_run_resolves_once_and_scores_once_from_the_plan_it_stored(monkeypatch, tmp_path, capsys):
     calls = {}
     for module, name in ((spec_module, "read_spec"), (spec_module, "load_spec"), (spec_module, "expand"),
                          (scoring, "score"), (scoring, "summarize"), (scoring, "claim_verdicts"), (Store, "plan")):
@@ -30,7 +30,26 @@ def test_a_run_resolves_once_reads_its_plan_once_and_scores_once(monkeypatch, tm
     code, out, _ = run_cli(capsys, "run", "demo", "--results-dir", str(tmp_path), "--workers", "1", "--no-progress",
                            "--name", "demo", "seeds=[0]", "train.steps=5", "eval.samples=8", "models=[{name: deltanet, eig_range: '[-1,1]'}]")
     assert code == 0 and "did it reproduce?" in out
-    assert calls == {"read_spec": 1, "load_spec": 1, "expand": 1, "plan": 1, "score": 1, "summarize": 1, "claim_verdicts": 1}
+    assert calls == {"read_spec": 1, "load_spec": 1, "expand": 1, "score": 1, "summarize": 1, "claim_verdicts": 1}
+
+
+def test_the_plan_in_memory_is_the_one_the_store_gives_back(tmp_path):
+    """`Experiment.plan()` is what `Store.plan` returns once stored (JSON values, its created_at
+    aside), so scoring the plan `run` stored gives what scoring the store's gives."""
+    from dataclasses import replace
+
+    from statetrack.experiments.runner import run_experiment
+    from statetrack.options import RunOptions
+
+    experiment = spec_module.resolve("demo", overrides=["seeds=[0]", "train.steps=3", "eval.samples=8", "models=[lstm]"], name="demo")
+    stored = run_experiment(experiment, tmp_path, RunOptions(workers=1, progress=False), log=lambda *_: None)
+    store = Store(tmp_path / "statetrack.db")
+    assert stored == store.plan("demo") and stored.created_at is not None
+    assert replace(stored, created_at=None) == experiment.plan()
+    from_memory = scoring.score_store(store, "demo", plan=stored)
+    from_store = scoring.score_store(store, "demo")
+    assert from_memory.summary == from_store.summary and from_memory.verdicts == from_store.verdicts
+    assert from_memory.summary and from_memory.missing == []
 
 
 

@@ -13,7 +13,7 @@ import pytest
 from statetrack.experiments import expand, load_spec
 from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import resolve
-from statetrack.store import Store
+from statetrack.store import Plan, Store
 
 
 def test_run_ids_are_stable_and_distinct(tiny_spec):
@@ -188,8 +188,8 @@ def test_a_plan_relabels_its_stored_runs(tiny_spec, tmp_path):
     store = Store(tmp_path / "r" / "statetrack.db")
     runs = expand(load_spec(path))
     before = {r["id"]: r["model"] for r in store.runs("tiny")}
-    store.set_plan("tiny", {"name": "tiny"}, [{"id": r.id, "model": f"{r.model_name} (relabelled)", "task": r.task_name,
-                                               "lr": r.lr, "seed": r.seed} for r in runs])
+    store.set_plan(Plan("tiny", {"name": "tiny"}, [{"id": r.id, "model": f"{r.model_name} (relabelled)", "task": r.task_name,
+                                               "lr": r.lr, "seed": r.seed} for r in runs]))
     after = {r["id"]: r["model"] for r in store.runs("tiny")}
     assert after == {i: f"{m} (relabelled)" for i, m in before.items()}
     assert {row["model"] for row in store.results("tiny")} == set(after.values())

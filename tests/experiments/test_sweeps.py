@@ -14,7 +14,7 @@ from statetrack.experiments.runner import RunOptions, run_experiment
 from statetrack.experiments.spec import resolve
 from statetrack.results.report import write_index, write_report
 from statetrack.results.scoring import score_store
-from statetrack.store import Store
+from statetrack.store import Plan, Store
 from statetrack.training.loggers import tensorboard_dir
 
 # 2 models x 2 lrs x 2 seeds, a few steps each; curves logged every 5 steps.
@@ -130,14 +130,14 @@ def test_report_shows_selection_seeds_and_missing_runs(grids, tmp_path):
     assert "8 of 8 runs done" in md and "Missing runs" not in md
     # the next command plans a third seed and is killed before it starts anything
     bigger = expand(load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"], name="grid"))
-    store.set_plan("grid", load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"], name="grid"),
-                   [{"id": r.id, "model": r.model_name, "task": r.task_name, "lr": r.lr, "seed": r.seed} for r in bigger])
+    store.set_plan(Plan("grid", load_spec(str(grids["spec"]), overrides=["seeds=[0, 1, 2]"], name="grid"),
+                   [{"id": r.id, "model": r.model_name, "task": r.task_name, "lr": r.lr, "seed": r.seed} for r in bigger]))
     missing = score_store(store, "grid").missing
     assert len(missing) == 4 and {r["seed"] for r in missing} == {2} and {r["status"] for r in missing} == {"not started"}
     md = (write_report(score_store(store, "grid", run_data=True), grids["root"] / "local") / "report.md").read_text()
     assert "8 of 12 runs done" in md and "## Missing runs (4)" in md and "seed=2: not started" in md
-    store.set_plan("other", {"name": "other", "scale": "quick", "description": "planned, never ran"}, [
-        {"id": "x" * 16, "model": "LSTM", "task": "parity", "lr": 1e-3, "seed": 0}])
+    store.set_plan(Plan("other", {"name": "other", "scale": "quick", "description": "planned, never ran"}, [
+        {"id": "x" * 16, "model": "LSTM", "task": "parity", "lr": 1e-3, "seed": 0}]))
     md = (write_report(score_store(store, "other", run_data=True), grids["root"] / "local") / "report.md").read_text()
     assert "0 of 1 runs done" in md and "No finished runs yet." in md and "seed=0: not started" in md
     index = write_index(store, grids["root"] / "local").read_text()

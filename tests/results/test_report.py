@@ -17,7 +17,7 @@ from statetrack.results.report import write_index, write_report
 from statetrack.results.scoring import score_store
 from statetrack.results.selection import summarize
 from statetrack.results.tables import markdown_table, table_rows
-from statetrack.store import Outcome, RunClaim, Store
+from statetrack.store import Outcome, Plan, RunClaim, Store
 
 
 def _store(tmp_path, paper=PAPER, seeds=(0, 1)) -> Store:
@@ -36,7 +36,7 @@ def _store(tmp_path, paper=PAPER, seeds=(0, 1)) -> Store:
             evals = [{"length": n, "accuracy": (1 + v) / 2, "scaled_accuracy": v, "samples": 64} for n, v in scaled.items()]
             store.finish_run(run_id, Outcome(evals, [{"step": 10, "loss": 0.7, "accuracy": 0.5}, {"step": 20, "loss": 0.01, "accuracy": 1.0}], 20, 100, 1.0, 0.1))
     spec = {"name": "parity", "scale": "quick", "description": "parity, synthetic", "selection": {"seeds": "mean"}}
-    store.set_plan("parity", {**spec, **({"paper": paper} if paper else {})}, planned)
+    store.set_plan(Plan("parity", {**spec, **({"paper": paper} if paper else {})}, planned))
     return store
 
 
@@ -81,7 +81,7 @@ def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
         store.finish_run(run_id, Outcome([{"length": 40, "accuracy": 0.6, "scaled_accuracy": 0.2, "samples": 64}], curve, curve[-1]["step"], 100, 1.0, 0.1))
         planned.append({"id": run_id, "model": "LSTM", "task": "parity", "lr": 0.01, "seed": 0 if run_id == "budget" else 1,
                         "steps": steps, "train_length": 40, "lengths": [40]})
-    store.set_plan("parity", {"name": "parity", "scale": "quick"}, planned)
+    store.set_plan(Plan("parity", {"name": "parity", "scale": "quick"}, planned))
     md = (write_report(score_store(store, "parity", run_data=True), tmp_path) / "report.md").read_text()
     assert "2 of 2 runs done at scale quick (1 still learning when their budget ended" in md
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| budget") or line.startswith("| early")}
@@ -120,7 +120,7 @@ def test_the_report_writes_vector_plots_and_latex_tables_on_request(tmp_path):
 
 def test_index_shows_each_experiments_verdicts(tmp_path):
     store = _store(tmp_path)
-    store.set_plan("nopaper", {"name": "nopaper", "scale": "quick"}, [])
+    store.set_plan(Plan("nopaper", {"name": "nopaper", "scale": "quick"}, []))
     write_report(score_store(store, "parity", run_data=True), tmp_path)
     md = (write_index(store, tmp_path).parent / "index.md").read_text()
     assert "| experiment | scale | done | expected | failed | missing | claims |" in md

@@ -38,7 +38,7 @@ from statetrack.experiments.worker import checkpoint_path
 from statetrack.models.sizing import pass_flops
 from statetrack.options import RunOptions
 from statetrack.paths import check_output, check_outputs, check_writable, report_outputs, store_file
-from statetrack.store import Outcome, RunClaim, Store
+from statetrack.store import Outcome, Plan, RunClaim, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
 
 
@@ -222,9 +222,10 @@ def run_experiment(
     options: RunOptions | None = None,
     store_path: str | Path | None = None,
     log=print,
-) -> None:
+) -> Plan:
     """Train every unfinished run of `experiment` (`spec.resolve`) into the store (`store_path`, by
-    default `results_dir`/statetrack.db) and record its plan, under `options` (default: `RunOptions()`).
+    default `results_dir`/statetrack.db) and record its plan, under `options` (default: `RunOptions()`);
+    returns the plan as stored.
 
     Several drivers may run the same experiment on one store: each claims a run before training it
     and renews its lease every `options.lease` / 4 seconds; the others skip claimed runs, wait for
@@ -265,12 +266,13 @@ def run_experiment(
         if todo
         else None
     )
-    store.set_plan(spec["name"], spec, experiment.plan())
+    plan = store.set_plan(experiment.plan())
     if pool is None:  # nothing to train
         log(summary)
-        return
+        return plan
     log(f"{summary}; {pool.describe()}")
     _Drive(pool, store, options, git_rev, status, todo, log).run()
+    return plan
 
 
 def _check_outputs(experiment: Experiment, results_dir, store_path, tensorboard) -> None:

@@ -43,6 +43,7 @@ from statetrack.schema import (
     selection_of,
     validate_spec,
 )
+from statetrack.store import Plan
 from statetrack.tasks import make_task
 from statetrack.training.train import TrainConfig, curriculum_tasks
 
@@ -363,9 +364,11 @@ class Experiment:
     def paper(self) -> dict | None:
         return paper_of(self.spec)
 
-    def plan(self) -> list[dict]:
-        """Every run as the plan records it (`RunSpec.plan_entry`)."""
-        return [run.plan_entry() for run in self.runs]
+    def plan(self) -> Plan:
+        """The experiment's plan: its spec and every run as the plan records it (`RunSpec.plan_entry`),
+        as JSON values, so the plan in memory is the one the store gives back."""
+        spec = json.loads(json.dumps(self.spec, sort_keys=True))
+        return Plan(self.name, spec, json.loads(json.dumps([run.plan_entry() for run in self.runs])))
 
 
 def resolve(

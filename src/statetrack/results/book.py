@@ -35,6 +35,7 @@ from statetrack.results.scoring import Scored, fit_table, score
 from statetrack.results.selection import learning_runs
 from statetrack.results.tables import fit_rows, markdown_table, table_rows
 from statetrack.schema import SCALES
+from statetrack.store import Plan
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1
@@ -100,9 +101,9 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
     plan = store.plan(experiment)
     if plan is None:
         raise StatetrackError(f"experiment {experiment!r} has no plan in the store: run it first")
-    scale = plan.get("scale") or "quick"
+    scale = plan.scale or "quick"
     path = snapshot_path(book_dir, experiment, scale)
-    ids = {r["id"] for r in plan["runs"]}
+    ids = plan.ids
     parts = []
     if path.exists():
         before = json.loads(path.read_text())
@@ -151,8 +152,8 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
         "experiment": experiment,
         "scale": scale,
         "git_rev": git_revision(),
-        "spec": plan["spec"],
-        "plan": plan["runs"],
+        "spec": plan.spec,
+        "plan": plan.runs,
         "runs": runs,
         "results": store.results(experiment, ids),
         "parts": parts,
@@ -169,7 +170,7 @@ def record_part(store, experiment: str, book_dir: str | Path, started_at: float,
     plan = store.plan(experiment)
     if plan is None:
         return None
-    ids = {r["id"] for r in plan["runs"]}
+    ids = plan.ids
     trained = sum(1 for r in store.runs(experiment) if r["id"] in ids and (r["finished_at"] or 0) >= started_at)
     part = {"seconds": round(time.time() - started_at, 1), "runs": trained, "workers": workers}
     return write_snapshot(store, experiment, book_dir, part)
@@ -192,7 +193,7 @@ def scored(snapshot: dict) -> Scored:
     """A snapshot scored as a store is (`scoring.score`), under the spec's `selection` and `paper` as
     they are now (else the snapshot's)."""
     experiment, scale = snapshot["experiment"], snapshot["scale"]
-    plan = {"scale": scale, "runs": snapshot["plan"], "spec": snapshot["spec"]}
+    plan = Plan(experiment, {**snapshot["spec"], "scale": scale}, snapshot["plan"])
     now = spec_now(experiment, scale) or {}
     return score(
         experiment, plan, snapshot["runs"], snapshot["results"], paper=now.get("paper"), selection=now.get("selection")

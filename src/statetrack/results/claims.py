@@ -16,6 +16,7 @@ from statetrack.checks import check_value
 from statetrack.experiments.spec import covers
 from statetrack.labels import split_variant_label, variant_label
 from statetrack.schema import extrapolation_length
+from statetrack.store import Plan
 
 # ---- the paper's figures and claims beside the measured ones ----------------------------------------
 # A spec's `paper:` states what the paper reports, so that the report answers "did it reproduce?".
@@ -194,7 +195,7 @@ def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None)
     return rows
 
 
-def planned_names(plan: dict | None) -> dict | None:
+def planned_names(plan: Plan | None) -> dict | None:
     """What the experiment's latest plan runs, for the claims: {models (labels), tasks (training
     tasks), scale, lengths ({task: evaluation lengths}), train_length ({task: longest training
     length}), seeds ({(model, task, dataset_size, lr): seeds}), left_out (the model and task names of
@@ -204,19 +205,19 @@ def planned_names(plan: dict | None) -> dict | None:
     lengths: defaultdict[str, set[int]] = defaultdict(set)
     train: dict[str, int] = {}
     seeds: defaultdict[tuple, set[int]] = defaultdict(set)
-    for r in plan["runs"]:
+    for r in plan.runs:
         lengths[r["task"]].update(r.get("lengths") or [])
         if r.get("train_length") is not None:
             train[r["task"]] = max(train.get(r["task"], 0), r["train_length"])
         seeds[(r["model"], r["task"], r.get("dataset_size"), r["lr"])].add(r["seed"])
     return {
-        "models": {r["model"] for r in plan["runs"]},
-        "tasks": {r["task"] for r in plan["runs"]},
-        "scale": plan.get("scale"),
+        "models": {r["model"] for r in plan.runs},
+        "tasks": {r["task"] for r in plan.runs},
+        "scale": plan.scale,
         "lengths": {t: sorted(v) for t, v in lengths.items() if v},
         "train_length": train,
         "seeds": dict(seeds),
-        "left_out": set(plan["spec"].get("left_out") or ()),
+        "left_out": set(plan.spec.get("left_out") or ()),
     }
 
 

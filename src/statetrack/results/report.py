@@ -482,7 +482,7 @@ def _runs_table(runs: list[dict], learning: set) -> tuple[list[str], list[list[s
 
 def _status_line(scored: Scored, learning: set) -> str:
     """The report's first line: runs done of those planned, still learning, other configurations, verdicts."""
-    expected, missing, others = len(scored.plan["runs"]), scored.missing, scored.others
+    expected, missing, others = len(scored.plan.runs), scored.missing, scored.others
     scale = f" at scale {scored.scale}" if scored.scale else ""
     line = (
         f"{expected - len(missing)} of {expected} runs done{scale}"
@@ -579,9 +579,9 @@ def write_index(store: Store, results_dir: str | Path = "results", scored: dict[
             links.append(f"{name}/report.html")
             continue
         plan, missing = scored_here.plan, scored_here.missing
-        expected = len(plan["runs"])
+        expected = len(plan.runs)
         failed = sum(1 for r in missing if r["status"] == "failed")
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan["created_at"])) if plan.get("created_at") else "-"
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(plan.created_at)) if plan.created_at else "-"
         description = " ".join(str(scored_here.description).split())
         rows.append(
             [

@@ -13,6 +13,7 @@ from statetrack.experiments.spec import by_settings, paper_of
 from statetrack.results.claims import claim_verdicts, fit_figure, planned_names, trained_entry
 from statetrack.results.selection import summarize, with_train_lengths
 from statetrack.schema import FIT_THRESHOLD, selection_of
+from statetrack.store import Plan
 
 
 def fit_table(scored: Scored, learning: set[str] | None) -> list[dict]:
@@ -29,7 +30,7 @@ def fit_table(scored: Scored, learning: set[str] | None) -> list[dict]:
     measure = measure if measure in ("scaled", "sequence", "extrapolation") else "scaled"
     threshold = paper.get("fit") or FIT_THRESHOLD
     variant = (paper.get("claims") or [{}])[0].get("fit_variant") if paper else None
-    plan_by_key = {(p["task"], p["model"], p.get("dataset_size"), p["lr"], p["seed"]): p for p in scored.plan["runs"]}
+    plan_by_key = {(p["task"], p["model"], p.get("dataset_size"), p["lr"], p["seed"]): p for p in scored.plan.runs}
     stored = {r["id"]: r for r in scored.runs}
     out = []
     for e in scored.summary:
@@ -88,7 +89,7 @@ class Scored:
     results`, `statetrack run`'s summary and the book render it; none of them scores again."""
 
     experiment: str
-    plan: dict
+    plan: Plan
     runs: list[dict]
     selection: dict
     summary: list[dict]
@@ -101,11 +102,11 @@ class Scored:
 
     @property
     def spec(self) -> dict:
-        return self.plan["spec"]
+        return self.plan.spec
 
     @property
     def scale(self) -> str | None:
-        return self.plan.get("scale")
+        return self.plan.scale
 
     @property
     def description(self) -> str:
@@ -117,12 +118,12 @@ class Scored:
         return self.planned["train_length"]
 
 
-def missing_runs(plan: dict, runs: list[dict]) -> list[dict]:
+def missing_runs(plan: Plan, runs: list[dict]) -> list[dict]:
     """The plan's runs that are not done: the plan's entry with status 'not started', 'running or
     interrupted' or 'failed' and the error of a failed one."""
     stored = {r["id"]: r for r in runs}
     missing = []
-    for r in plan["runs"]:
+    for r in plan.runs:
         row = stored.get(r["id"])
         if row is None or row["status"] != "done":
             status = (
@@ -134,7 +135,7 @@ def missing_runs(plan: dict, runs: list[dict]) -> list[dict]:
 
 def score(
     experiment: str,
-    plan: dict,
+    plan: Plan,
     runs: list[dict],
     results: list[dict],
     *,
@@ -147,7 +148,7 @@ def score(
     (`Store.runs`) and their results (`Store.results`), or the same from a book snapshot.
     `paper` and `selection` (the spec's sections as they are now) replace the plan's: editing a
     claim or the selection rule rescores without a run."""
-    spec = plan["spec"]
+    spec = plan.spec
     selection = selection_of({**spec, "selection": selection if selection is not None else spec.get("selection")})
     planned = planned_names(plan)
     assert planned is not None  # the names of a plan
@@ -161,16 +162,23 @@ def score(
 
 
 def score_store(
-    store, experiment: str, *, paper: dict | None = None, selection: dict | None = None, run_data: bool = False
+    store,
+    experiment: str,
+    *,
+    plan: Plan | None = None,
+    paper: dict | None = None,
+    selection: dict | None = None,
+    run_data: bool = False,
 ) -> Scored:
-    """`score` of the experiment's latest plan in `store`, each table read once; `run_data`: also
-    read the per-run records the report's plots draw (`RunData`)."""
-    plan = store.plan(experiment)
+    """`score` of the experiment's latest plan in `store` (`plan`: the one `statetrack run` just
+    stored, not read again), each table read once; `run_data`: also read the per-run records the
+    report's plots draw (`RunData`)."""
+    plan = plan or store.plan(experiment)
     if plan is None:
         raise StatetrackError(
             f"experiment {experiment!r} has no plan in {store.path}: `statetrack run {experiment}` records one"
         )
-    ids = {r["id"] for r in plan["runs"]}
+    ids = plan.ids
     stored = store.runs(experiment)
     runs = [r for r in stored if r["id"] in ids]
     data = None

@@ -42,7 +42,7 @@ from collections import defaultdict
 from statetrack.errors import StatetrackError
 from statetrack.labels import split_variant_label
 from statetrack.schema import SELECTION_DEFAULTS, extrapolation_length, run_score
-from statetrack.store import RESULT_KEYS
+from statetrack.store import RESULT_KEYS, Plan
 
 
 def sample_std(values: list[float]) -> float:
@@ -229,11 +229,11 @@ def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
     return earlier - later >= max(drop * earlier, 1e-3)
 
 
-def learning_runs(runs: list[dict], plan: dict, curves) -> set[str]:
+def learning_runs(runs: list[dict], plan: Plan, curves) -> set[str]:
     """The ids of the done runs that used their whole budget (the plan's steps) with the training
     loss still falling at the end (`still_learning` of `curves(run id)`): their figures say what
     the budget allowed. A diverged run is not among them."""
-    budgets = {p["id"]: p.get("steps") for p in plan["runs"]}
+    budgets = {p["id"]: p.get("steps") for p in plan.runs}
     return {
         r["id"]
         for r in runs

@@ -185,7 +185,7 @@ def load_runs(
             f"{', '.join(db.experiments()) or 'none'}"
         )
     plan = db.plan(experiment)
-    planned = None if plan is None else {r["id"] for r in plan["runs"]}
+    planned = None if plan is None else plan.ids
     rows = [r for r in db.runs(experiment) if r["status"] == "done" and (planned is None or r["id"] in planned)]
     for key, value in (("model", model), ("task", task), ("seed", seed), ("lr", lr)):
         if value is None:

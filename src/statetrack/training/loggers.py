@@ -477,7 +477,7 @@ def _export(store, experiment: str, kind: str, target: str, rows: list[dict]) ->
         from statetrack.schema import selection_of
 
         plan = store.plan(experiment)
-        log_to = {kind: target, "context": {"selection": selection_of(plan["spec"]) if plan else None}}
+        log_to = {kind: target, "context": {"selection": selection_of(plan.spec) if plan else None}}
         check_log_to(log_to)
         for row in rows:
             run = stored_run(row)
