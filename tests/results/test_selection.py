@@ -89,3 +89,16 @@ def test_the_headline_and_the_check_marks_read_one_aggregate(seeds):
     entry = summarize(rows, {"criterion": "extrapolation", "seeds": seeds})[0]
     assert entry["score"] == max((n for n, ok in entry["extrapolates"].items() if ok), default=0)
     assert entry["score"] == (1000 if seeds == "max" else 40)
+
+
+def test_a_summary_entry_holds_exactly_the_keys_its_type_declares():
+    """`SummaryEntry` is what `summarize` builds (every key, no other) and what `with_train_lengths`
+    completes; the renderers are typed against it."""
+    from statetrack.results.selection import SummaryEntry, with_train_lengths
+
+    (entry,) = summarize(_rows(GRID))
+    assert set(entry) == SummaryEntry.__required_keys__
+    assert SummaryEntry.__optional_keys__ == {"train_length"}
+    (entry,) = with_train_lengths([entry], {"train_length": {"t": 20}})
+    assert set(entry) == SummaryEntry.__required_keys__ | {"train_length"} and entry["train_length"] == 20
+    assert entry["lengths"] == [10, 20, 40, 80] and entry["seeds"] == [0, 1] and entry["lr"] in (0.1, 0.01)

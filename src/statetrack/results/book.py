@@ -32,7 +32,7 @@ from statetrack.paths import write_text
 from statetrack.results.claims import NOT_MEASURED, VERDICTS, check_verdict
 from statetrack.results.report import claim_measured, claim_test, paper_tables, verdict_line
 from statetrack.results.scoring import Scored, fit_table, score
-from statetrack.results.selection import learning_runs
+from statetrack.results.selection import SummaryEntry, learning_runs
 from statetrack.results.tables import fit_rows, markdown_table, table_rows
 from statetrack.schema import SCALES
 from statetrack.store import Plan
@@ -379,7 +379,7 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
     return md
 
 
-def _selection_text(summary: list[dict]) -> str:
+def _selection_text(summary: list[SummaryEntry]) -> str:
     from statetrack.results.selection import describe_selection
 
     return describe_selection(summary[0]["selection"])

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 
 from statetrack.checks import check_value
 from statetrack.experiments.spec import covers
 from statetrack.labels import split_variant_label, variant_label
+from statetrack.results.selection import SummaryEntry
 from statetrack.schema import extrapolation_length
 from statetrack.store import Plan
 
@@ -43,7 +45,7 @@ def _range_text(lengths) -> str:
     return f"at {lengths}" if isinstance(lengths, int) else f"in {lengths[0]}..{lengths[1]}"
 
 
-def gate_length(entry: dict, claim: dict, lengths: list[int], planned: dict | None = None) -> int | None:
+def gate_length(entry: SummaryEntry, claim: dict, lengths: list[int], planned: dict | None = None) -> int | None:
     """The longest training length at which the claim's model must have fit before the claim is
     read over `lengths` (the fit gate), or None where the claim is decided without it. Gated: a
     claim about extrapolation (a length beyond the training lengths, or the measure
@@ -71,7 +73,7 @@ def fit_figure(record: dict, measure: str, length: int) -> float | None:
 
 
 def claim_lengths(
-    entry: dict, measure: str, lengths, planned: dict | None = None
+    entry: SummaryEntry, measure: str, lengths, planned: dict | None = None
 ) -> tuple[list[int] | None, str | None]:
     """The evaluation lengths a figure over `lengths` (a length, [shortest, longest] or None: all)
     reads for `entry`, or (None, why not): the lengths the plan evaluates its task at (`planned`,
@@ -114,7 +116,7 @@ def seed_figure(record: dict, measure: str, lengths: list[int], test: str, thres
     return min(picked) if test == "at_least" else max(picked) if test == "below" else statistics.mean(picked)
 
 
-def measured(entry: dict, measure: str = "scaled", lengths=None, planned: dict | None = None) -> float | None:
+def measured(entry: SummaryEntry, measure: str = "scaled", lengths=None, planned: dict | None = None) -> float | None:
     """An entry of `summarize` as one figure, the paper's figure's counterpart: `scaled` (its
     headline scaled accuracy), `sequence` (sequence accuracy, mean over seeds) or `metric:NAME` (a
     metric of the runs, e.g. the total-variation distance `metric:tv_distance`, mean over seeds),
@@ -130,16 +132,18 @@ def measured(entry: dict, measure: str = "scaled", lengths=None, planned: dict |
             if all(n in entry["extrapolates"] for n in picked)
             else None
         )
+    values: Mapping[int, float | None]
     if measure.startswith("metric:"):
         values = entry.get("metrics_mean", {}).get(measure[len("metric:") :], {})
     else:
         values = entry["headline"] if measure == "scaled" else entry["sequence_mean"]
-    if any(values.get(n) is None for n in picked):
+    figures = [values.get(n) for n in picked]
+    if any(v is None for v in figures):
         return None
-    return statistics.mean(values[n] for n in picked)
+    return statistics.mean(v for v in figures if v is not None)
 
 
-def seed_spread(entry: dict, paper: dict, planned: dict | None = None) -> list[float]:
+def seed_spread(entry: SummaryEntry, paper: dict, planned: dict | None = None) -> list[float]:
     """Each seed's own figure for the paper's measure over its lengths (the mean over the lengths;
     for `extrapolation` the length it extrapolates to), for the seeds that measured all of them."""
     lengths, _ = claim_lengths(entry, paper["measure"], paper["lengths"], planned)
@@ -152,7 +156,7 @@ def seed_spread(entry: dict, paper: dict, planned: dict | None = None) -> list[f
     return [f for f in figures if f is not None]
 
 
-def paper_figures(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
+def paper_figures(paper: dict, summary: list[SummaryEntry], planned: dict | None = None) -> list[dict]:
     """One row per (task, model) entry of the summary, with the paper's figure where it gives one and
     the measured figure (`paper.measure` over `paper.lengths`); then the paper's figures for models
     and tasks the plan does not run or has not finished (measured None; run False when the plan does
@@ -249,7 +253,9 @@ def _passes(test: str, value: float, bound) -> bool:
     return value < bound if test == "below" else value > bound
 
 
-def _entry_figure(entry: dict, claim: dict, lengths: list[int], planned: dict | None) -> tuple[dict, float | None]:
+def _entry_figure(
+    entry: SummaryEntry, claim: dict, lengths: list[int], planned: dict | None
+) -> tuple[dict, float | None]:
     """({seed: its figure or None} over the seeds the plan runs at the entry's lr, mean of those measured)."""
     key = (entry["model"], entry.get("run_task", entry["task"]), entry["dataset_size"], entry["lr"])
     seeds = sorted((planned or {}).get("seeds", {}).get(key) or entry["seeds"])
@@ -264,7 +270,7 @@ def _entry_figure(entry: dict, claim: dict, lengths: list[int], planned: dict | 
     return figures, statistics.mean(values) if values else None
 
 
-def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None) -> list[dict]:
+def claim_verdicts(paper: dict, summary: list[SummaryEntry], planned: dict | None = None) -> list[dict]:
     """Each claim of `paper` checked against the summary, seed by seed:
     {claim, verdict, results, missing, unplanned, reason}.
 
@@ -293,7 +299,7 @@ def claim_verdicts(paper: dict, summary: list[dict], planned: dict | None = None
     return [_claim_verdict(claim, summary, planned) for claim in paper["claims"]]
 
 
-def _claim_verdict(claim: dict, summary: list[dict], planned: dict | None) -> dict:
+def _claim_verdict(claim: dict, summary: list[SummaryEntry], planned: dict | None) -> dict:
     """One claim's verdict (`claim_verdicts`)."""
     if claim["scales"] and planned is not None and planned.get("scale") not in claim["scales"]:
         return {
@@ -345,7 +351,7 @@ def _claim_verdict(claim: dict, summary: list[dict], planned: dict | None) -> di
 
 
 def _entry_result(
-    claim: dict, e: dict, summary: list[dict], rivals: list[str], planned: dict | None
+    claim: dict, e: SummaryEntry, summary: list[SummaryEntry], rivals: list[str], planned: dict | None
 ) -> tuple[dict, list[str]]:
     """One (task, model) entry of a claim, scored seed by seed behind the fit gate (`claim_verdicts`
     gives its keys), and the rivals it has no entry of on the same task."""
@@ -462,7 +468,7 @@ def check_verdict(claim: dict) -> dict:
     }
 
 
-def trained_entry(entry: dict, summary: list[dict], variant: str | None = None) -> dict:
+def trained_entry(entry: SummaryEntry, summary: list[SummaryEntry], variant: str | None = None) -> SummaryEntry:
     """The summary entry on which the fit of `entry`'s runs is read: the same runs scored on the task
     they trained on, or on the evaluation variant `variant` (`paper.fit_variant`) where that task's
     own targets are partly unpredictable; `entry` itself when it is that one or none is found."""

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 from statetrack.experiments.spec import train_range  # noqa: E402
 from statetrack.paths import open_for_write  # noqa: E402
 from statetrack.results.scoring import RunData  # noqa: E402
+from statetrack.results.selection import SummaryEntry
 
 FORMATS = ("png", "svg", "pdf")  # what a report's plots can be written as; PNG is always written (the HTML embeds it)
 _also: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("statetrack_plot_formats", default=())
@@ -65,7 +67,7 @@ def model_label(model: str, dataset_size: int | None = None) -> str:
     return model if dataset_size is None else f"{model} N={dataset_size}"
 
 
-def entry_label(entry: dict) -> str:
+def entry_label(entry: Mapping[str, Any]) -> str:
     return model_label(entry["model"], entry.get("dataset_size"))
 
 
@@ -129,12 +131,12 @@ def dodge(xs: list, index: int, count: int) -> list[float]:
     return [x * factor for x in xs]
 
 
-def seeds_reaching(entry: dict, level: float = FIT) -> int:
+def seeds_reaching(entry: SummaryEntry, level: float = FIT) -> int:
     """How many of the entry's seeds score at least `level` at every length they were evaluated at."""
     return sum(1 for r in entry["per_seed"].values() if r["scaled"] and min(r["scaled"].values()) >= level)
 
 
-def plot_accuracy_vs_length(summary: list[dict], path: Path, training: dict | None = None) -> Path:
+def plot_accuracy_vs_length(summary: list[SummaryEntry], path: Path, training: dict | None = None) -> Path:
     """Per task, over the evaluated lengths: each model's headline (the aggregate the tables report,
     bold), every seed as a thin line with markers in the model's colour, and the range over the seeds
     (lowest to highest) as a band. Each model's lines sit a little apart along the length axis
@@ -398,7 +400,7 @@ def _run_size(run: dict):
     return ((run.get("config") or {}).get("train") or {}).get("dataset_size")
 
 
-def selected_runs(summary: list[dict], runs: list[dict]) -> list[tuple[dict, list[dict]]]:
+def selected_runs(summary: list[SummaryEntry], runs: list[dict]) -> list[tuple[SummaryEntry, list[dict]]]:
     """Each summary entry with its done runs at the selected lr (one per seed)."""
     return [
         (
@@ -416,7 +418,9 @@ def selected_runs(summary: list[dict], runs: list[dict]) -> list[tuple[dict, lis
     ]
 
 
-def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path: Path, log_x: bool = False) -> Path:
+def plot_metric(
+    series: list[tuple[SummaryEntry, dict]], family: str, xlabel: str, path: Path, log_x: bool = False
+) -> Path:
     """One metric family against x (evaluation length or training step), per task: one colour per
     model, one line style per statistic (median solid, max dashed, min dotted)."""
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -459,7 +463,7 @@ def plot_metric(series: list[tuple[dict, dict]], family: str, xlabel: str, path:
     return path
 
 
-def metrics_by_length(data: RunData, summary: list[dict], runs: list[dict]) -> list[tuple[dict, dict]]:
+def metrics_by_length(data: RunData, summary: list[SummaryEntry], runs: list[dict]) -> list[tuple[SummaryEntry, dict]]:
     """Per summary entry, its evaluations' metrics over the seeds at the selected lr:
     (entry, {family: {stat: {length: value}}}) (`metric_series`)."""
     return [
@@ -473,7 +477,7 @@ def metrics_by_length(data: RunData, summary: list[dict], runs: list[dict]) -> l
     ]
 
 
-def plot_metrics(data: RunData, summary: list[dict], runs: list[dict], out: Path) -> list[Path]:
+def plot_metrics(data: RunData, summary: list[SummaryEntry], runs: list[dict], out: Path) -> list[Path]:
     """The models' own metrics at the selected lr, over the seeds: per family (e.g. `iterations`
     from iterations_median and iterations_max), `<family>_vs_length.png` when evaluations carry it
     and `<family>_vs_step.png` when training-curve points do. None when no run reports metrics."""
@@ -512,7 +516,9 @@ def _position_label(run: dict) -> str:
     return cls.position_label if cls is not None else "input position"
 
 
-def position_series(data: RunData, summary: list[dict], runs: list[dict]) -> list[tuple[dict, int, list, str]]:
+def position_series(
+    data: RunData, summary: list[SummaryEntry], runs: list[dict]
+) -> list[tuple[SummaryEntry, int, list, str]]:
     """(entry, length, per-position accuracy, mean over the seeds at the selected lr, what a position
     is) at the entry's longest length that has a per-position accuracy with more than one supervised
     position (a task supervised once per example, at its end, has nothing to show along the input)."""
@@ -532,7 +538,7 @@ def position_series(data: RunData, summary: list[dict], runs: list[dict]) -> lis
 
 
 def plot_position_accuracy(
-    series: list[tuple[dict, int, list, str]], path: Path, train_lengths: dict | None = None
+    series: list[tuple[SummaryEntry, int, list, str]], path: Path, train_lengths: dict | None = None
 ) -> Path:
     """Per task: accuracy at each position at the longest evaluation length, one line per model
     (positions never supervised are skipped; a position is an input token, or the k-th supervised
@@ -565,7 +571,7 @@ def plot_position_accuracy(
     return path
 
 
-def plot_traces(data: RunData, summary: list[dict], runs: list[dict], answers: dict, out: Path) -> list[Path]:
+def plot_traces(data: RunData, summary: list[SummaryEntry], runs: list[dict], answers: dict, out: Path) -> list[Path]:
     """Model output against the input (Anonymous 2025, Fig. 2-3), one PNG per task (and evaluation
     variant) whose runs kept traces (`eval.traces`): per model, the first traced example at the
     shortest traced length of its best seed at the selected lr. Grey: the input tokens (scaled to

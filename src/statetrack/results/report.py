@@ -43,7 +43,7 @@ from statetrack.results.plots import (
     train_ranges,
 )
 from statetrack.results.scoring import Scored, fit_table, score_store
-from statetrack.results.selection import data_efficiency, describe_selection, learning_runs
+from statetrack.results.selection import SummaryEntry, data_efficiency, describe_selection, learning_runs
 from statetrack.results.tables import (
     data_efficiency_rows,
     extrapolation_caption,
@@ -276,7 +276,7 @@ def _without_constant_columns(note: str, table: tuple) -> tuple[str, tuple]:
     )
 
 
-def alike_lines(summary: list[dict]) -> list[str]:
+def alike_lines(summary: list[SummaryEntry]) -> list[str]:
     """A line for each group of models whose figures are the same at every length and seed on one
     task: they answer alike on the shared evaluation inputs, as models that give one class for every
     input do, which would otherwise read like a bug."""

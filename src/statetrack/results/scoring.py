@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import by_settings, paper_of
 from statetrack.results.claims import claim_verdicts, fit_figure, planned_names, trained_entry
-from statetrack.results.selection import summarize, with_train_lengths
+from statetrack.results.selection import SummaryEntry, summarize, with_train_lengths
 from statetrack.schema import FIT_THRESHOLD, selection_of
 from statetrack.store import Plan
 
@@ -34,10 +34,10 @@ def fit_table(scored: Scored, learning: set[str] | None) -> list[dict]:
     stored = {r["id"]: r for r in scored.runs}
     out = []
     for e in scored.summary:
-        if e["variant"] or e.get("train_length") is None:
+        length = e.get("train_length")
+        if e["variant"] or length is None:
             continue
         trained = trained_entry(e, scored.summary, variant)
-        length = e["train_length"]
         figures = {s: fit_figure(trained["per_seed"][s], measure, length) for s in trained["per_seed"]}
         planned = {s: plan_by_key.get((e["task"], e["model"], e["dataset_size"], e["lr"], s)) for s in e["seeds"]}
         steps = {s: stored[p["id"]]["steps"] for s, p in planned.items() if p and stored.get(p["id"], {}).get("steps")}
@@ -92,7 +92,7 @@ class Scored:
     plan: Plan
     runs: list[dict]
     selection: dict
-    summary: list[dict]
+    summary: list[SummaryEntry]
     planned: dict
     paper: dict | None
     verdicts: list[dict]

@@ -38,11 +38,62 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from typing import Any, TypedDict
 
 from statetrack.errors import StatetrackError
 from statetrack.labels import split_variant_label
 from statetrack.schema import SELECTION_DEFAULTS, extrapolation_length, run_score
 from statetrack.store import RESULT_KEYS, Plan
+
+
+class Figures(TypedDict):
+    """The figures of one (task, model, training-set size) at its selected lr (`summarize`), per
+    evaluation length: `headline` (the mean over seeds, or the best seed's, as `selection.seeds`
+    says), `best` (the best seed's, `best_seed`), `mean` and `std` (the sample std) over seeds of
+    the scaled accuracy; `per_seed` ({seed: {scaled, accuracy, sequence, measured, metrics, score}});
+    `sequence_mean`/`sequence_std` (sequence accuracy, where measured); `measured_mean` (what the
+    threshold of `extrapolation` reads, mean over seeds); `extrapolates` (the check marks);
+    `metrics_mean` ({metric: {length: mean over seeds}}); `score`, the headline's criterion value."""
+
+    lengths: list[int]
+    seeds: list[int]
+    selection: dict[str, Any]
+    score: float
+    headline: dict[int, float | None]
+    best_seed: int
+    best: dict[int, float | None]
+    mean: dict[int, float]
+    std: dict[int, float]
+    per_seed: dict[int, dict[str, Any]]
+    sequence_mean: dict[int, float]
+    sequence_std: dict[int, float]
+    measured_mean: dict[int, float]
+    extrapolates: dict[int, bool]
+    metrics_mean: dict[str, dict[int, float]]
+
+
+class _Entry(Figures):
+    """The keys of a `SummaryEntry` that `summarize` gives."""
+
+    task: str
+    run_task: str
+    variant: str
+    model: str
+    dataset_size: int | None
+    lr: float
+    lr_scores: dict[float, float]
+    sequence_differs: bool
+
+
+class SummaryEntry(_Entry, total=False):
+    """One entry of `summarize`: a (task, model, training-set size) and its `Figures` at the
+    selected `lr`. `task` is "<run_task> [<variant>]" for an evaluation variant's entry (`variant`
+    '' for the training task); `dataset_size` None for fresh batches; `lr_scores` ({lr: score
+    under the lr rule}); `sequence_differs`: some run of the entry, at any lr, has a sequence
+    accuracy other than its accuracy; `train_length`: the task's longest training length in the
+    plan (`with_train_lengths`; None where the plan does not record it)."""
+
+    train_length: int | None
 
 
 def sample_std(values: list[float]) -> float:
@@ -71,7 +122,7 @@ def describe_selection(selection: dict | None) -> str:
     return f"score = {score}; lr with {lr}; headline = {seeds}"
 
 
-def summarize(rows: list[dict], selection: dict | None = None, train_length: dict | None = None) -> list[dict]:
+def summarize(rows: list[dict], selection: dict | None = None, train_length: dict | None = None) -> list[SummaryEntry]:
     """Rows of `Store.results` -> one entry per (task, model, dataset_size) with the selected figures.
 
     The learning rate is chosen on the training lengths only: each run's criterion is computed over
@@ -79,15 +130,7 @@ def summarize(rows: list[dict], selection: dict | None = None, train_length: dic
     length, as `planned_names` gives it), never over the test lengths; where no such length was
     evaluated, or `train_length` does not name the task, over every length.
 
-    Each entry: task, run_task and variant (an evaluation variant's entry has task
-    "<run_task> [<variant>]"), model, dataset_size (None for fresh batches), lr (selected), lengths, seeds,
-    selection, score (the headline's criterion value), headline (per-length scaled accuracy: mean
-    over seeds or the best seed's), best and best_seed, mean and std (per length over seeds at the
-    selected lr; the sample std), per_seed ({seed: {scaled, accuracy, sequence, score}} at that lr),
-    lr_scores ({lr: score under the lr rule}), sequence_mean and sequence_std (sequence accuracy per
-    length over the seeds at the selected lr that measured it) and sequence_differs (some run of the
-    entry, at any lr, has a sequence accuracy other than its accuracy: only then is it worth a table
-    of its own).
+    Each entry is a `SummaryEntry`.
     """
     selection = {**SELECTION_DEFAULTS, **(selection or {})}
     groups, variants, differs = _seed_records(rows, selection, train_length)
@@ -96,7 +139,7 @@ def summarize(rows: list[dict], selection: dict | None = None, train_length: dic
         scores = [s["train_score"] for s in runs_at_lr.values()]
         return _mean_score(scores) if selection["lr"] == "best_mean" else max(scores)
 
-    summary = []
+    summary: list[SummaryEntry] = []
     for (task, model, size), by_lr in groups.items():
         lr_scores = {lr: lr_score(by_lr[lr]) for lr in sorted(by_lr)}
         lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
@@ -160,7 +203,7 @@ def _seed_records(rows: list[dict], selection: dict, train_length: dict | None) 
     return groups, variants, differs
 
 
-def _selected_figures(seeds: dict, selection: dict) -> dict:
+def _selected_figures(seeds: dict, selection: dict) -> Figures:
     """A summary entry's figures from its seeds' records at the selected lr ({seed: record}): the
     keys of `summarize`'s entry from lengths to metrics_mean."""
     best_seed = max(sorted(seeds), key=lambda s: seeds[s]["score"])
@@ -245,7 +288,7 @@ def learning_runs(runs: list[dict], plan: Plan, curves) -> set[str]:
     }
 
 
-def data_efficiency(summary: list[dict]) -> list[dict]:
+def data_efficiency(summary: list[SummaryEntry]) -> list[dict]:
     """Accuracy against training-set size (Ebrahimi & Memisevic 2025, Fig. 2), read off `summarize`:
     one entry per (task, model) with runs on fixed training sets: task, model, length (the task's
     longest evaluation length) and by_size {N: {mean, std, best, seeds}}, the scaled accuracy at
@@ -270,7 +313,7 @@ def data_efficiency(summary: list[dict]) -> list[dict]:
     return out
 
 
-def with_train_lengths(summary: list[dict], planned: dict | None) -> list[dict]:
+def with_train_lengths(summary: list[SummaryEntry], planned: dict | None) -> list[SummaryEntry]:
     """The summary with each entry's `train_length`: the longest training length of its task in the
     plan (None where the plan does not record it), so that tables can mark the lengths in distribution."""
     train = (planned or {}).get("train_length", {})

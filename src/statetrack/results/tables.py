@@ -17,6 +17,7 @@ from statetrack.results.plots import (
     METRIC_NAMES,
     entry_label,
 )
+from statetrack.results.selection import SummaryEntry
 
 
 def _fmt(value) -> str:
@@ -30,16 +31,16 @@ def _spread(mean, std, count: int) -> str:
     return f"{mean:.3f}" if count < 2 else f"{mean:.3f} ± {std:.3f}"
 
 
-def _score_header(summary: list[dict]) -> str:
+def _score_header(summary: list[SummaryEntry]) -> str:
     criterion = summary[0]["selection"]["criterion"] if summary else "mean_scaled"
     return "extrapolates to" if criterion == "extrapolation" else "score"
 
 
-def _fmt_score(entry: dict, score: float) -> str:
+def _fmt_score(entry: SummaryEntry, score: float) -> str:
     return f"{score:g}" if entry["selection"]["criterion"] == "extrapolation" else f"{score:.3f}"
 
 
-def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str], list[list[str]]]:
+def table_rows(summary: list[SummaryEntry], which: str = "headline") -> tuple[list[str], list[list[str]]]:
     """The paper-style table: `headline` (after selection, with the score), `best` (best seed) or
     `mean` (mean ± std over seeds); scaled accuracy per evaluation length."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
@@ -63,19 +64,19 @@ def table_rows(summary: list[dict], which: str = "headline") -> tuple[list[str],
     return header, body
 
 
-def length_header(summary: list[dict], length: int) -> str:
+def length_header(summary: list[SummaryEntry], length: int) -> str:
     """A length's column header, "40 (train)" where it lies within the training lengths of every
     entry evaluated there (each entry's `train_length`, see `selection.with_train_lengths`)."""
     trains = [e.get("train_length") for e in summary if length in e["lengths"]]
     return f"{length} (train)" if trains and all(t is not None and length <= t for t in trains) else str(length)
 
 
-def _seeds_at(entry: dict, key: str, length: int) -> int:
+def _seeds_at(entry: SummaryEntry, key: str, length: int) -> int:
     """How many seeds (at the selected lr) measured `key` ('scaled' or 'sequence') at `length`."""
     return sum(1 for r in entry["per_seed"].values() if length in r[key])
 
 
-def seed_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
+def seed_rows(summary: list[SummaryEntry]) -> tuple[list[str], list[list[str]]]:
     """One row per seed at the selected lr: the spread behind the headline."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
     header = ["task", "model", "lr", "seed", _score_header(summary)] + [str(n) for n in lengths]
@@ -94,7 +95,7 @@ def seed_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def lr_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
+def lr_rows(summary: list[SummaryEntry]) -> tuple[list[str], list[list[str]]]:
     """Each learning rate's score under the lr rule; the selected one is marked."""
     lrs = sorted(set().union(*[set(e["lr_scores"]) for e in summary])) if summary else []
     header = ["task", "model"] + [f"lr {lr:g}" for lr in lrs]
@@ -109,7 +110,7 @@ def lr_rows(summary: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
-def sequence_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]:
+def sequence_rows(summary: list[SummaryEntry]) -> tuple[list[str], list[list[str]], int]:
     """Sequence accuracy (examples right at every supervised position) per evaluation length, mean ±
     std over the seeds at the selected lr; the last item: the first two columns are text."""
     lengths = sorted(set().union(*[set(e["lengths"]) for e in summary])) if summary else []
@@ -134,7 +135,7 @@ def extrapolation_caption(selection: dict) -> str:
     )
 
 
-def extrapolation_rows(summary: list[dict]) -> tuple[list[str], list[list[str]], int]:
+def extrapolation_rows(summary: list[SummaryEntry]) -> tuple[list[str], list[list[str]], int]:
     """The paper's check-mark table (Anonymous 2025, Tables 2-5): per (task, model), ✓ at each test
     length the model extrapolates to (selection.metric, mean over seeds at the selected lr, >= the
     threshold there and at every shorter length), ✗ elsewhere; the last item: two text columns."""
@@ -265,7 +266,9 @@ def data_efficiency_rows(efficiency: list[dict]) -> tuple[list[str], list[list[s
     return header, body
 
 
-def metric_rows(series: list[tuple[dict, dict]]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
+def metric_rows(
+    series: list[tuple[SummaryEntry, dict]],
+) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
     """One table per metric family and statistic measured at evaluation lengths (e.g. the
     total-variation distance to the exact belief on `pfsa`): rows task and model, a column per length."""
     tables = []
