@@ -69,7 +69,9 @@ def test_a_run_of_three_runs_builds_its_training_settings_at_most_six_times(monk
     spec_module._train_config.cache_clear()  # nothing built by an earlier test counts as built here
     monkeypatch.setattr(schema.TrainConfig, "__init__", counted)
     code, out, _ = run_cli(capsys, "run", "demo", "--results-dir", str(tmp_path), "--workers", "1", "--no-progress",
-                           "--name", "demo", "seeds=[0]", "train.steps=5", "eval.samples=8")
+                           "--name", "demo", "seeds=[0]", "train.steps=5", "eval.samples=8",
+                           "models=[{name: deltanet, eig_range: '[-1,1]'}, {name: deltanet, eig_range: '[0,1]'}, "
+                           "{name: lstm, lrs: [3.0e-3], train: {steps: 5}}]")  # the LSTM's own settings, as the demo's
     assert code == 0 and "did it reproduce?" in out and len(Store(tmp_path / "statetrack.db").runs("demo")) == 3
     assert 3 <= len(built) <= 6  # the trainer's own check of each run, and the settings the runs share
 
