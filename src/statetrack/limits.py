@@ -16,9 +16,11 @@ attention's quadratic terms and torch's own overheads, so they err low; `STATETR
 in the environment lifts every bound."""
 
 import argparse
+import math
 import os
 import resource
 import shutil
+import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -253,6 +255,17 @@ def check_export_size(samples: int, lengths: list[int], out_dir: str | Path) -> 
             f"--samples {samples} at --lengths up to {max(lengths)} is an estimated {_gib(size)} of files, "
             f"more than {what}; {HOW_TO_LIFT}"
         )
+
+
+def seconds_from_now(text: str) -> float:
+    """An argparse type for a duration in seconds (> 0), read as the moment it ends (a `time.time()`)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return time.time() + seconds
 
 
 def argparse_int(low: int | None = None, high: int | None = None):

@@ -30,7 +30,10 @@ class RunOptions:
     them in this process, with progress bars). backend 'ray': one Ray task per run on the cluster
     at `address`, or on a local Ray instance with `workers` CPUs. `tensorboard` (a folder), `wandb`
     (a project) and `mlflow` (a tracking URI) log every run to those trackers. `retry_failed`: train
-    runs that failed before again. `lease`: seconds a driver's claim on a run lasts unless renewed."""
+    runs that failed before again. `lease`: seconds a driver's claim on a run lasts unless renewed.
+    `deadline` (a `time.time()`; on the command line `--stop-after SECONDS`, counted from the
+    command's start): training stops there, each run in flight saving its checkpoint and none
+    starting after it; the same command again resumes them (a time-limited session in slices)."""
 
     device: str = _option("auto", "--device", "auto (CUDA when present), cpu or cuda")
     progress: bool = _option(True, "--no-progress", "no progress bars", switch=True)
@@ -89,6 +92,15 @@ class RunOptions:
         "drivers sharing a store: a run whose driver has not renewed its claim for this long is taken over "
         f"(default: {LEASE_SECONDS:g}; on one machine a killed driver's runs are free at once)",
         type=float,
+        metavar="SECONDS",
+    )
+
+    deadline: float | None = _option(
+        None,
+        "--stop-after",
+        "stop training this many seconds after the command starts: runs in flight save a checkpoint and stop, "
+        "none starts after it; the same command again resumes them",
+        type=limits.seconds_from_now,
         metavar="SECONDS",
     )
 

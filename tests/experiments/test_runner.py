@@ -43,10 +43,10 @@ def test_failed_run_is_recorded_and_grid_goes_on(tiny_spec, tmp_path, monkeypatc
 
     real = Trainer.fit
 
-    def explode(self):
+    def explode(self, deadline=None):
         if self.model.blocks[0].mixer.__class__.__name__ == "LSTM":
             raise FloatingPointError("training loss became nan at step 3")
-        return real(self)
+        return real(self, deadline)
 
     monkeypatch.setattr(Trainer, "fit", explode)
     spec, logs = str(tiny_spec()), []

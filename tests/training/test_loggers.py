@@ -187,12 +187,12 @@ def test_failed_and_diverged_runs_end_failed_in_the_trackers(tiny_spec, tmp_path
 
     real = Trainer.fit
 
-    def fit(self):
+    def fit(self, deadline=None):
         if self.model.blocks[0].mixer.__class__.__name__ == "LSTM":
             raise RuntimeError("the cell exploded")
         if self.config.seed == 1:
             raise Diverged(3, float("nan"))
-        return real(self)
+        return real(self, deadline)
 
     monkeypatch.setattr(Trainer, "fit", fit)
     uri, logs = f"sqlite:///{tmp_path / 'mlflow.db'}", []

@@ -101,6 +101,8 @@ class InProcessBackend:
     slots = 1
     in_process = True
 
+    deadline: float | None = None  # when training stops (`RunOptions.deadline`, set by `make_backend`)
+
     def __init__(self, results_dir: Path, device: str, progress: bool = True, log_to: dict | None = None):
         prepare_worker(None)  # the driver already imported the user's modules
         self.results_dir, self.device, self.progress, self.log_to = results_dir, device, progress, log_to
@@ -127,7 +129,7 @@ class InProcessBackend:
     def wait(self, handles: list, timeout: float | None = None) -> list:
         handle = handles[0]  # trains it now, whatever the timeout
         self.outcomes[handle] = train_and_evaluate(
-            self.runs.pop(handle), self.results_dir, self.device, self.progress, self.log_to
+            self.runs.pop(handle), self.results_dir, self.device, self.progress, self.log_to, deadline=self.deadline
         )
         return [handle]
 
@@ -148,8 +150,12 @@ def _prepare_pool_worker(threads: int, imports: list[str], driver: tuple, progre
     _PROGRESS = progress
 
 
-def _run_in_worker(run: RunSpec, results_dir: str, device: str, log_to: dict | None = None) -> dict:
-    return train_and_evaluate(run, results_dir, device, progress=False, log_to=log_to, progress_queue=_PROGRESS)
+def _run_in_worker(
+    run: RunSpec, results_dir: str, device: str, log_to: dict | None = None, deadline: float | None = None
+) -> dict:
+    return train_and_evaluate(
+        run, results_dir, device, progress=False, log_to=log_to, progress_queue=_PROGRESS, deadline=deadline
+    )
 
 
 class LocalBackend:
@@ -157,6 +163,7 @@ class LocalBackend:
 
     name = "local"
     in_process = False
+    deadline: float | None = None  # when training stops (`RunOptions.deadline`, set by `make_backend`)
 
     def __init__(
         self, workers: int, results_dir: Path, device: str, imports: Sequence[str] = (), log_to: dict | None = None
@@ -177,7 +184,7 @@ class LocalBackend:
         return f"local pool, {self.slots} workers x {self.threads} threads"
 
     def submit(self, run: RunSpec):
-        return self.pool.submit(_run_in_worker, run, self.results_dir, self.device, self.log_to)
+        return self.pool.submit(_run_in_worker, run, self.results_dir, self.device, self.log_to, self.deadline)
 
     def reports(self) -> dict[str, tuple[int, int]]:
         """run id -> (step, total steps) of the latest reports since the last call."""
@@ -234,9 +241,10 @@ def _ray_task(
     imports: list[str],
     driver: tuple,
     log_to: dict | None = None,
+    deadline: float | None = None,
 ) -> dict:
     prepare_worker(threads, imports, driver)  # a Ray worker process may serve many runs: imports are loaded once
-    outcome = _run_in_worker(run, _checkpoint_root(results_dir), device, log_to)
+    outcome = _run_in_worker(run, _checkpoint_root(results_dir), device, log_to, deadline)
     return {**outcome, "host": f"{outcome.get('host') or socket.gethostname()} ({node_address()})"}
 
 
@@ -257,6 +265,7 @@ class RayBackend:
 
     name = "ray"
     in_process = False
+    deadline: float | None = None  # when training stops (`RunOptions.deadline`, set by `make_backend`)
 
     def __init__(
         self,
@@ -319,7 +328,14 @@ class RayBackend:
 
     def submit(self, run: RunSpec):
         return self.task.remote(
-            run, self.results_dir, self.device, self.threads, self.imports, driver_identity(), self.log_to
+            run,
+            self.results_dir,
+            self.device,
+            self.threads,
+            self.imports,
+            driver_identity(),
+            self.log_to,
+            self.deadline,
         )
 
     def wait(self, handles: list, timeout: float | None = None) -> list:
@@ -460,8 +476,14 @@ def make_backend(
     address, GPUs per run and progress). local: `workers` at a time (default one per core; one on
     CUDA) on a process pool, or in this process when that is one; ray: one Ray task per run on the
     cluster at `address`, or on a local Ray instance with `workers` CPUs. `log_to`: the loggers each
-    run writes to while it trains (statetrack.training.loggers.run_loggers). The options are checked
-    by the caller (`runner.RunOptions.check`), once."""
+    run writes to while it trains (statetrack.training.loggers.run_loggers); its runs stop at
+    `options.deadline`. The options are checked by the caller (`runner.RunOptions.check`), once."""
+    backend = _backend(options, results_dir, device, imports, runs, log_to)
+    backend.deadline = options.deadline
+    return backend
+
+
+def _backend(options: RunOptions, results_dir: Path, device: str, imports: Sequence[str], runs, log_to):
     workers = options.workers
     if options.backend == "ray":
         return RayBackend(

@@ -40,6 +40,7 @@ from statetrack.options import RunOptions
 from statetrack.paths import check_output, check_outputs, check_writable, report_outputs, store_file
 from statetrack.store import Outcome, Plan, RunClaim, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
+from statetrack.training.train import now
 
 
 def git_revision(here: Path | None = None) -> str:
@@ -157,8 +158,12 @@ def short(run: RunSpec) -> str:
 
 def record(store: Store, run: RunSpec, outcome: dict) -> str:
     """Write a worker's outcome to the store (the run must have been started); returns its status:
-    'done', 'diverged' (stored done, with `diverged_at` and its evaluations at chance) or 'failed'."""
-    if outcome["status"] in ("done", "diverged"):
+    'done', 'diverged' (stored done, with `diverged_at` and its evaluations at chance), 'paused'
+    (stopped at its deadline with its checkpoint: the claim is given up, so any driver resumes it)
+    or 'failed'."""
+    if outcome["status"] == "paused":
+        store.release_leases([run.id])
+    elif outcome["status"] in ("done", "diverged"):
         store.finish_run(
             run.id,
             Outcome(
@@ -260,6 +265,9 @@ def run_experiment(
         )
         + (f", {held} in training by other drivers" if held else "")
     )
+    if todo and options.deadline is not None and now() >= options.deadline:
+        summary += f"; past the deadline (--stop-after): {len(todo)} runs not started, the same command resumes them"
+        todo = []
     # the backend first (a Ray cluster that refuses to be joined fails here), then the plan
     pool = (
         make_backend(options, results_dir, device, list(experiment.imports), runs=len(todo), log_to=log_to)
@@ -302,6 +310,7 @@ class _Drive:
         self.elsewhere: list[RunSpec] = []  # runs that another driver trains
         self.steps: dict[str, tuple[int, int]] = {}  # run id -> (step, total) as pool workers report it
         self.by_id = {r.id: r for r in todo}
+        self.paused: list[RunSpec] = []  # runs stopped at the deadline, to resume
         self.heartbeat = Heartbeat(store, options.lease)
 
     def run(self) -> None:
@@ -314,18 +323,27 @@ class _Drive:
             ):
                 # in this process each run shows its own progress bars; elsewhere one bar counts the runs
                 say = self.log if pool.in_process else bar.write
-                while self.pending or self.in_flight or self.elsewhere:
-                    while self.pending and len(self.in_flight) < pool.slots:
+                while self.in_flight or ((self.pending or self.elsewhere) and not self.past_deadline()):
+                    while self.pending and len(self.in_flight) < pool.slots and not self.past_deadline():
                         self._submit(self.pending.pop(0), bar, say)
                     if not self.in_flight and not self.pending:
                         time.sleep(POLL_SECONDS)  # only other drivers' runs are left
                     self._collect(bar, say)
                     self._check_elsewhere(bar, say)
             cancel = False
+            if self.paused or (self.past_deadline() and self.pending):
+                self.log(
+                    f"stopped at the deadline (--stop-after): {len(self.paused)} runs paused with their checkpoints, "
+                    f"{len(self.pending)} not started; the same command again resumes them"
+                )
         finally:
             if cancel:
                 self.store.release_leases(self.heartbeat.held_runs())
             pool.close(cancel=cancel)
+
+    def past_deadline(self) -> bool:
+        """Whether training has reached `options.deadline`: no run starts after it."""
+        return self.options.deadline is not None and now() >= self.options.deadline
 
     def _submit(self, run: RunSpec, bar, say) -> None:
         """Claim `run` in the store and hand it to the pool; a run another driver holds is waited
@@ -366,10 +384,14 @@ class _Drive:
                 say(f"  failed: {describe(run)} (run {run.id}): {outcome['error'].splitlines()[0]}")
             elif outcome_status == "diverged":
                 say(f"  diverged: {describe(run)} at step {outcome['diverged_at']} (scored as chance)")
+            elif outcome_status == "paused":
+                self.paused.append(run)
+                say(f"  paused: {describe(run)} at step {outcome['steps']} (its checkpoint resumes it)")
             elif not pool.in_process:
                 say(f"done    {describe(run)}")
             self.steps.pop(run.id, None)
-            bar.update(1)
+            if outcome_status != "paused":
+                bar.update(1)
         if reports:
             self.steps.update(pool.reports())
             if self.steps and self.options.progress:

@@ -32,7 +32,7 @@ from statetrack.plugins import load_imports
 from statetrack.tasks import make_task
 from statetrack.training.evaluate import Sampling, evaluate_lengths
 from statetrack.training.loggers import ProgressLogger, run_loggers, selection_score
-from statetrack.training.train import Diverged, Trainer
+from statetrack.training.train import Diverged, Paused, Trainer
 
 
 def checkpoint_path(results_dir: str | Path, experiment: str, run_id: str) -> Path:
@@ -143,6 +143,27 @@ def prepare_worker(
     load_imports(list(imports))
 
 
+def evaluate_run(run: RunSpec, model, task, progress: bool = True) -> list[dict]:
+    """A trained run's evaluation rows: at every length of `run.eval`, on its task (variant '') and
+    on each of its evaluation variants."""
+    e = run.eval
+    variants = {"": {}, **(e.get("variants") or {})}  # '' = the training task itself
+    evals = []
+    for variant, overrides in variants.items():
+        scored = task if not overrides else make_task(**{**run.task, **overrides})
+        rows = evaluate_lengths(
+            model,
+            scored,
+            e["lengths"],
+            Sampling.of(e, chunked=zoo.get_entry(run.model["name"]).recurrent),
+            progress=progress,
+            traces=e.get("traces", 0),
+            positions=True,
+        )
+        evals += [{**row, "variant": variant} for row in rows]
+    return evals
+
+
 def train_and_evaluate(
     run: RunSpec,
     results_dir: str | Path,
@@ -150,15 +171,18 @@ def train_and_evaluate(
     progress: bool = True,
     log_to: dict | None = None,
     progress_queue=None,
+    deadline: float | None = None,
 ) -> dict:
     """Train and evaluate one run; returns its outcome.
 
     Outcome: {status: 'done', evals, curve, steps, num_parameters, train_seconds, eval_seconds, host,
     threads}; {status: 'diverged', diverged_at, message, evals, curve, steps, num_parameters,
     train_seconds, eval_seconds, host, threads} when the training loss became non-finite at step
-    diverged_at (an outcome of the setting: evals at chance, `chance_evals`; curve up to there); or
-    {status: 'failed', error, host} for an exception (the grid goes on). `threads`: the torch threads
-    it trained with (a run is bit-identical at a fixed thread count only).
+    diverged_at (an outcome of the setting: evals at chance, `chance_evals`; curve up to there);
+    {status: 'paused', steps, host} when training reached `deadline` (a `time.time()`) first, its
+    checkpoint saved (`Trainer.fit`); or {status: 'failed', error, host} for an exception (the grid
+    goes on). `threads`: the torch threads it trained with (a run is bit-identical at a fixed thread
+    count only).
     """
     threads = torch.get_num_threads()
     loggers, ended = [], "failed"  # how the run ended, as the trackers are told
@@ -174,7 +198,10 @@ def train_and_evaluate(
             loggers.append(ProgressLogger(progress_queue, run.id, config.steps))
         trainer = Trainer(model, task, config, path, progress=progress, loggers=loggers)
         try:
-            trainer.fit()
+            trainer.fit(deadline)
+        except Paused:
+            ended = "killed"  # to the trackers: this attempt ends here, the next one resumes the run
+            return {"status": "paused", "steps": trainer.step, "host": socket.gethostname()}
         except Diverged as diverged:
             evals = chance_evals(run, task)
             for logger in loggers:
@@ -194,21 +221,7 @@ def train_and_evaluate(
                 "threads": threads,
             }
         start = time.perf_counter()
-        e = run.eval
-        variants = {"": {}, **(e.get("variants") or {})}  # '' = the training task itself
-        evals = []
-        for variant, overrides in variants.items():
-            scored = task if not overrides else make_task(**{**run.task, **overrides})
-            rows = evaluate_lengths(
-                model,
-                scored,
-                e["lengths"],
-                Sampling.of(e, chunked=zoo.get_entry(run.model["name"]).recurrent),
-                progress=progress,
-                traces=e.get("traces", 0),
-                positions=True,
-            )
-            evals += [{**row, "variant": variant} for row in rows]
+        evals = evaluate_run(run, model, task, progress)
         for logger in loggers:
             logger.log_eval(evals, selection_score(evals, log_to or {}))
         ended = "done"

@@ -180,6 +180,20 @@ class Diverged(FloatingPointError):
         self.step, self.loss = step, loss
 
 
+class Paused(Exception):
+    """Training reached its deadline at `step`, before its last step, with its checkpoint saved: the
+    run resumes from there when trained again (`Trainer.fit`'s `deadline`)."""
+
+    def __init__(self, step: int):
+        super().__init__(f"paused at step {step} (its deadline), checkpoint saved")
+        self.step = step
+
+
+def now() -> float:
+    """The wall clock a deadline is read on (`time.time()`)."""
+    return time.time()
+
+
 class UnreadableCheckpoint(StatetrackError):
     """A checkpoint file that cannot be loaded (damaged, truncated, not a checkpoint) or does not fit the model."""
 
@@ -418,9 +432,12 @@ class Trainer:
             or (c.early_stop_fit is not None and validation[c.early_stop_measure] >= c.early_stop_fit and converged)
         )
 
-    def fit(self) -> Trainer:
+    def fit(self, deadline: float | None = None) -> Trainer:
         """Train to `steps` (or until early stopping), resuming from the checkpoint when there is one.
-        Raises `Diverged` when a batch's loss is non-finite, before that batch updates the model."""
+        Raises `Diverged` when a batch's loss is non-finite, before that batch updates the model, and
+        `Paused` at the first end of a logging window at or after `deadline` (a `time.time()`) with
+        steps still to go, after saving the checkpoint: a run trained again from it ends as one never
+        paused."""
         c = self.config
         if self.checkpoint_path and self.checkpoint_path.exists():
             self._resume(self.checkpoint_path)
@@ -460,6 +477,12 @@ class Trainer:
             if self.step % c.checkpoint_every == 0:
                 self.save()
             bar.update(1)
+            # at the deadline, between logging windows (a resumed run then logs the curve of one never paused)
+            if deadline is not None and not window_n and self.step < c.steps and not self.stopped_early:
+                if now() >= deadline:
+                    self.save()
+                    bar.close()
+                    raise Paused(self.step)
         bar.close()
         if window_n:
             self._add_point(
