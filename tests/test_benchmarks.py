@@ -108,3 +108,19 @@ def test_suite_flops_benchmark_counts_each_experiments_arithmetic():
     assert row["train_gflop"] > row["eval_gflop"] > 0
     assert row["arith_s"] == pytest.approx((row["train_gflop"] + row["eval_gflop"]) / 50 / 2)
     assert row["wall_s"] > row["arith_s"]  # the snapshot's wall time, from docs/results
+
+
+def test_paper_hours_times_each_setting_once_and_adds_up_the_runs():
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_hours.py"
+    out = subprocess.run([sys.executable, str(script), "pfsa-belief", "demo", "--json", "--steps", "1", "--warmup", "1",
+                          "--device", "cpu"], capture_output=True, text=True, check=True, timeout=300).stdout
+    rows = json.loads(out)["rows"]
+    assert [r["experiment"] for r in rows] == ["pfsa-belief", "demo"]  # the cheaper first
+    demo = rows[1]
+    assert demo["runs"] == 9 and demo["untimed_runs"] == 0 and len(demo["settings"]) == 3  # 3 models x 3 seeds
+    per_run = {s["model"]: s["step_ms"] / 1e3 for s in demo["settings"]}
+    assert demo["hours"] == pytest.approx(sum(per_run.values()) * 3 * demo["steps"] / 9 / 3600)  # 20000 steps each
+    out = subprocess.run([sys.executable, str(script), "demo", "--json", "--budget", "1e-9", "--device", "cpu"],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    (row,) = json.loads(out)["rows"]
+    assert row["hours"] is None and row["untimed_runs"] == 9 and row["settings"] == []  # out of time before the first

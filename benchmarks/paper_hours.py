@@ -1,0 +1,165 @@
+"""Each shipped experiment's training time at the paper scale on this device, from step times
+measured at the experiment's own shapes.
+
+    python benchmarks/paper_hours.py --device cuda --json > benchmarks/results/paper_hours_cuda.json
+    python benchmarks/paper_hours.py --device cuda --budget 480 --json   # what 8 minutes can time, cheapest first
+    python benchmarks/paper_hours.py demo negeig-parity --steps 1 --warmup 1   # a look on a CPU
+
+Every run of an experiment at the paper scale trains under its own settings (`RunSpec.settings`).
+Runs that share a model, a task's vocabulary and answers, and their training settings but for the
+learning rate and the seed take one step time: one model is built and trained under those settings
+(its longest curriculum stage's lengths, every step drawing a batch there; no early stopping, no
+validation) for `--warmup` steps, then `--steps` more, timed (the timer waits for the GPU's queue).
+A run's hours are its steps at that time (every step of its budget: early stopping only shortens
+it); an experiment's are its runs' sum, one run at a time on one device. Evaluation, validation and
+checkpoints are not counted, so the figure is a floor of the wall time. Experiments go cheapest
+first by the arithmetic the runner schedules by (`runner.training_cost`); with `--budget` the
+settings still untimed when it runs out are left out, and their experiments say how many runs
+they lack. Figures only, no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("STATETRACK_NO_SIZE_LIMIT", "1")  # the paper scale's runs exceed a CPU machine's memory bound
+
+from common import report, synchronize  # noqa: E402
+from train_step import extend  # noqa: E402
+
+from statetrack.experiments.runner import training_cost  # noqa: E402
+from statetrack.experiments.spec import RunSpec, expand, load_spec, shipped_specs  # noqa: E402
+from statetrack.models import zoo  # noqa: E402
+from statetrack.tasks import make_task  # noqa: E402
+from statetrack.training.train import Diverged, Trainer  # noqa: E402
+
+
+def setting_key(run: RunSpec) -> str:
+    """What a run's step time depends on: its model, its task's vocabulary and answers, and its
+    training settings without the learning rate and the seed."""
+    task = make_task(**run.task)
+    assert run.settings is not None
+    train = run.settings.model_dump(exclude={"lr", "seed", "device"})
+    return json.dumps([run.model, task.vocab_size, task.num_classes, run.task, train], sort_keys=True, default=str)
+
+
+def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
+    """Seconds per training step of `run`'s model under its settings at its longest stage's lengths
+    (NaN where the loss diverges at once)."""
+    assert run.settings is not None
+    longest = run.settings.stages()[-1]
+    config = run.settings.model_copy(
+        update={
+            "steps": warmup,
+            "curriculum": None,
+            "min_length": longest["min_length"],
+            "max_length": longest["max_length"],
+            "early_stop_loss": None,
+            "early_stop_accuracy": None,
+            "early_stop_fit": None,
+            "device": device,
+            "log_every": 10**9,
+        }
+    )
+    torch.manual_seed(run.seed)
+    task = make_task(**run.task)
+    model = zoo.build_model(run.model, task.vocab_size, task.num_classes)
+    trainer = Trainer(model, task, config, progress=False)
+    try:
+        trainer.fit()
+        extend(trainer, warmup + steps)
+        synchronize(device)
+        start = time.perf_counter()
+        trainer.fit()
+        synchronize(device)
+    except Diverged:
+        return math.nan
+    return (time.perf_counter() - start) / steps
+
+
+def measure(args) -> list[dict]:
+    """One row per experiment: runs, settings timed, the steps of its runs, and its hours (None
+    while a setting of it is untimed); each timed setting in `settings`."""
+    experiments = args.experiments or shipped_specs()
+    grids = {name: expand(load_spec(name, "paper"), check=False) for name in experiments}
+    order = sorted(grids, key=lambda name: sum(training_cost(r) for r in grids[name]))
+    deadline = time.perf_counter() + args.budget if args.budget else math.inf
+    timed: dict[str, float] = {}
+    rows = []
+    for name in order:
+        runs, seconds, untimed, settings = grids[name], 0.0, 0, []
+        for run in runs:
+            key = setting_key(run)
+            if key not in timed and time.perf_counter() < deadline:
+                timed[key] = step_seconds(run, args.device, args.warmup, args.steps)
+                settings.append({"model": run.model_name, "task": run.task_name, "step_ms": timed[key] * 1e3})
+            if key not in timed:
+                untimed += 1
+                continue
+            assert run.settings is not None
+            seconds += run.settings.steps * timed[key]
+        rows.append(
+            {
+                "experiment": name,
+                "runs": len(runs),
+                "untimed_runs": untimed,
+                "steps": sum(r.settings.steps for r in runs if r.settings is not None),
+                "hours": None if untimed else seconds / 3600,
+                "settings": settings,
+            }
+        )
+    return rows
+
+
+def table(rows: list[dict], markdown: bool = False) -> str:
+    header = ["experiment", "runs", "steps", "settings timed", "device hours"]
+    body = [
+        [
+            r["experiment"],
+            str(r["runs"]),
+            f"{r['steps']:,}",
+            str(len(r["settings"])),
+            f"{r['hours']:.1f}" if r["hours"] is not None else f"- ({r['untimed_runs']} runs untimed)",
+        ]
+        for r in rows
+    ]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body])
+    widths = [max(len(x) for x in column) for column in zip(header, *body)]
+    return "\n".join("  ".join(x.ljust(w) for x, w in zip(row, widths)) for row in [header, *body])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("experiments", nargs="*", help="shipped experiments (default: all)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per setting (default: 5)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds of timing at most (default: no bound)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    unknown = sorted(set(args.experiments) - set(shipped_specs()))
+    if unknown:
+        parser.error(f"unknown experiments {', '.join(unknown)}; expected shipped ones: {', '.join(shipped_specs())}")
+    rows = measure(args)
+    if args.json:
+        device = torch.cuda.get_device_name(args.device) if torch.device(args.device).type == "cuda" else "CPU"
+        print(json.dumps(report(rows, args, device=device), indent=1))
+    else:
+        print(table(rows, args.markdown))
+
+
+if __name__ == "__main__":
+    main()
