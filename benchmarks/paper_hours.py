@@ -55,7 +55,7 @@ def setting_key(run: RunSpec) -> str:
 
 def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
     """Seconds per training step of `run`'s model under its settings at its longest stage's lengths
-    (NaN where the loss diverges at once)."""
+    (NaN where the loss diverges at once, or the device runs out of memory)."""
     assert run.settings is not None
     longest = run.settings.stages()[-1]
     config = run.settings.model_copy(
@@ -82,7 +82,9 @@ def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
         start = time.perf_counter()
         trainer.fit()
         synchronize(device)
-    except Diverged:
+    except (Diverged, torch.OutOfMemoryError):  # a model that cannot train, or not on this device, at these shapes
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
         return math.nan
     return (time.perf_counter() - start) / steps
 
