@@ -192,6 +192,37 @@ def optimizer_table(rows: list[dict], args) -> str:
     return "\n".join(lines)
 
 
+def batch_scaling(args) -> list[dict]:
+    """Milliseconds per step of every model at the first shape with the batch `args.batch` x k for
+    each k of `args.batch_scaling`, and `gain` = k x ms(batch) / ms(k x batch): how much faster k runs
+    would train folded into one step of k times the batch than one after another (k at most, the
+    same wall time per step at k)."""
+    task = make_task(**TASK)
+    length, layers = args.lengths[0], args.layers[0]
+    rows = []
+    for name in args.models or list(zoo.MODELS):
+        ms = {k: step_ms(name, task, length, layers, args.width, args.batch * k, args.warmup, args.steps,
+                         args.min_length, device=args.device) for k in args.batch_scaling}
+        base = ms[args.batch_scaling[0]] / args.batch_scaling[0]  # ms per step of one batch's worth of runs
+        rows += [{"model": name, "T": length, "layers": layers, "d_model": args.width, "batch": args.batch * k, "k": k,
+                  "ms": ms[k], "gain": k * base / ms[k]} for k in args.batch_scaling]
+    return rows
+
+
+def batch_table(rows: list[dict], args) -> str:
+    ks = list(dict.fromkeys(r["k"] for r in rows))
+    first = rows[0]
+    head = (f"{_device_name(args.device)}: ms per training step at T {first['T']}, {first['layers']} layer(s), d_model "
+            f"{first['d_model']}, {args.threads} thread(s), batch {args.batch} x k; in brackets the gain of folding k runs "
+            "into one step (k x ms(1x) / ms(k x)).")
+    lines = [head, "", "| model | " + " | ".join(f"{k}x: ms (gain)" for k in ks) + " |", "| --- |" + " ---: |" * len(ks)]
+    by = {(r["model"], r["k"]): r for r in rows}
+    for model in sorted({r["model"] for r in rows}, key=lambda m: _sort_key(by[(m, ks[0])]["ms"])):
+        cells = [f"{_fmt(by[(model, k)]['ms'], '.1f')} ({_fmt(by[(model, k)]['gain'], '.1f')})" for k in ks]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -264,6 +295,8 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also time each model under torch.compile (`compiled ms`)")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile the N slowest models at the first shape")
     parser.add_argument("--optimizers", action="store_true", help="time AdamW's step alone in its three forms instead")
+    parser.add_argument("--batch-scaling", type=int, nargs="+", default=None, metavar="K",
+                        help="time each model at the first shape with the batch x K instead (e.g. 1 8 64)")
     parser.add_argument("--malloc", choices=["keep", "system"], default="keep",
                         help="keep: glibc keeps freed memory for reuse, as `statetrack` runs do (statetrack.allocator); "
                              "system: glibc's defaults, every large tensor faulted in fresh")
@@ -274,6 +307,11 @@ def main() -> None:
     if args.optimizers:
         rows = optimizer_steps(args)
         print(json.dumps(report(rows, args), indent=1) if args.json else optimizer_table(rows, args))
+        return
+    if args.batch_scaling:
+        rows = batch_scaling(args)
+        print(json.dumps(report(rows, args, device=_device_name(args.device)), indent=1) if args.json
+              else batch_table(rows, args))
         return
     rows, args.info = measure(args)
     if args.json:
