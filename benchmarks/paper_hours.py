@@ -13,7 +13,7 @@ validation) for `--warmup` steps, then `--steps` more, timed (the timer waits fo
 A run's hours are its steps at that time (every step of its budget: early stopping only shortens
 it); an experiment's are its runs' sum, one run at a time on one device. Evaluation, validation and
 checkpoints are not counted, so the figure is a floor of the wall time. Experiments go cheapest
-first by the arithmetic the runner schedules by (`runner.training_cost`); with `--budget` the
+first by the tokens their runs train on (steps x batch x longest length); with `--budget` the
 settings still untimed when it runs out are left out, and their experiments say how many runs
 they lack. Figures only, no assertions.
 """
@@ -37,7 +37,6 @@ os.environ.setdefault("STATETRACK_NO_SIZE_LIMIT", "1")  # the paper scale's runs
 from common import report, synchronize  # noqa: E402
 from train_step import extend  # noqa: E402
 
-from statetrack.experiments.runner import training_cost  # noqa: E402
 from statetrack.experiments.spec import RunSpec, expand, load_spec, shipped_specs  # noqa: E402
 from statetrack.models import zoo  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
@@ -51,6 +50,13 @@ def setting_key(run: RunSpec) -> str:
     assert run.settings is not None
     train = run.settings.model_dump(exclude={"lr", "seed", "device"})
     return json.dumps([run.model, task.vocab_size, task.num_classes, run.task, train], sort_keys=True, default=str)
+
+
+def tokens(run: RunSpec) -> int:
+    """The tokens a run trains on at most (steps x batch x its longest length): what orders the
+    experiments, cheaply (no model is built)."""
+    assert run.settings is not None
+    return run.settings.steps * run.settings.batch_size * max(stage["max_length"] for stage in run.settings.stages())
 
 
 def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
@@ -94,7 +100,7 @@ def measure(args) -> list[dict]:
     while a setting of it is untimed); each timed setting in `settings`."""
     experiments = args.experiments or shipped_specs()
     grids = {name: expand(load_spec(name, "paper"), check=False) for name in experiments}
-    order = sorted(grids, key=lambda name: sum(training_cost(r) for r in grids[name]))
+    order = sorted(grids, key=lambda name: sum(tokens(r) for r in grids[name]))
     deadline = time.perf_counter() + args.budget if args.budget else math.inf
     timed: dict[str, float] = {}
     rows = []

@@ -121,6 +121,11 @@ def optimizers_block(results: Path) -> str:
     return measured(["train_step_optimizers"], train_step.optimizer_table(data["rows"], _args(data)), results)
 
 
+def batch_block(results: Path) -> str:
+    data = load("train_step_batch", results)
+    return measured(["train_step_batch"], train_step.batch_table(data["rows"], _args(data)), results)
+
+
 def cuda_block(results: Path) -> str:
     names = ["train_step_cuda", "train_step_cuda_paper"]
     tables = [train_step.markdown(d["rows"], _train_step_args(d)) for d in (load(n, results) for n in names)]
@@ -155,6 +160,7 @@ BLOCKS = {
     "native": native_block,
     "optimizers": optimizers_block,
     "compile": compile_block,
+    "batch": batch_block,
     "cuda": cuda_block,
     "bilinear": bilinear_block,
     "fixedpoint": fixedpoint_block,

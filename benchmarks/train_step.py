@@ -21,7 +21,8 @@ step's time goes (torch.profiler, self CPU time). `--optimizers` times AdamW's s
 for every model at the first width and depth (gradients drawn once): one tensor at a time (torch's
 choice on CPU), every tensor at once (`foreach`, what the trainer uses) and torch's fused kernel,
 round-robin, and says whether the foreach and fused weights equal the one-at-a-time ones to the
-last bit after 20 steps. malloc keeps freed memory for reuse, as
+last bit after 20 steps. `--batch-scaling K...` times every model at the first shape with the
+batch K times `--batch` instead, and the gain of folding K runs into one step. malloc keeps freed memory for reuse, as
 `statetrack` runs do (`--malloc system` for glibc's defaults). Figures only, no assertions: timings
 are noisy on shared machines.
 """

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One time-limited GPU session's measurements, prepared to run as one command from the repository
+# root of a machine with a CUDA torch and no network; everything it keeps is written under $OUT.
+#
+#   OUT=/path/to/out bash benchmarks/gpu_session.sh [SECONDS]    # default 540
+#
+# In order, each bounded by what is left of SECONDS:
+#   1. the batching lever: each model's step time with the quick batch x 1, 8 and 64
+#      (benchmarks/train_step.py --batch-scaling) -> $OUT/train_step_batch_cuda.json
+#   2. the paper scale's device hours, cheapest experiments first, a third of the time left
+#      (benchmarks/paper_hours.py --budget) -> $OUT/paper_hours_cuda.json
+#   3. a slice of the cheapest paper-scale experiment (`statetrack reproduce --scale paper
+#      --stop-after`) into results/paper, copied to $OUT/results: put it back in place (and carry
+#      it) in the next session and the same command resumes it.
+# Wheels the machine lacks go in wheels/ (pip download on a machine with a network); they are
+# installed from there, without the network. DEVICE=cpu runs the same steps on a CPU (a rehearsal:
+# DEVICE=cpu HOURS="pfsa-belief demo" OUT=/tmp/out bash benchmarks/gpu_session.sh 300; some paper-scale
+# settings do not fit a 24 GiB CPU machine).
+set -u
+OUT=${OUT:?set OUT to the folder that comes back}
+BUDGET=${1:-540}
+DEVICE=${DEVICE:-cuda}
+EXPERIMENT=${EXPERIMENT:-pfsa-belief}  # the paper-scale slice's
+HOURS=${HOURS:-}  # the experiments paper_hours.py times (default: all; a CPU rehearsal names small ones)
+PYTHON=${PYTHON:-python}
+start=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - start))); }
+mkdir -p "$OUT"
+if [ -d wheels ]; then
+    "$PYTHON" -m pip install -q --no-index --find-links wheels --no-deps wheels/*.whl 2>&1 | tail -3
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" STATETRACK_NO_SIZE_LIMIT=1
+"$PYTHON" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+
+echo "== batch scaling ($(left) s left)"
+timeout $(($(left) / 4)) "$PYTHON" benchmarks/train_step.py --device "$DEVICE" --batch-scaling 1 8 64 --lengths 64 \
+    --layers 1 --steps 5 --warmup 2 --json > "$OUT/train_step_batch_cuda.json" || echo "batch scaling: stopped (exit $?)"
+
+echo "== paper hours ($(left) s left)"
+"$PYTHON" benchmarks/paper_hours.py $HOURS --device "$DEVICE" --budget $(($(left) / 3)) --json > "$OUT/paper_hours_cuda.json" \
+    || echo "paper hours: exit $?"
+
+echo "== a paper-scale slice of $EXPERIMENT ($(left) s left)"
+slice=$(($(left) - 60))  # the report and the copy after it
+if [ "$slice" -gt 30 ]; then
+    "$PYTHON" -c "from statetrack.cli import main; raise SystemExit(main())" reproduce --scale paper "$EXPERIMENT" --device "$DEVICE" --stop-after "$slice" \
+        --results-dir results/paper --book-dir "$OUT/book" --readme "$OUT/README.md" --no-progress || echo "slice: exit $?"
+fi
+cp -r results/paper "$OUT/results" 2>/dev/null
+echo "== done in $(($(date +%s) - start)) s"
