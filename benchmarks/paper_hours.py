@@ -34,13 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("STATETRACK_NO_SIZE_LIMIT", "1")  # the paper scale's runs exceed a CPU machine's memory bound
 
-from common import report, synchronize  # noqa: E402
-from train_step import extend  # noqa: E402
+from common import report  # noqa: E402
+from train_step import seconds_per_step  # noqa: E402
 
 from statetrack.experiments.spec import RunSpec, expand, load_spec, shipped_specs  # noqa: E402
 from statetrack.models import zoo  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
-from statetrack.training.train import Diverged, Trainer  # noqa: E402
+from statetrack.training.train import Trainer  # noqa: E402
 
 
 def setting_key(run: RunSpec) -> str:
@@ -80,19 +80,11 @@ def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
     torch.manual_seed(run.seed)
     task = make_task(**run.task)
     model = zoo.build_model(run.model, task.vocab_size, task.num_classes)
-    trainer = Trainer(model, task, config, progress=False)
     try:
-        trainer.fit()
-        extend(trainer, warmup + steps)
-        synchronize(device)
-        start = time.perf_counter()
-        trainer.fit()
-        synchronize(device)
-    except (Diverged, torch.OutOfMemoryError):  # a model that cannot train, or not on this device, at these shapes
-        if torch.device(device).type == "cuda":
-            torch.cuda.empty_cache()
+        return seconds_per_step(Trainer(model, task, config, progress=False), steps, device)
+    except torch.OutOfMemoryError:  # a model that does not fit this device at these shapes
+        torch.cuda.empty_cache()
         return math.nan
-    return (time.perf_counter() - start) / steps
 
 
 def measure(args) -> list[dict]:

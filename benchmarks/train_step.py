@@ -70,6 +70,13 @@ def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, w
             min_length: int | None = None, compile: bool = False, device: str = "cpu") -> float:
     """Milliseconds per step of `steps` steps that follow `warmup` steps of the same trainer."""
     t = trainer(name, task, length, layers, width, batch, warmup, min_length, compile, device)
+    return seconds_per_step(t, steps, device) * 1e3
+
+
+def seconds_per_step(t: Trainer, steps: int, device: str) -> float:
+    """Seconds per step of `steps` more steps of trainer `t` (one stage, no curriculum), after its own
+    steps untimed (the warm-up); NaN when its loss diverges first."""
+    warmup = t.config.steps
     try:
         t.fit()
         extend(t, warmup + steps)
@@ -79,7 +86,7 @@ def step_ms(name: str, task, length: int, layers: int, width: int, batch: int, w
     except Diverged:  # a model that cannot train at this shape (a bilinear state overflowing without renormalisation)
         return math.nan
     synchronize(device)
-    return (time.perf_counter() - start) / steps * 1e3
+    return (time.perf_counter() - start) / steps
 
 
 def extend(t: Trainer, steps: int) -> None:
