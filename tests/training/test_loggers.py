@@ -107,8 +107,19 @@ def wandb_records(path):
     return records
 
 
-def wandb_runs(folder):
-    """{run name: (group, tags, summary {key: value}, exit code)} of every offline run under `folder`."""
+def wandb_runs(folder, wait: float = 30.0):
+    """{run name: (group, tags, summary {key: value}, exit code)} of every offline run under `folder`.
+    W&B writes a run's file from a process of its own: the files are read again until each holds
+    its run and its exit record, for at most `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        out = _wandb_files(folder)
+        if (None not in out and all(v[3] is not None for v in out.values())) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.2)
+
+
+def _wandb_files(folder):
     out = {}
     for path in sorted(Path(folder).glob("wandb/offline-run-*/run-*.wandb")):
         group, tags, summary, code, name = None, [], {}, None, None
