@@ -35,5 +35,5 @@ def test_the_readme_experiment_from_python_runs_scores_and_reports(tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     headline, verdicts = result.stdout.strip().splitlines()[-1].split("} ")
-    assert headline.startswith("{40: ") and set(verdicts.strip("[]").replace("'", "").split(", ")) <= {"✓", "✗", "inconclusive"}
-    assert (tmp_path / "results" / "demo_seeds-0_train.steps-200" / "report.md").is_file()
+    assert headline.startswith("{40: ") and set(verdicts.strip("[]").replace("'", "").split(", ")) <= {"✓", "✗", "inconclusive", "not in this run"}
+    assert (tmp_path / "results" / "demo_seeds-0_train.steps-200_models-name-deltanet-eig_range--1-1-num_heads-1" / "report.md").is_file()
