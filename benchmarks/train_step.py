@@ -201,16 +201,21 @@ def optimizer_table(rows: list[dict], args) -> str:
 
 
 def batch_scaling(args) -> list[dict]:
-    """Milliseconds per step of every model at the first shape with the batch `args.batch` x k for
-    each k of `args.batch_scaling`, and `gain` = k x ms(batch) / ms(k x batch): how much faster k runs
+    """Milliseconds per step (the median of `args.repeat` round-robin measurements) of every model at
+    the first shape with the batch `args.batch` x k for each k of `args.batch_scaling`, and `gain` = k x ms(batch) / ms(k x batch): how much faster k runs
     would train folded into one step of k times the batch than one after another (k at most, the
     same wall time per step at k)."""
     task = make_task(**TASK)
     length, layers = args.lengths[0], args.layers[0]
+    names = args.models or list(zoo.MODELS)
+    per_step = {(name, k): [] for name in names for k in args.batch_scaling}
+    for _ in range(args.repeat):  # round-robin, each figure the median: every model sees the same machine load
+        for name, k in per_step:
+            per_step[name, k].append(step_ms(name, task, length, layers, args.width, args.batch * k, args.warmup,
+                                             args.steps, args.min_length, device=args.device))
     rows = []
-    for name in args.models or list(zoo.MODELS):
-        ms = {k: step_ms(name, task, length, layers, args.width, args.batch * k, args.warmup, args.steps,
-                         args.min_length, device=args.device) for k in args.batch_scaling}
+    for name in names:
+        ms = {k: statistics.median(per_step[name, k]) for k in args.batch_scaling}
         base = ms[args.batch_scaling[0]] / args.batch_scaling[0]  # ms per step of one batch's worth of runs
         rows += [{"model": name, "T": length, "layers": layers, "d_model": args.width, "batch": args.batch * k, "k": k,
                   "ms": ms[k], "gain": k * base / ms[k]} for k in args.batch_scaling]
@@ -220,7 +225,7 @@ def batch_scaling(args) -> list[dict]:
 def batch_table(rows: list[dict], args) -> str:
     ks = list(dict.fromkeys(r["k"] for r in rows))
     first = rows[0]
-    head = (f"{_device_name(args.device)}: ms per training step at T {first['T']}, {first['layers']} layer(s), d_model "
+    head = (f"{_device_name(args.device)}: ms per training step (median of {args.repeat}) at T {first['T']}, {first['layers']} layer(s), d_model "
             f"{first['d_model']}, {args.threads} thread(s), batch {args.batch} x k; in brackets the gain of folding k runs "
             "into one step (k x ms(1x) / ms(k x)).")
     lines = [head, "", "| model | " + " | ".join(f"{k}x: ms (gain)" for k in ks) + " |", "| --- |" + " ---: |" * len(ks)]
