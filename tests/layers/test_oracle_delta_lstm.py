@@ -28,7 +28,7 @@ def halves(layer, x):
     return torch.cat([y1, y2], dim=1), state
 
 
-# ---- the delta rule family: Schlag et al. 2021; Yang et al. 2024b; Yang et al. 2025; Siems et al. 2025
+# ---- the delta rule family: Schlag et al. 2021; Yang et al. 2024b; Yang et al. 2025a; Siems et al. 2025
 def short_conv_per_step(u, weight):
     """A depthwise causal convolution from a zero past, token by token: out_t[c] = sum_{i=0}^{w-1}
     weight[c, w - 1 - i] u_{t-i}[c] (torch's Conv1d layout: the last tap meets the current token)."""

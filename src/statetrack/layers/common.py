@@ -17,7 +17,7 @@ from statetrack.errors import StatetrackError
 EIG_RANGES = {"[0,1]": 1.0, "[-1,1]": 2.0}
 
 # Every family defaults to the range of its published model (Gu & Dao 2023; Dao & Gu 2024;
-# Schlag et al. 2021; Yang et al. 2025; Siems et al. 2025); "[-1,1]" is Grazzi et al. 2025's extension.
+# Schlag et al. 2021; Yang et al. 2025a; Siems et al. 2025); "[-1,1]" is Grazzi et al. 2025's extension.
 DEFAULT_EIG_RANGE = "[0,1]"
 
 

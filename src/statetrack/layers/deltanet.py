@@ -1,5 +1,5 @@
 """The delta-rule family: DeltaProduct_{n_h} (Siems et al. 2025), DeltaNet = DeltaProduct_1
-(Schlag et al. 2021; Yang et al. 2024b) and Gated DeltaNet (Yang et al. 2025), each with the
+(Schlag et al. 2021; Yang et al. 2024b) and Gated DeltaNet (Yang et al. 2025a), each with the
 eigenvalue-range switch of Grazzi et al. 2025.
 
 One class holds the projections and the forward: a token contributes n_h delta-rule micro-steps,
@@ -193,11 +193,11 @@ class DeltaNet(DeltaProduct):
 @register_model(
     "gated_deltanet",
     display="Gated DeltaNet {eig_range}",
-    summary="The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025); "
+    summary="The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025a); "
     "eig_range [-1,1] as Grazzi et al. 2025",
 )
 class GatedDeltaNet(DeltaNet):
-    """The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025); eig_range [-1,1]
+    """The delta rule with a Mamba-2 style scalar decay per head (Yang et al. 2025a); eig_range [-1,1]
     as Grazzi et al. 2025.
 
         S_t = (I - beta_t k_t k_t^T)(alpha_t S_{t-1}) + beta_t k_t v_t^T,

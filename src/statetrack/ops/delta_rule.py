@@ -4,11 +4,11 @@
 
 with S_t in R^{d_k x d_v} per head. beta_t in (0, 1) keeps the transition's eigenvalues in [0, 1];
 beta_t in (0, 2) extends them to (-1, 1] (reflections, Grazzi et al. 2025). The optional gate alpha_t =
-exp(g_t) gives Gated DeltaNet (Yang et al. 2025). Keys are expected L2-normalised (the layer does it).
+exp(g_t) gives Gated DeltaNet (Yang et al. 2025a). Keys are expected L2-normalised (the layer does it).
 
 `delta_rule` is the chunkwise WY/UT form of the delta rule (Yang et al. 2024b, "Parallelizing linear
 transformers with the delta rule over sequence length", section 3; gated form as in Gated DeltaNet,
-Yang et al. 2025, section 3.3). Within a chunk of C steps with cumulative log-gate gamma_i and
+Yang et al. 2025a, section 3.3). Within a chunk of C steps with cumulative log-gate gamma_i and
 decay Gamma_i = exp(gamma_i):
 
     A   = strictly-lower(diag(beta) (Gamma_i / Gamma_j) K K^T),
