@@ -8,13 +8,19 @@ from claims_data import MEASURED, PAPER
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import by_settings, paper_of
 from statetrack.results.claims import (
+    BEHAVES,
+    COMPARES,
     FAIL,
+    FAILS,
+    FITS,
     INCONCLUSIVE,
     NOT_IN_RUN,
     NOT_MEASURED,
     NOT_RUN,
     PASS,
+    claim_kind,
     claim_verdicts,
+    planned_names,
     seeds_verdict,
 )
 from statetrack.results.selection import summarize
@@ -67,7 +73,7 @@ def _rows(by_seed: dict, model="DeltaNet [-1,1]") -> list[dict]:
 
 def _verdict(claim: dict, rows: list[dict], planned=PLANNED, selection=None) -> dict:
     paper = paper_of({"name": "x", "paper": {"source": "s", "lengths": [40, 256], "claims": [{"text": "t", **claim}]}})
-    return claim_verdicts(paper, summarize(rows, selection), planned)[0]
+    return claim_verdicts(paper, summarize(rows, selection, planned.get("train_length")), planned)[0]
 
 
 def test_a_range_claim_is_not_measured_without_every_planned_length():
@@ -121,10 +127,10 @@ def test_the_fit_gate_sets_aside_seeds_that_did_not_fit_their_training_lengths()
     # a lower threshold the spec sets, or fit: 0 (a model that cannot learn the task at all), lets them count
     assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9, "fit": 0.05}, unfit)["verdict"] == FAIL
     assert _verdict({"model": "DeltaNet [-1,1]", "below": 0.5, "fit": 0}, unfit)["verdict"] == FAIL
-    # a claim that the model fails at its training length is not gated; one that it succeeds there
-    # is ✓ or inconclusive (a run that did not fit says its budget was short)
+    # a claim that the model fails at its training length is not gated; one that it fits there is
+    # decided by the fit itself: ✗ when most seeds do not fit at this budget
     assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "below": 0.5}, unfit)["verdict"] == PASS
-    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit)["verdict"] == INCONCLUSIVE
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit)["verdict"] == FAIL
     # not evaluated at the training length: the fit is unknown, so the claim is too
     unknown = _rows({s: dict.fromkeys([64, 128, 256], 1.0) for s in (0, 1, 2)})
     verdict = _verdict({"model": "DeltaNet [-1,1]", "lengths": [64, 256], "at_least": 0.9}, unknown)
@@ -185,3 +191,90 @@ def test_a_claim_may_test_a_metric_of_the_runs():
     verdicts = {v["claim"]["text"]: v for v in claim_verdicts(paper, summarize(rows))}
     assert verdicts["stable"]["verdict"] == PASS and verdicts["unstable"]["verdict"] == FAIL
     assert verdicts["unstable"]["results"][0]["value"] == pytest.approx(0.31)
+
+
+# ---- one rule for every kind of claim --------------------------------------------------------------
+def _claim(**claim) -> dict:
+    return paper_of({"name": "x", "paper": {"source": "s", "lengths": [40, 256], "claims": [{"text": "t", **claim}]}})["claims"][0]
+
+
+@pytest.mark.parametrize(
+    ("claim", "lengths", "variant", "kind"),
+    [
+        ({"model": "M", "at_least": 0.9}, [40], "", FITS),  # succeeds at the training length: it fits
+        ({"model": "M", "at_least": 0.9, "measure": "sequence"}, [40], "", FITS),
+        ({"model": "M", "below": 0.5}, [40], "", FAILS),  # fails at the training length
+        ({"model": "M", "below": 0.5, "fit": 0}, [40, 256], "", FAILS),  # cannot learn the task at all
+        ({"model": "M", "at_least": 0.9}, [40, 256], "", BEHAVES),  # beyond the training lengths
+        ({"model": "M", "below": 0.5}, [256], "", BEHAVES),  # a failure to extrapolate
+        ({"model": "M", "at_least": 1, "measure": "extrapolation"}, [40], "", BEHAVES),
+        ({"model": "M", "below": 20, "measure": "metric:iterations_median"}, [40], "", BEHAVES),  # an analysis figure
+        ({"model": "M", "at_least": 0.9}, [40], "two_isi", BEHAVES),  # another input distribution
+        ({"model": "M", "beats": "N"}, [40], "", COMPARES),
+    ],
+)
+def test_each_kind_of_claim_is_named_by_one_rule(claim, lengths, variant, kind):
+    assert claim_kind(_claim(**claim), lengths, 40, variant) == kind
+
+
+def test_a_claim_that_a_model_fits_is_decided_by_the_fit_and_names_the_budget():
+    """Two seeds of three do not fit 40: the claim that the model fits is ✗ (at this budget), not
+    inconclusive; the report says the budget."""
+    from statetrack.results.report import claim_measured
+
+    unfit = _rows({0: {40: 1.0, 256: 1.0}, 1: {40: 0.1, 256: 0.1}, 2: {40: 0.3, 256: 0.3}})
+    planned = {**PLANNED, "budget": {("DeltaNet [-1,1]", "parity", None, 0.01): 1500}}
+    verdict = _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9}, unfit, planned)
+    assert verdict["verdict"] == FAIL and verdict["results"][0]["unfit"] == {}
+    assert claim_measured(verdict) == "1 of 3 seeds, 0.467 (did not fit at this budget, 1500 steps)"
+    # all three fit: ✓
+    assert _verdict({"model": "DeltaNet [-1,1]", "lengths": 40, "at_least": 0.9},
+                    _rows({s: {40: 1.0} for s in (0, 1, 2)}), planned)["verdict"] == PASS
+
+
+def test_a_claim_on_an_analysis_figure_is_read_only_on_seeds_that_fit():
+    """Fixed-point iterations measured on a model that never fit its training lengths decide nothing."""
+    rows = [{**r, "iterations_median": 30.0} for r in _rows({s: {40: 0.3, 64: 0.2, 128: 0.2, 256: 0.2} for s in (0, 1, 2)})]
+    claim = {"model": "DeltaNet [-1,1]", "measure": "metric:iterations_median", "lengths": 64, "below": 20}
+    verdict = _verdict(claim, rows)
+    assert verdict["verdict"] == INCONCLUSIVE and "did not fit its training lengths" in verdict["reason"]
+    fitted = [{**r, "scaled_accuracy": 1.0} if r["length"] == 40 else r for r in rows]
+    assert _verdict(claim, fitted)["verdict"] == FAIL  # fitted seeds, 30 iterations: the claim is read, and fails
+
+
+def test_plan_budget_is_each_settings_steps():
+    from statetrack.store import Plan
+
+    plan = Plan("x", {}, [{"model": "M", "task": "t", "lr": 0.01, "seed": s, "steps": 100 * (s + 1), "train_length": 10}
+                         for s in (0, 1)])
+    assert planned_names(plan)["budget"] == {("M", "t", None, 0.01): 200}
+
+
+# ---- a tie between learning rates on the training lengths ---------------------------------------------
+def _two_rates(at_large: dict) -> list[dict]:
+    """Both rates fit 40 exactly (a tie, so the smaller, 0.001, is selected); beyond it 0.001 holds
+    in every seed and 0.01 in the seeds of `at_large`."""
+    rows = []
+    for lr, by_seed in ((0.001, {s: 1.0 for s in (0, 1, 2)}), (0.01, at_large)):
+        rows += [{**r, "lr": lr} for r in _rows({s: {40: 1.0, 64: v, 128: v, 256: v} for s, v in by_seed.items()})]
+    return rows
+
+
+TIED = {**PLANNED, "seeds": {("DeltaNet [-1,1]", "parity", None, lr): {0, 1, 2} for lr in (0.001, 0.01)}}
+
+
+def test_a_tie_on_the_training_lengths_holds_only_where_it_holds_at_every_tied_rate():
+    from statetrack.results.report import claim_measured
+
+    holds_at_both = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, _two_rates({0: 1.0, 1: 1.0, 2: 0.1}), TIED)
+    assert holds_at_both["verdict"] == PASS and holds_at_both["results"][0]["ties"][0.01]["passed"] == 2
+    assert "tied on the training lengths with lr 0.01: 2 of 3 seeds" in claim_measured(holds_at_both)
+    fails_at_one = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, _two_rates({0: 1.0, 1: 0.1, 2: 0.1}), TIED)
+    assert fails_at_one["verdict"] == FAIL and fails_at_one["results"][0]["passed"] == 3  # the selected rate passes
+    assert "fails at the tied lr 0.01" in fails_at_one["results"][0]["reason"]
+    assert claim_measured(fails_at_one).endswith("tied on the training lengths with lr 0.01: 1 of 3 seeds, 0.400 ✗")
+    # no tie when one rate scores better on the training lengths: the other decides nothing
+    rows = [r for r in _two_rates({0: 0.1, 1: 0.1, 2: 0.1}) if not (r["lr"] == 0.01 and r["length"] == 40)]
+    rows += [{**r, "lr": 0.01} for r in _rows({s: {40: 0.5} for s in (0, 1, 2)})]
+    alone = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, TIED)
+    assert alone["verdict"] == PASS and alone["results"][0]["ties"] == {}

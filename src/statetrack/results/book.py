@@ -29,7 +29,7 @@ from pathlib import Path
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of, shipped_specs, spec_now, spec_tasks, train_config, train_lengths_text
 from statetrack.paths import write_text
-from statetrack.results.claims import NOT_MEASURED, VERDICTS, check_verdict
+from statetrack.results.claims import KIND_TEXT, NOT_MEASURED, VERDICTS, check_verdict
 from statetrack.results.report import claim_measured, claim_test, paper_tables, verdict_line
 from statetrack.results.scoring import Scored, fit_table, score
 from statetrack.results.selection import SummaryEntry, learning_runs
@@ -289,19 +289,25 @@ How to read it:
   of its range (a claim about extrapolation needs a length beyond the training lengths), and its
   seed rule decides: in most seeds (the default), in every seed, or in the best seed where the
   paper itself reports a best-of. "k of N seeds" counts the seeds that pass.
-- A verdict rests on models that learned what they were trained on (the fit gate): every run is
-  evaluated at its longest training length, and a claim beyond the training lengths, a claim that
-  a model succeeds, or a comparison's winner, is decided only on the seeds whose figure there
-  reaches the claim's fit threshold (0.9 unless the spec sets another). The seeds that did not fit
-  are set aside; when too few are left to decide, the claim is "inconclusive" and says which model
-  did not fit, with its figures at the training length. A claim that a model fails at the
-  training lengths, or cannot learn a task at all (its transitions cannot represent it), is not
-  gated: failing there is that claim.
-- ✓: the claim holds; ✗: it does not; "inconclusive": the fit gate left it undecided; "not
+- One rule for every kind of claim (a verdict rests on models that learned what they were trained
+  on): every run is evaluated at its longest training length, where a seed fits when its figure
+  there (the claim's accuracy measure; scaled accuracy for a claim on an analysis figure) reaches
+  the claim's fit threshold (0.9 unless the spec sets another). A claim is
+{kinds}
+  When the seeds that fit are too few to decide, the claim is "inconclusive" and says which model
+  did not fit, with its figures at the training length.
+- A tie between learning rates on the training lengths is shown as a tie ("tied on the training
+  lengths with lr ..."), and the claim holds only where it holds at every tied rate.
+- ✓: the claim holds; ✗: it does not; "inconclusive": the fit rule left it undecided; "not
   measured": a run or a planned length it needs is missing; "not run at this scale": it names a
   model, task or scale this scale does not run; "not in this run": it names a model or task that
   the run's overrides left out.
 - A ✗ at the quick scale says what the small run shows, not that the paper is wrong."""
+
+
+_KINDS = list(KIND_TEXT.values())
+INTRO = INTRO.replace("{kinds}", "\n".join(f"  - {text}{';' if text != _KINDS[-1] else '.'}" for text in _KINDS))
+CLAIM_RULES = INTRO[INTRO.index("How to read it:") :]  # the rules, for claims.md too
 
 
 def experiment_title(name: str, paper: dict | None) -> str:
@@ -434,6 +440,8 @@ def book_pages(book_dir: str | Path = BOOK_DIR) -> dict[str, str]:
         "",
         "Every claim of every shipped experiment and its verdict, generated from the snapshots under "
         "`docs/results/` (see [reproductions.md](reproductions.md) for the settings, figures and notes).",
+        "",
+        CLAIM_RULES,
         "",
     ]
     for scale in SCALES:

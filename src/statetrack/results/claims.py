@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from statetrack.checks import check_value
 from statetrack.experiments.spec import covers
 from statetrack.labels import split_variant_label, variant_label
-from statetrack.results.selection import SummaryEntry
+from statetrack.results.selection import SummaryEntry, at_rate
 from statetrack.schema import extrapolation_length
 from statetrack.store import Plan
 
@@ -45,28 +45,68 @@ def _range_text(lengths) -> str:
     return f"at {lengths}" if isinstance(lengths, int) else f"in {lengths[0]}..{lengths[1]}"
 
 
+# ---- one rule for every kind of claim ----------------------------------------------------------------
+# What a claim says decides how the fit of its model enters its verdict (`claim_kind`, `gate_length`).
+FITS, FAILS, BEHAVES, COMPARES = "fits", "fails", "behaves", "compares"
+KIND_TEXT = {  # each completes "A claim is ..." (the book's rules)
+    FITS: "that a model fits its training lengths (succeeds there): decided by the fit itself, on every seed, "
+    "so it is ✗ when most seeds do not fit at this budget (the budget is named)",
+    FAILS: "that a model fails at its training lengths, or cannot learn the task at all (`fit: 0` in its spec): "
+    "not gated, failing there is the claim",
+    BEHAVES: "about how a model behaves beyond its training lengths, on another input distribution (an evaluation "
+    "variant), or by an analysis figure (fixed-point iterations, a distance) at any length: read only on the "
+    "seeds that fit",
+    COMPARES: "a comparison: read on the seeds where the model it says wins fits; a rival that does not fit "
+    "simply loses",
+}
+
+
+def claim_kind(claim: dict, lengths: list[int] | None, train: int | None, variant: str = "") -> str:
+    """The kind of a claim, the one rule that says how fit enters its verdict:
+
+    - `compares` (`beats`): read on the seeds where the model it says wins fits; the rivals are
+      not gated (a rival that does not fit simply loses).
+    - `fits`: a claim that a model learns its training lengths (`at_least` on an accuracy measure,
+      scaled or sequence, every length of its range within the training lengths): decided by
+      whether it fits, on every seed, so that it is ✗ when most seeds do not fit at this budget.
+      Read on the training task, or on the evaluation variant the fit is read on (`fit_variant`);
+      on another evaluation variant (`variant`) the same figure is a behaviour.
+    - `fails`: a claim that a model fails at its training lengths (`below`, every length within
+      them), or one whose `fit` is 0 (the model cannot learn the task at all): not gated, failing
+      there is the claim itself.
+    - `behaves`: every other claim, about how a model behaves beyond its training lengths (or by
+      the measure `extrapolation`) or by an analysis figure (`metric:NAME`, e.g. fixed-point
+      iterations) at any length: read only on the seeds that fit.
+    Where the plan does not record the training lengths (`train` None), a claim is read as
+    `behaves` within them: nothing tells a fit from a behaviour there, and no seed is set aside."""
+    if claim["test"] == "beats":
+        return COMPARES
+    if claim["fit"] <= 0:
+        return FAILS
+    accuracy = claim["measure"] in ("scaled", "sequence")
+    within = train is not None and lengths is not None and max(lengths) <= train
+    if accuracy and within and variant in ("", claim.get("fit_variant") or ""):
+        return FITS if claim["test"] == "at_least" else FAILS
+    return BEHAVES
+
+
 def gate_length(entry: SummaryEntry, claim: dict, lengths: list[int], planned: dict | None = None) -> int | None:
     """The longest training length at which the claim's model must have fit before the claim is
-    read over `lengths` (the fit gate), or None where the claim is decided without it. Gated: a
-    claim about extrapolation (a length beyond the training lengths, or the measure
-    `extrapolation`), every comparison (`beats`), and every claim that a model succeeds (`at_least`):
-    a run that did not fit what it was trained on tells nothing of what the model can learn, only
-    that its budget was short, so such a claim within the training lengths is ✓ or inconclusive.
-    Not gated: a claim that a model fails at the training lengths themselves (`below` within them),
-    one whose plan does not record its training lengths, one on a metric (its own scale says
-    nothing of fit), and one whose `fit` is 0 (a claim that the model cannot learn the task at all,
-    so that failing at the training lengths is the claim itself)."""
+    read over `lengths` (the fit gate), or None where the claim is decided without it: the claims
+    `claim_kind` calls `behaves` and `compares` are gated, `fits` and `fails` are not (a claim that
+    a model fits is decided by the fit, and one that it fails needs no fit). A plan that does not
+    record its training lengths gates nothing."""
     train = (planned or {}).get("train_length", {}).get(entry.get("run_task", entry["task"]))
-    if train is None or claim["fit"] <= 0 or claim["measure"].startswith("metric:"):
+    if train is None:
         return None
-    beyond = claim["measure"] == "extrapolation" or max(lengths) > train
-    return train if beyond or claim["test"] in ("beats", "at_least") else None
+    return train if claim_kind(claim, lengths, train, entry.get("variant", "")) in (BEHAVES, COMPARES) else None
 
 
 def fit_figure(record: dict, measure: str, length: int) -> float | None:
     """One seed's in-distribution figure at `length` on the claim's measure: scaled accuracy for
-    `scaled`, sequence accuracy for `sequence`, the selection's metric for `extrapolation`; None
-    when that length was not evaluated."""
+    `scaled` (and for a claim on a metric, whose own scale says nothing of fit), sequence accuracy
+    for `sequence`, the selection's metric for `extrapolation`; None when that length was not
+    evaluated."""
     return {"sequence": record["sequence"], "extrapolation": record["measured"]}.get(measure, record["scaled"]).get(
         length
     )
@@ -202,18 +242,23 @@ def paper_figures(paper: dict, summary: list[SummaryEntry], planned: dict | None
 def planned_names(plan: Plan | None) -> dict | None:
     """What the experiment's latest plan runs, for the claims: {models (labels), tasks (training
     tasks), scale, lengths ({task: evaluation lengths}), train_length ({task: longest training
-    length}), seeds ({(model, task, dataset_size, lr): seeds}), left_out (the model and task names of
+    length}), seeds ({(model, task, dataset_size, lr): seeds}), budget ({(model, task, dataset_size,
+    lr): the plan's steps}), left_out (the model and task names of
     this scale that the run's overrides took out)}; None without a plan."""
     if plan is None:
         return None
     lengths: defaultdict[str, set[int]] = defaultdict(set)
     train: dict[str, int] = {}
     seeds: defaultdict[tuple, set[int]] = defaultdict(set)
+    budget: dict[tuple, int] = {}
     for r in plan.runs:
         lengths[r["task"]].update(r.get("lengths") or [])
         if r.get("train_length") is not None:
             train[r["task"]] = max(train.get(r["task"], 0), r["train_length"])
-        seeds[(r["model"], r["task"], r.get("dataset_size"), r["lr"])].add(r["seed"])
+        key = (r["model"], r["task"], r.get("dataset_size"), r["lr"])
+        seeds[key].add(r["seed"])
+        if r.get("steps") is not None:
+            budget[key] = max(budget.get(key, 0), r["steps"])
     return {
         "models": {r["model"] for r in plan.runs},
         "tasks": {r["task"] for r in plan.runs},
@@ -221,6 +266,7 @@ def planned_names(plan: Plan | None) -> dict | None:
         "lengths": {t: sorted(v) for t, v in lengths.items() if v},
         "train_length": train,
         "seeds": dict(seeds),
+        "budget": budget,
         "left_out": set(plan.spec.get("left_out") or ()),
     }
 
@@ -257,8 +303,7 @@ def _entry_figure(
     entry: SummaryEntry, claim: dict, lengths: list[int], planned: dict | None
 ) -> tuple[dict, float | None]:
     """({seed: its figure or None} over the seeds the plan runs at the entry's lr, mean of those measured)."""
-    key = (entry["model"], entry.get("run_task", entry["task"]), entry["dataset_size"], entry["lr"])
-    seeds = sorted((planned or {}).get("seeds", {}).get(key) or entry["seeds"])
+    seeds = sorted((planned or {}).get("seeds", {}).get(_plan_key(entry)) or entry["seeds"])
     threshold = entry["selection"]["threshold"]
     figures = {
         s: seed_figure(entry["per_seed"][s], claim["measure"], lengths, claim["test"], threshold)
@@ -337,7 +382,7 @@ def _claim_verdict(claim: dict, summary: list[SummaryEntry], planned: dict | Non
         )
         for e in entries:
             result, rivals_missing = _entry_result(claim, e, summary, rivals, planned)
-            results.append(result)
+            results.append(_with_ties(result, claim, e, summary, rivals, planned))
             missing += rivals_missing
     verdict, reason = _verdict(results, list(dict.fromkeys(missing)), unplanned, planned)
     return {
@@ -413,8 +458,41 @@ def _entry_result(
         "unfit": unfit,
         "train_length": gate,
         "inconclusive": inconclusive,
+        "kind": claim_kind(claim, lengths, _train_length(e, planned), e.get("variant", "")),
+        "budget": (planned or {}).get("budget", {}).get(_plan_key(e)),
     }
     return result, missing
+
+
+def _plan_key(e: SummaryEntry) -> tuple:
+    return (e["model"], e.get("run_task", e["task"]), e["dataset_size"], e["lr"])
+
+
+def _train_length(e: SummaryEntry, planned: dict | None) -> int | None:
+    return (planned or {}).get("train_length", {}).get(e.get("run_task", e["task"]))
+
+
+def _with_ties(
+    result: dict, claim: dict, e: SummaryEntry, summary: list[SummaryEntry], rivals: list[str], planned: dict | None
+) -> dict:
+    """The entry's result with `ties` ({lr: {holds, passed, of, value}} at every rate that ties with
+    the selected one on the training lengths): the strict reading holds only where it holds at each
+    of them, and fails where it fails at one (`holds` then says so, and `reason` which rate)."""
+    ties = {lr: _entry_result(claim, at_rate(e, lr), summary, rivals, planned)[0] for lr in sorted(e.get("ties") or {})}
+    if not ties:
+        return {**result, "ties": {}}
+    outcomes = {e["lr"]: result["holds"], **{lr: r["holds"] for lr, r in ties.items()}}
+    holds = False if False in outcomes.values() else None if None in outcomes.values() else True
+    tie = {lr: {k: r[k] for k in ("holds", "passed", "of", "value")} for lr, r in ties.items()}
+    reason, inconclusive = result["reason"], result["inconclusive"]
+    if holds is False and result["holds"] is not False:
+        failing = ", ".join(f"{lr:g}" for lr, h in outcomes.items() if h is False)
+        reason = f"a tie on the training lengths, and it fails at the tied lr {failing}"
+    elif holds is None and result["holds"] is not None:
+        undecided = [(lr, r) for lr, r in ties.items() if r["holds"] is None]
+        inconclusive = any(r["inconclusive"] for _, r in undecided)
+        reason = "; ".join(f"at the tied lr {lr:g}: {r['reason']}" for lr, r in undecided)
+    return {**result, "holds": holds, "ties": tie, "reason": reason, "inconclusive": inconclusive}
 
 
 def _verdict(results: list[dict], missing: list[str], unplanned: list[str], planned: dict | None) -> tuple[str, str]:
@@ -457,6 +535,9 @@ def check_verdict(claim: dict) -> dict:
         "unfit": {},
         "train_length": None,
         "inconclusive": False,
+        "kind": claim_kind(claim, None, None),
+        "budget": None,
+        "ties": {},
     }
     return {
         "claim": claim,
@@ -473,15 +554,16 @@ def trained_entry(entry: SummaryEntry, summary: list[SummaryEntry], variant: str
     they trained on, or on the evaluation variant `variant` (`paper.fit_variant`) where that task's
     own targets are partly unpredictable; `entry` itself when it is that one or none is found."""
     task = variant_label(entry.get("run_task", entry["task"]), variant)
-    return next(
+    found = next(
         (
             e
             for e in summary
-            if (e["task"], e["model"], e["dataset_size"], e["lr"])
-            == (task, entry["model"], entry["dataset_size"], entry["lr"])
+            if (e["task"], e["model"], e["dataset_size"]) == (task, entry["model"], entry["dataset_size"])
+            and (e["lr"] == entry["lr"] or entry["lr"] in (e.get("ties") or {}))
         ),
-        entry,
+        None,
     )
+    return entry if found is None else at_rate(found, entry["lr"])
 
 
 def unfit_text(model: str, unfit: dict, length: int) -> str:

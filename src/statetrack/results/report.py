@@ -16,6 +16,7 @@ from statetrack.errors import StatetrackError
 from statetrack.paths import under, write_text
 from statetrack.results.claims import (
     FAIL,
+    FITS,
     INCONCLUSIVE,
     MEASURE_TEXT,
     NOT_IN_RUN,
@@ -172,6 +173,9 @@ def claim_measured(verdict: dict) -> str:
                 value += f" ({r['reason']})"
             elif r.get("unfit"):  # decided on the seeds that fit; say which did not
                 value += f" ({unfit_text(r['model'], r['unfit'], r['train_length'])}: not counted)"
+            if r.get("kind") == FITS and r["holds"] is False and r.get("budget"):
+                value += f" (did not fit at this budget, {r['budget']} steps)"
+            value += ties_text(r, claim["measure"])
         if r["holds"] is False and len(results) > 1:
             value += f" {FAIL}"
         parts.append(f"{who}: {value}" if who else value)
@@ -182,6 +186,17 @@ def claim_measured(verdict: dict) -> str:
     if not parts and verdict["reason"]:
         parts.append(verdict["reason"])
     return "; ".join(parts) or "-"
+
+
+def ties_text(result: dict, measure: str) -> str:
+    """ "; tied on the training lengths with lr 0.01: 3 of 3 seeds, 1.000" for each rate that ties
+    with the selected one (the strict reading holds only where it holds at each); "" without ties."""
+    return "".join(
+        f"; tied on the training lengths with lr {lr:g}: "
+        f"{t['passed']} of {t['of']} seeds, {_figure(t['value'], measure)}"
+        + (f" {FAIL}" if t["holds"] is False else "")
+        for lr, t in sorted((result.get("ties") or {}).items())
+    )
 
 
 def verdict_line(verdicts: list[dict]) -> str:

@@ -82,6 +82,7 @@ class _Entry(Figures):
     dataset_size: int | None
     lr: float
     lr_scores: dict[float, float]
+    ties: dict[float, Figures]
     sequence_differs: bool
 
 
@@ -89,7 +90,9 @@ class SummaryEntry(_Entry, total=False):
     """One entry of `summarize`: a (task, model, training-set size) and its `Figures` at the
     selected `lr`. `task` is "<run_task> [<variant>]" for an evaluation variant's entry (`variant`
     '' for the training task); `dataset_size` None for fresh batches; `lr_scores` ({lr: score
-    under the lr rule}); `sequence_differs`: some run of the entry, at any lr, has a sequence
+    under the lr rule}); `ties` ({lr: its Figures} for every other rate that ties with the selected
+    one on the training lengths, `tied_rates`: a verdict must hold at each of them);
+    `sequence_differs`: some run of the entry, at any lr, has a sequence
     accuracy other than its accuracy; `train_length`: the task's longest training length in the
     plan (`with_train_lengths`; None where the plan does not record it)."""
 
@@ -142,7 +145,7 @@ def summarize(rows: list[dict], selection: dict | None = None, train_length: dic
     summary: list[SummaryEntry] = []
     for (task, model, size), by_lr in groups.items():
         lr_scores = {lr: lr_score(by_lr[lr]) for lr in sorted(by_lr)}
-        lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr
+        lr = max(sorted(by_lr), key=lambda x: lr_scores[x])  # ties: the smallest lr, the others in `ties`
         summary.append(
             {
                 "task": task,
@@ -153,10 +156,32 @@ def summarize(rows: list[dict], selection: dict | None = None, train_length: dic
                 "lr": lr,
                 **_selected_figures(by_lr[lr], selection),
                 "lr_scores": {x: score[0] for x, score in lr_scores.items()},
+                "ties": {x: _selected_figures(by_lr[x], selection) for x in tied_rates(lr_scores, lr)},
                 "sequence_differs": (task, model, size) in differs,
             }
         )
     return sorted(summary, key=lambda e: (e["task"], e["model"], e["dataset_size"] or 0))
+
+
+def tied_rates(lr_scores: dict[float, tuple], selected: float, tolerance: float = 1e-9) -> list[float]:
+    """The learning rates other than `selected` whose score under the lr rule (on the training
+    lengths) equals the selected one's, within `tolerance` in every part: where several rates fit
+    the training lengths exactly, the smallest is selected and the others tie with it, and no
+    verdict may rest on that choice."""
+    best = lr_scores[selected]
+    return [
+        lr
+        for lr in sorted(lr_scores)
+        if lr != selected and all(abs(a - b) <= tolerance for a, b in zip(lr_scores[lr], best))
+    ]
+
+
+def at_rate(entry: SummaryEntry, lr: float) -> SummaryEntry:
+    """The entry with the figures of the tied rate `lr` (one of `entry["ties"]`) in place of the
+    selected rate's; the entry itself at its own rate."""
+    if lr == entry["lr"]:
+        return entry
+    return {**entry, **entry["ties"][lr], "lr": lr, "ties": {}}
 
 
 def _seed_records(rows: list[dict], selection: dict, train_length: dict | None) -> tuple[dict, dict, set]:
