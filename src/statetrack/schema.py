@@ -562,6 +562,19 @@ class Train(Section):
         return out
 
 
+def lr_factor(step: int, steps: int, warmup: int = 0, schedule: str = "constant", min_lr_ratio: float = 0.0) -> float:
+    """The learning rate over its peak at `step` (0-based) of a run of `steps`: linear warm-up over
+    `warmup` steps, then constant, or a cosine or linear decay from 1 to `min_lr_ratio` at the last
+    step (the trainer's scheduler, and what `still_learning` weighs a curve's steps by)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+    if schedule == "constant":
+        return 1.0
+    decay = 0.5 * (1 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+    return min_lr_ratio + (1.0 - min_lr_ratio) * decay
+
+
 class TrainConfig(Train):
     __doc__ = Train.__doc__
 

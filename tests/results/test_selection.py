@@ -2,6 +2,7 @@
 the extrapolation length, the lr and seed rules, the threshold, and the lr chosen on the training
 lengths only."""
 
+import itertools
 import math
 
 import pytest
@@ -78,6 +79,33 @@ def test_still_learning_reads_the_last_fifth_of_the_training_curve():
     falling = [{"step": s, "loss": 2.0 * math.exp(-s / 400)} for s in range(50, 1001, 50)]
     noisy = [{"step": s, "loss": 0.5 + 0.01 * (s // 50 % 2)} for s in range(50, 1001, 50)]
     assert still_learning(falling) and not still_learning(flat) and not still_learning(noisy) and not still_learning([])
+
+
+def test_still_learning_weighs_the_curve_by_the_learning_rate_under_a_schedule():
+    """A cosine schedule flattens the loss of its last steps because the rate goes to zero: a run
+    whose loss falls with every unit of learning rate spent is still learning, though its last
+    fifth of steps is flat; one that had converged while the rate was high is not."""
+    from statetrack.schema import lr_factor
+
+    cosine = {"warmup": 0, "schedule": "cosine", "min_lr_ratio": 0.0}
+    spent = list(itertools.accumulate((lr_factor(i, 2000, **cosine) for i in range(2000)), initial=0.0))
+    learning = [{"step": s, "loss": 2.0 - 0.0015 * spent[s]} for s in range(50, 2001, 50)]  # linear in the rate spent
+    assert not still_learning(learning)  # read by steps, the last fifth barely moves: the old blind spot
+    assert still_learning(learning, schedule=cosine, steps=2000)
+    converged = [{"step": s, "loss": max(0.1, 2.0 - 0.01 * spent[s])} for s in range(50, 2001, 50)]
+    assert not still_learning(converged, schedule=cosine, steps=2000)
+    # a constant rate reads the same either way
+    falling = [{"step": s, "loss": 2.0 * math.exp(-s / 400)} for s in range(50, 1001, 50)]
+    constant = {"warmup": 0, "schedule": "constant", "min_lr_ratio": 0.0}
+    assert still_learning(falling, schedule=constant, steps=1000) == still_learning(falling) is True
+
+
+def test_the_plan_records_a_schedule_for_still_learning():
+    from statetrack.experiments.spec import resolve
+
+    plan = resolve("demo", "quick", ["train.schedule=cosine", "train.warmup=10", "seeds=[0]"]).plan()
+    assert {r["schedule"]["schedule"] for r in plan.runs} == {"cosine"} and plan.runs[0]["schedule"]["warmup"] == 10
+    assert all("schedule" not in r for r in resolve("demo", "quick", ["seeds=[0]"]).plan().runs)  # constant: left out
 
 
 @pytest.mark.parametrize("seeds", ["max", "mean"])

@@ -317,8 +317,10 @@ class RunSpec:
 
     def plan_entry(self) -> dict:
         """The run as the plan records it: what the report and the claims need before the run finishes
-        (its evaluation lengths, its longest training length, and its budget of steps, so that a run
-        that used all of it can be told from one that stopped early)."""
+        (its evaluation lengths, its longest training length, its budget of steps, so that a run
+        that used all of it can be told from one that stopped early, and its learning-rate schedule,
+        by which `still_learning` weighs its curve)."""
+        schedule = self._schedule()
         return {
             "id": self.id,
             "model": self.model_name,
@@ -329,7 +331,17 @@ class RunSpec:
             "lengths": list(self.eval["lengths"]),
             "train_length": self.train_length,
             "steps": self.stages[-1]["end"],
+            **({"schedule": schedule} if schedule else {}),
         }
+
+    def _schedule(self) -> dict | None:
+        """The learning-rate schedule the run trains under (`statetrack.schema.lr_factor`'s
+        settings), None for a constant rate without warm-up (the plan then leaves it out)."""
+        settings = self.settings
+        assert settings is not None  # set by __post_init__
+        if settings.schedule == "constant" and not settings.warmup:
+            return None
+        return {"warmup": settings.warmup, "schedule": settings.schedule, "min_lr_ratio": settings.min_lr_ratio}
 
 
 @dataclass(frozen=True)

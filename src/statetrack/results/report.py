@@ -503,7 +503,7 @@ def _status_line(scored: Scored, learning: set) -> str:
         f"{expected - len(missing)} of {expected} runs done{scale}"
         + (
             f" ({len(learning)} still learning when their budget ended: training loss still falling over the "
-            "last fifth of the steps)"
+            "last fifth of their learning, steps weighed by their learning rate)"
             if learning
             else ""
         )

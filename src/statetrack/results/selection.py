@@ -35,6 +35,7 @@ Selection is not part of any run's id: changing it retrains nothing.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -42,7 +43,7 @@ from typing import Any, TypedDict
 
 from statetrack.errors import StatetrackError
 from statetrack.labels import split_variant_label
-from statetrack.schema import SELECTION_DEFAULTS, extrapolation_length, run_score
+from statetrack.schema import SELECTION_DEFAULTS, extrapolation_length, lr_factor, run_score
 from statetrack.store import RESULT_KEYS, Plan
 
 
@@ -282,15 +283,26 @@ def _within_training(scaled: dict, measured: dict, longest: int | None) -> tuple
     return {n: scaled[n] for n in keep}, {n: measured[n] for n in keep if n in measured}
 
 
-def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
+def still_learning(
+    curve: list[dict], drop: float = 0.05, schedule: dict | None = None, steps: int | None = None
+) -> bool:
     """Whether a run's training loss was still falling when its budget ended: over the last fifth of
-    its logged steps, the mean loss of the later half is at least `drop` (relative) and 1e-3
-    (absolute) below that of the earlier half. Its figures then say what the budget allowed, not
-    what the model can learn. Needs four points in that fifth; False otherwise."""
-    if not curve:
+    its learning, the mean loss of the later half is at least `drop` (relative) and 1e-3 (absolute)
+    below that of the earlier half. Its figures then say what the budget allowed, not what the
+    model can learn. "The last fifth of its learning" weighs each step by its learning rate
+    (`schedule`: the plan's settings of `statetrack.schema.lr_factor` for a run of `steps`; None: a
+    constant rate, where it is the last fifth of the logged steps): under a cosine schedule the
+    last steps barely move the weights, so a loss flat there says nothing of whether the model was
+    still learning, and the window reaches back to where the rate was still high. Needs four
+    points in that window; False otherwise."""
+    points = [(p["step"], p["loss"]) for p in curve if p["loss"] is not None and math.isfinite(p["loss"])]
+    if not curve or not points:
         return False
     last = curve[-1]["step"]
-    tail = [p["loss"] for p in curve if p["step"] > 0.8 * last and p["loss"] is not None and math.isfinite(p["loss"])]
+    # spent[i]: the learning done by step i, the sum of the rates (over the peak) of the steps before it
+    rates = [1.0 if schedule is None else lr_factor(i, steps or last, **schedule) for i in range(last)]
+    spent = list(itertools.accumulate(rates, initial=0.0))
+    tail = [loss for step, loss in points if spent[min(step, last)] > 0.8 * spent[-1]]
     if len(tail) < 4:
         return False
     earlier, later = statistics.mean(tail[: len(tail) // 2]), statistics.mean(tail[len(tail) // 2 :])
@@ -299,18 +311,20 @@ def still_learning(curve: list[dict], drop: float = 0.05) -> bool:
 
 def learning_runs(runs: list[dict], plan: Plan, curves) -> set[str]:
     """The ids of the done runs that used their whole budget (the plan's steps) with the training
-    loss still falling at the end (`still_learning` of `curves(run id)`): their figures say what
-    the budget allowed. A diverged run is not among them."""
-    budgets = {p["id"]: p.get("steps") for p in plan.runs}
-    return {
-        r["id"]
-        for r in runs
-        if r["status"] == "done"
-        and r.get("diverged_at") is None
-        and r["steps"] is not None
-        and r["steps"] >= (budgets.get(r["id"]) or r["steps"])
-        and still_learning(curves(r["id"]))
-    }
+    loss still falling at the end (`still_learning` of `curves(run id)`, weighed by the run's
+    learning-rate schedule): their figures say what the budget allowed. A diverged run is not
+    among them."""
+    planned = {p["id"]: p for p in plan.runs}
+    learning = set()
+    for r in runs:
+        entry = planned.get(r["id"], {})
+        if r["status"] != "done" or r.get("diverged_at") is not None or r["steps"] is None:
+            continue
+        if r["steps"] >= (entry.get("steps") or r["steps"]) and still_learning(
+            curves(r["id"]), schedule=entry.get("schedule"), steps=entry.get("steps")
+        ):
+            learning.add(r["id"])
+    return learning
 
 
 def data_efficiency(summary: list[SummaryEntry]) -> list[dict]:

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from statetrack import diagnostics, limits
 from statetrack.errors import StatetrackError
 from statetrack.paths import open_for_write
-from statetrack.schema import TrainConfig, parse_device  # the training settings are a section of the spec schema
+from statetrack.schema import TrainConfig, lr_factor, parse_device  # the training settings: a section of the spec
 from statetrack.tasks import Batch, Task
 from statetrack.training.evaluate import count_right, scaled_accuracy
 
@@ -287,16 +287,9 @@ class Trainer:
         self.seconds = 0.0
 
     def _lr_factor(self, step: int) -> float:
-        """The learning rate over its peak at `step`: linear warm-up, then constant, or a cosine or
-        linear decay from 1 to `min_lr_ratio` at the last step."""
+        """The learning rate over its peak at `step` (`statetrack.schema.lr_factor`)."""
         c = self.config
-        if step < c.warmup:
-            return (step + 1) / c.warmup
-        progress = min(1.0, (step - c.warmup) / max(1, c.steps - c.warmup))
-        if c.schedule == "constant":
-            return 1.0
-        decay = 0.5 * (1 + math.cos(math.pi * progress)) if c.schedule == "cosine" else 1.0 - progress
-        return c.min_lr_ratio + (1.0 - c.min_lr_ratio) * decay
+        return lr_factor(step, c.steps, c.warmup, c.schedule, c.min_lr_ratio)
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def save(self, path: Path | None = None) -> None:
