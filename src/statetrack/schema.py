@@ -737,6 +737,28 @@ class Claim(Section):
         return self
 
 
+PROTOCOL_RATES = ("best", "selected")  # the paper reports its best rate; the rate chosen on the training lengths
+
+
+class Protocol(Section):
+    """The paper's own reporting protocol, where it differs from the strict one (the rate chosen on
+    the training lengths, most seeds): each claim is then also read under it, labelled as the
+    paper's (statetrack.results.claims.protocol_verdicts). It may select on the test lengths,
+    which the strict reading never does."""
+
+    quote: Text = Field(description="the paper's own words for how it reports, quoted")
+    rates: Annotated[str, choice(PROTOCOL_RATES)] = Field(
+        default="best",
+        description="best: the rate whose runs do best on the claim's own figure (the paper picks its best model); "
+        "selected: the rate the strict reading selects",
+    )
+    seeds: Annotated[str, choice(SEED_RULES)] = Field(
+        default="best", description="how the seeds' outcomes become the verdict under the paper's protocol"
+    )
+
+    _root = ("paper", "protocol")
+
+
 class Paper(Section):
     """What the paper reports, set beside the measured figures (statetrack.experiments.spec.paper_of)."""
 
@@ -768,6 +790,11 @@ class Paper(Section):
     )
     notes: Text | None = Field(
         default=None, description="what the measured results do and do not show (printed in the book)"
+    )
+    protocol: Protocol | None = Field(
+        default=None,
+        description="the paper's own reporting protocol (best of its rates or seeds), where it states one: every "
+        "claim is also read under it, beside the strict reading",
     )
 
     _root = ("paper",)

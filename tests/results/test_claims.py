@@ -278,3 +278,42 @@ def test_a_tie_on_the_training_lengths_holds_only_where_it_holds_at_every_tied_r
     rows += [{**r, "lr": 0.01} for r in _rows({s: {40: 0.5} for s in (0, 1, 2)})]
     alone = _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, TIED)
     assert alone["verdict"] == PASS and alone["results"][0]["ties"] == {}
+
+
+# ---- the paper's own reporting protocol beside the strict reading ----------------------------------------
+def _protocol_verdict(claim: dict, rows: list[dict], protocol: dict, planned=TIED) -> dict:
+    paper = paper_of({"name": "x", "paper": {"source": "s", "lengths": [40, 256], "protocol": protocol,
+                                             "claims": [{"text": "t", **claim}]}})
+    return claim_verdicts(paper, summarize(rows, None, planned.get("train_length")), planned)[0]
+
+
+def test_the_paper_protocol_reads_the_best_rate_and_seed_beside_the_strict_reading():
+    """lr 0.01 scores better on the training lengths, so the strict reading selects it (1 of 3 seeds
+    hold beyond: ✗); the paper picks its best model, lr 0.001 (3 of 3 there), on the claim's own figure."""
+    rows = []
+    for lr, beyond in ((0.001, {0: 1.0, 1: 1.0, 2: 1.0}), (0.01, {0: 1.0, 1: 0.1, 2: 0.1})):
+        rows += [{**r, "lr": lr} for r in _rows({s: {40: 1.0 if lr == 0.01 else 0.995, 64: v, 128: v, 256: v}
+                                                 for s, v in beyond.items()})]
+    protocol = {"quote": "picked the best performing model", "rates": "best", "seeds": "best"}
+    verdict = _protocol_verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, protocol)
+    assert verdict["verdict"] == FAIL and verdict["results"][0]["lr"] == 0.01  # strict: the rate chosen on 40
+    reading = verdict["protocol"]
+    assert reading["verdict"] == PASS and reading["results"][0]["lr"] == 0.001 and reading["claim"]["seeds"] == "best"
+    # at the selected rate only, its best seed passes: the seed rule alone changes the reading
+    at_selected = _protocol_verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, {**protocol, "rates": "selected"})
+    assert at_selected["protocol"]["verdict"] == PASS and at_selected["protocol"]["results"][0]["lr"] == 0.01
+    # a claim that a model stays below a level: the best seed below it means every seed is
+    below = _protocol_verdict({"model": "DeltaNet [-1,1]", "below": 0.5, "fit": 0}, rows, protocol)
+    assert below["protocol"]["claim"]["seeds"] == "all" and below["protocol"]["verdict"] == FAIL
+    # without a protocol there is one reading
+    assert _verdict({"model": "DeltaNet [-1,1]", "at_least": 0.9}, rows, TIED)["protocol"] is None
+    from statetrack.results.report import protocol_cell
+
+    assert protocol_cell(verdict) == "✓: 3 of 3 seeds, 0.995 (lr 0.001)"  # its worst length, 40
+
+
+def test_a_protocol_needs_a_quote_and_known_rules():
+    with pytest.raises(StatetrackError, match="quote"):
+        paper_of({"name": "x", "paper": {"source": "s", "protocol": {"rates": "best"}, "claims": []}})
+    with pytest.raises(StatetrackError, match="rates 'any'; expected one of: best, selected"):
+        paper_of({"name": "x", "paper": {"source": "s", "protocol": {"quote": "q", "rates": "any"}, "claims": []}})

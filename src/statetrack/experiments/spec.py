@@ -633,6 +633,7 @@ def paper_of(spec: dict) -> dict | None:
         "claims": claims,
         "notes": paper.notes or "",
         "fit": paper.fit,
+        "protocol": None if paper.protocol is None else paper.protocol.model_dump(),
     }
 
 

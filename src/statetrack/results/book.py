@@ -30,7 +30,7 @@ from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of, shipped_specs, spec_now, spec_tasks, train_config, train_lengths_text
 from statetrack.paths import write_text
 from statetrack.results.claims import KIND_TEXT, NOT_MEASURED, VERDICTS, check_verdict
-from statetrack.results.report import claim_measured, claim_test, paper_tables, verdict_line
+from statetrack.results.report import claim_measured, claim_test, paper_tables, protocol_cell, verdict_line
 from statetrack.results.scoring import Scored, fit_table, score
 from statetrack.results.selection import SummaryEntry, learning_runs
 from statetrack.results.tables import fit_rows, markdown_table, table_rows
@@ -298,6 +298,10 @@ How to read it:
   did not fit, with its figures at the training length.
 - A tie between learning rates on the training lengths is shown as a tie ("tied on the training
   lengths with lr ..."), and the claim holds only where it holds at every tied rate.
+- Two readings where the paper reports under a protocol of its own: the verdict is the strict
+  reading above; the column "paper's protocol" reads the same claim as the paper reports, quoted in
+  its experiment's section (the best of its rates, picked on the claim's own figure, which may
+  select on the test lengths, and the best of its seeds), and "-" where the paper states none.
 - ✓: the claim holds; ✗: it does not; "inconclusive": the fit rule left it undecided; "not
   measured": a run or a planned length it needs is missing; "not run at this scale": it names a
   model, task or scale this scale does not run; "not in this run": it names a model or task that
@@ -394,7 +398,7 @@ def _selection_text(summary: list[SummaryEntry]) -> str:
 def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]], dict]:
     """Every claim of every shipped experiment at `scale`: experiment, claim, test, measured, verdict;
     and the count of each verdict. A claim on a check is decided at a scale without a snapshot too."""
-    header = ["experiment", "claim", "test", "measured", "verdict"]
+    header = ["experiment", "claim", "test", "measured", "verdict", "paper's protocol"]
     body, counts = [], {v: 0 for v in VERDICTS}
     for name in shipped_specs():
         snapshot = snapshots.get((name, scale))
@@ -418,7 +422,16 @@ def claims_rows(snapshots: dict, scale: str) -> tuple[list[str], list[list[str]]
             verdicts = scored(snapshot).verdicts
         for v in verdicts:
             counts[v["verdict"]] += 1
-            body.append([f"`{name}`", v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]])
+            body.append(
+                [
+                    f"`{name}`",
+                    v["claim"]["text"],
+                    claim_test(v["claim"]),
+                    claim_measured(v),
+                    v["verdict"],
+                    protocol_cell(v),
+                ]
+            )
     return header, body, counts
 
 

@@ -9,9 +9,10 @@ adding or editing a claim retrains nothing.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from statetrack.checks import check_value
 from statetrack.experiments.spec import covers
@@ -340,12 +341,20 @@ def claim_verdicts(paper: dict, summary: list[SummaryEntry], planned: dict | Non
     (`left_out`), else "not run at this scale" when it names a scale, model or task the plan does
     not run, else "not measured" when something is missing or unmeasured, else "inconclusive" when
     the gate left the seed rule undecided, else ✓. A claim on a check (`measure: check:NAME`) reads
-    no runs: its scale decides whether it is tested, then `check_verdict`."""
-    return [_claim_verdict(claim, summary, planned) for claim in paper["claims"]]
+    no runs: its scale decides whether it is tested, then `check_verdict`. `protocol`: the same
+    claim's verdict under the paper's own reporting protocol (`protocol_verdicts`), None where the
+    paper states none."""
+    readings: list[dict | None] = [None] * len(paper["claims"])
+    readings = list(protocol_verdicts(paper, summary, planned) or readings)
+    return [
+        {**_claim_verdict(claim, summary, planned), "protocol": reading}
+        for claim, reading in zip(paper["claims"], readings)
+    ]
 
 
-def _claim_verdict(claim: dict, summary: list[SummaryEntry], planned: dict | None) -> dict:
-    """One claim's verdict (`claim_verdicts`)."""
+def _claim_verdict(claim: dict, summary: list[SummaryEntry], planned: dict | None, pick: Pick | None = None) -> dict:
+    """One claim's verdict (`claim_verdicts`); with `pick`, each entry (and each rival) is read at
+    the rate `pick` gives it instead of the selected one and its ties (`protocol_verdicts`)."""
     if claim["scales"] and planned is not None and planned.get("scale") not in claim["scales"]:
         return {
             "claim": claim,
@@ -381,8 +390,12 @@ def _claim_verdict(claim: dict, summary: list[SummaryEntry], planned: dict | Non
             else [f"{model} on {t}" for t in tasks or [] if t not in {e["task"] for e in entries}]
         )
         for e in entries:
-            result, rivals_missing = _entry_result(claim, e, summary, rivals, planned)
-            results.append(_with_ties(result, claim, e, summary, rivals, planned))
+            if pick is None:
+                result, rivals_missing = _entry_result(claim, e, summary, rivals, planned)
+                result = _with_ties(result, claim, e, summary, rivals, planned)
+            else:
+                result, rivals_missing = _entry_result(claim, pick(claim, e), summary, rivals, planned, pick)
+            results.append(result)
             missing += rivals_missing
     verdict, reason = _verdict(results, list(dict.fromkeys(missing)), unplanned, planned)
     return {
@@ -396,7 +409,12 @@ def _claim_verdict(claim: dict, summary: list[SummaryEntry], planned: dict | Non
 
 
 def _entry_result(
-    claim: dict, e: SummaryEntry, summary: list[SummaryEntry], rivals: list[str], planned: dict | None
+    claim: dict,
+    e: SummaryEntry,
+    summary: list[SummaryEntry],
+    rivals: list[str],
+    planned: dict | None,
+    pick: Pick | None = None,
 ) -> tuple[dict, list[str]]:
     """One (task, model) entry of a claim, scored seed by seed behind the fit gate (`claim_verdicts`
     gives its keys), and the rivals it has no entry of on the same task."""
@@ -421,7 +439,7 @@ def _entry_result(
     if claim["test"] == "beats" and lengths is not None:
         against = {
             name: [
-                _entry_figure(r, claim, lengths, planned)[1]
+                _entry_figure(r if pick is None else pick(claim, r), claim, lengths, planned)[1]
                 for r in summary
                 if covers(name, r["model"]) and (r["task"], r["dataset_size"]) == (e["task"], e["dataset_size"])
             ]
@@ -459,6 +477,7 @@ def _entry_result(
         "train_length": gate,
         "inconclusive": inconclusive,
         "kind": claim_kind(claim, lengths, _train_length(e, planned), e.get("variant", "")),
+        "lr": e["lr"],
         "budget": (planned or {}).get("budget", {}).get(_plan_key(e)),
     }
     return result, missing
@@ -472,13 +491,54 @@ def _train_length(e: SummaryEntry, planned: dict | None) -> int | None:
     return (planned or {}).get("train_length", {}).get(e.get("run_task", e["task"]))
 
 
+Pick = Callable[[dict, SummaryEntry], SummaryEntry]  # (claim, entry) -> the entry at the rate it is read at
+
+
+def protocol_verdicts(paper: dict, summary: list[SummaryEntry], planned: dict | None = None) -> list[dict] | None:
+    """Each claim of `paper` read under the paper's own reporting protocol (`paper.protocol`), as
+    `claim_verdicts` gives them, or None where the paper states none. Under `rates: best` each
+    model is read at the rate whose runs do best on the claim's own figure (`best_rate`: the paper
+    picks its best model, which may select on the test lengths); under `selected` at the strict
+    reading's rate, ties not read. The protocol's seed rule replaces the claim's: `best` (the best
+    seed) for a claim that a model reaches or beats a level, and for one that it stays below a
+    level `all` (the best seed below it means every seed is). The kinds' fit rule is the same."""
+    protocol = paper.get("protocol")
+    if protocol is None:
+        return None
+    pick: Pick = best_rate if protocol["rates"] == "best" else (lambda claim, e: e)
+    out = []
+    for claim in paper["claims"]:
+        seeds = "all" if protocol["seeds"] == "best" and claim["test"] == "below" else protocol["seeds"]
+        out.append(_claim_verdict({**claim, "seeds": seeds}, summary, planned, pick))
+    return out
+
+
+def best_rate(claim: dict, e: SummaryEntry) -> SummaryEntry:
+    """The entry at the rate (among those it trained) whose mean figure on the claim is highest
+    (`extrapolation`: the longest length reached), its runs' best; a claim on a metric, whose
+    better direction the claim does not say, stays at the selected rate. Ties go to the selected
+    rate, then to the smallest."""
+    if claim["measure"].startswith("metric:") or not e.get("rates"):
+        return e
+    candidates = [e] + [at_rate(e, lr) for lr in sorted(e["rates"])]
+
+    def figure(entry: SummaryEntry) -> float:
+        lengths, _ = claim_lengths(entry, claim["measure"], claim["lengths"])
+        if lengths is None:
+            return -math.inf
+        value = _entry_figure(entry, {**claim, "test": "beats"}, lengths, None)[1]
+        return -math.inf if value is None else value
+
+    return max(candidates, key=figure)  # max keeps the first of equals: the selected rate
+
+
 def _with_ties(
     result: dict, claim: dict, e: SummaryEntry, summary: list[SummaryEntry], rivals: list[str], planned: dict | None
 ) -> dict:
     """The entry's result with `ties` ({lr: {holds, passed, of, value}} at every rate that ties with
     the selected one on the training lengths): the strict reading holds only where it holds at each
     of them, and fails where it fails at one (`holds` then says so, and `reason` which rate)."""
-    ties = {lr: _entry_result(claim, at_rate(e, lr), summary, rivals, planned)[0] for lr in sorted(e.get("ties") or {})}
+    ties = {lr: _entry_result(claim, at_rate(e, lr), summary, rivals, planned)[0] for lr in e.get("ties") or []}
     if not ties:
         return {**result, "ties": {}}
     outcomes = {e["lr"]: result["holds"], **{lr: r["holds"] for lr, r in ties.items()}}
@@ -536,6 +596,7 @@ def check_verdict(claim: dict) -> dict:
         "train_length": None,
         "inconclusive": False,
         "kind": claim_kind(claim, None, None),
+        "lr": None,
         "budget": None,
         "ties": {},
     }
@@ -559,7 +620,7 @@ def trained_entry(entry: SummaryEntry, summary: list[SummaryEntry], variant: str
             e
             for e in summary
             if (e["task"], e["model"], e["dataset_size"]) == (task, entry["model"], entry["dataset_size"])
-            and (e["lr"] == entry["lr"] or entry["lr"] in (e.get("ties") or {}))
+            and (e["lr"] == entry["lr"] or entry["lr"] in (e.get("rates") or {}))
         ),
         None,
     )

@@ -73,10 +73,14 @@ def _missing_line(r: dict) -> str:
 MEASURE_SHORT = {"scaled": "scaled acc.", "sequence": "seq. acc.", "extrapolation": "extrapolates to"}
 OPERATORS = {"at_least": ">=", "below": "<", "beats": ">"}
 FIT_GATE_TEXT = (
-    "the claim reaches beyond the training lengths, says a model succeeds or compares models, and too few "
-    "seeds of its model fit their longest training length (its figure there below the claim's fit threshold, "
-    "0.9 unless the spec sets another) to decide it; the seeds that did not fit are set aside, never counted "
-    "for or against"
+    "the claim is about how a model behaves (beyond the training lengths, on another evaluation variant, or by an "
+    "analysis figure) or compares models, and too few seeds of its model fit their longest training length (its "
+    "figure there below the claim's fit threshold, 0.9 unless the spec sets another) to decide it; the seeds that "
+    "did not fit are set aside, never counted for or against (a claim that a model fits is decided by the fit)"
+)
+PROTOCOL_TEXT = (
+    "The paper's protocol: the same claim read as the paper reports ({quote}): at each model's best rate on the "
+    "claim's own figure (which may select on the test lengths, as the strict reading never does) and {seeds}"
 )
 MEASURED_KEY = (
     "per model and task, how many seeds pass, then the mean over the seeds of each seed's own figure: its worst "
@@ -188,6 +192,24 @@ def claim_measured(verdict: dict) -> str:
     return "; ".join(parts) or "-"
 
 
+def protocol_text(protocol: dict) -> str:
+    """The paper's protocol in words, under a claims table that has its column."""
+    seeds = {"best": "its best seed", "all": "every seed", "majority": "most seeds"}[protocol["seeds"]]
+    rates = "" if protocol["rates"] == "best" else " (at the strict reading's rate)"
+    return PROTOCOL_TEXT.format(quote=f'"{protocol["quote"]}"', seeds=seeds + rates) + "."
+
+
+def protocol_cell(verdict: dict) -> str:
+    """A claim's verdict under the paper's protocol with what it read ("✓: 1 of 3 seeds, 1.000 (lr
+    0.01)"), "-" where the paper states no protocol."""
+    reading = verdict.get("protocol")
+    if reading is None:
+        return "-"
+    rates = sorted({r["lr"] for r in reading["results"] if r.get("lr") is not None})
+    at = f" (lr {', '.join(f'{lr:g}' for lr in rates)})" if rates else ""
+    return f"{reading['verdict']}: {claim_measured(reading)}{at}"
+
+
 def ties_text(result: dict, measure: str) -> str:
     """ "; tied on the training lengths with lr 0.01: 3 of 3 seeds, 1.000" for each rate that ties
     with the selected one (the strict reading holds only where it holds at each); "" without ties."""
@@ -255,7 +277,12 @@ def paper_tables(scored: Scored) -> list[tuple]:
         )
         sections.append(("Paper vs measured", note, (header, body)))
     if verdicts:
+        header = ["claim", "test", "measured", "verdict"]
         body = [[v["claim"]["text"], claim_test(v["claim"]), claim_measured(v), v["verdict"]] for v in verdicts]
+        if paper.get("protocol"):
+            header.append("paper's protocol")
+            for row, v in zip(body, verdicts):
+                row.append(protocol_cell(v))
         note = (
             f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, "
             "at every planned length of its range, and its seed rule decides; "
@@ -263,9 +290,11 @@ def paper_tables(scored: Scored) -> list[tuple]:
             f"{NOT_MEASURED}: a run or a planned length it needs is missing (not finished, or failed); "
             f"{NOT_RUN}: it names a model, task or scale this scale of the spec does not run; "
             f"{NOT_IN_RUN}: it names a model or task that this run's overrides left out. "
-            f"Measured: {MEASURED_KEY}." + (f" {QUICK_NOTE}" if scale == "quick" else "")
+            f"Measured: {MEASURED_KEY}."
+            + (f" {QUICK_NOTE}" if scale == "quick" else "")
+            + (f" {protocol_text(paper['protocol'])}" if paper.get("protocol") else "")
         )
-        sections.append(("Claims: did it reproduce?", note, (["claim", "test", "measured", "verdict"], body)))
+        sections.append(("Claims: did it reproduce?", note, (header, body)))
     return sections
 
 

@@ -83,7 +83,8 @@ class _Entry(Figures):
     dataset_size: int | None
     lr: float
     lr_scores: dict[float, float]
-    ties: dict[float, Figures]
+    ties: list[float]
+    rates: dict[float, Figures]
     sequence_differs: bool
 
 
@@ -91,8 +92,9 @@ class SummaryEntry(_Entry, total=False):
     """One entry of `summarize`: a (task, model, training-set size) and its `Figures` at the
     selected `lr`. `task` is "<run_task> [<variant>]" for an evaluation variant's entry (`variant`
     '' for the training task); `dataset_size` None for fresh batches; `lr_scores` ({lr: score
-    under the lr rule}); `ties` ({lr: its Figures} for every other rate that ties with the selected
-    one on the training lengths, `tied_rates`: a verdict must hold at each of them);
+    under the lr rule}); `rates` ({lr: its Figures} for every other rate trained, which `at_rate`
+    reads); `ties` (the other rates that tie with the selected one on the training lengths,
+    `tied_rates`: a strict verdict must hold at each of them);
     `sequence_differs`: some run of the entry, at any lr, has a sequence
     accuracy other than its accuracy; `train_length`: the task's longest training length in the
     plan (`with_train_lengths`; None where the plan does not record it)."""
@@ -157,7 +159,8 @@ def summarize(rows: list[dict], selection: dict | None = None, train_length: dic
                 "lr": lr,
                 **_selected_figures(by_lr[lr], selection),
                 "lr_scores": {x: score[0] for x, score in lr_scores.items()},
-                "ties": {x: _selected_figures(by_lr[x], selection) for x in tied_rates(lr_scores, lr)},
+                "ties": tied_rates(lr_scores, lr),
+                "rates": {x: _selected_figures(by_lr[x], selection) for x in sorted(by_lr) if x != lr},
                 "sequence_differs": (task, model, size) in differs,
             }
         )
@@ -178,11 +181,11 @@ def tied_rates(lr_scores: dict[float, tuple], selected: float, tolerance: float 
 
 
 def at_rate(entry: SummaryEntry, lr: float) -> SummaryEntry:
-    """The entry with the figures of the tied rate `lr` (one of `entry["ties"]`) in place of the
-    selected rate's; the entry itself at its own rate."""
+    """The entry with the figures of another rate it trained, `lr` (one of `entry["rates"]`), in
+    place of the selected rate's; the entry itself at its own rate."""
     if lr == entry["lr"]:
         return entry
-    return {**entry, **entry["ties"][lr], "lr": lr, "ties": {}}
+    return {**entry, **entry["rates"][lr], "lr": lr, "ties": [], "rates": {}}
 
 
 def _seed_records(rows: list[dict], selection: dict, train_length: dict | None) -> tuple[dict, dict, set]:
