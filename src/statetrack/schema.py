@@ -478,6 +478,11 @@ class Train(Section):
         "stops once it has converged on its training lengths, not at the first validation that gets them right "
         "(null: the figure alone decides; the quick scale's default is STOP_LOSS)",
     )
+    early_stop_window: Annotated[int, integer(1)] | None = Field(
+        default=None,
+        description="a run stops early only once this many validations in a row (val_every steps apart) say so: "
+        "with early_stop_fit, it has stayed fit and converged, not only reached it once (null: the first)",
+    )
     early_stop_measure: Annotated[str, choice(FIT_MEASURES)] = Field(
         default=FIT_MEASURES[0],
         description="what early_stop_fit reads: scaled accuracy over the supervised positions, or sequence accuracy "

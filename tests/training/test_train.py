@@ -82,6 +82,37 @@ def test_early_stop_fit_loss_waits_for_the_held_out_loss_to_converge(fit_loss, s
     assert (trainer.stopped_early, trainer.step) == ((True, 10) if stops else (False, 40))
 
 
+def test_early_stop_window_stops_only_once_the_run_has_stayed_fit(monkeypatch, tmp_path):
+    """With early_stop_window 3, a run fits at step 10, falls out at 30, fits again from 40: it stops
+    at 60, the third fitted validation in a row, not at the first; paused and resumed between
+    validations it stops at the same step."""
+    from statetrack.training import train as train_module
+
+    fitted = {10, 20, 40, 50, 60, 70, 80}
+    monkeypatch.setattr(train_module.Trainer, "_validation", lambda self: {
+        "loss": 1e-4, "accuracy": 1.0, "scaled": 1.0 if self.step in fitted else 0.5, "sequence": 1.0})
+    task = make_task("parity")
+    settings = dict(steps=100, max_length=6, early_stop_loss=None, early_stop_fit=0.99, val_every=10, log_every=5,
+                    device="cpu")
+    first = Trainer(make({"name": "lstm", "d_model": 4}, task), task, TrainConfig(**settings), progress=False).fit()
+    assert (first.stopped_early, first.step) == (True, 10)  # no window: the first fitted validation
+    config = TrainConfig(**settings, early_stop_window=3)
+    windowed = Trainer(make({"name": "lstm", "d_model": 4}, task), task, config, progress=False).fit()
+    assert (windowed.stopped_early, windowed.step) == (True, 60)
+    # paused after step 45 (one fitted validation counted), resumed from its checkpoint: the same stop
+    path = tmp_path / "run.pt"
+    paused = Trainer(make({"name": "lstm", "d_model": 4}, task), task, config.model_copy(update={"steps": 100}),
+                     progress=False, checkpoint_path=path)
+    monkeypatch.setattr(train_module, "now", lambda: 0.0 if paused.step < 45 else 1e12)
+    with pytest.raises(train_module.Paused):
+        paused.fit(deadline=1.0)
+    assert paused.fits_in_a_row == 1
+    monkeypatch.setattr(train_module, "now", lambda: 0.0)
+    resumed = Trainer(make({"name": "lstm", "d_model": 4}, task), task, config, progress=False, checkpoint_path=path)
+    resumed.fit()
+    assert (resumed.stopped_early, resumed.step) == (True, 60)
+
+
 def test_the_validation_counts_as_evaluation_counts():
     """The trainer's validation figures are evaluation's on the same examples: one counting rule."""
     from statetrack.training.evaluate import count_right, scaled_accuracy

@@ -284,6 +284,7 @@ class Trainer:
         # iterations per sequence)
         self.curve: list[dict] = []
         self.stopped_early = False
+        self.fits_in_a_row = 0  # validations in a row that fit (train.early_stop_window)
         self.seconds = 0.0
 
     def _lr_factor(self, step: int) -> float:
@@ -308,6 +309,7 @@ class Trainer:
                     "step": self.step,
                     "curve": self.curve,
                     "stopped_early": self.stopped_early,
+                    "fits_in_a_row": self.fits_in_a_row,
                     "seconds": self.seconds,
                 },
                 f,
@@ -331,6 +333,7 @@ class Trainer:
             )
             self.step, self.curve = int(saved["step"]), list(saved["curve"])
             self.stopped_early, self.seconds = bool(saved["stopped_early"]), float(saved["seconds"])
+            self.fits_in_a_row = int(saved.get("fits_in_a_row", 0))  # a checkpoint written before it: none
         except (KeyError, ValueError, TypeError, RuntimeError) as error:
             detail = " ".join(str(error).split()[:40])
             raise UnreadableCheckpoint(f"checkpoint {path} does not fit this run: {detail}") from None
@@ -354,6 +357,7 @@ class Trainer:
             self.scheduler.load_state_dict(fresh["scheduler"])
             self.generator.set_state(generator)
             self.step, self.curve, self.stopped_early, self.seconds = 0, [], False, 0.0
+            self.fits_in_a_row = 0
             aside = path.with_name(path.name + ".corrupt")
             os.replace(path, aside)
             warnings.warn(f"{error}; moved to {aside}, the run starts again from step 0", RuntimeWarning, stacklevel=3)
@@ -416,7 +420,7 @@ class Trainer:
         """Whether a validation says to stop: the loss below `early_stop_loss`, the accuracy at
         `early_stop_accuracy`, or the figure of `early_stop_measure` at `early_stop_fit` with the loss
         below `early_stop_fit_loss` where that is set (the run has fit, and converged on, its training
-        lengths)."""
+        lengths). With `early_stop_window` the run stops once that many validations in a row say so."""
         c = self.config
         converged = c.early_stop_fit_loss is None or validation["loss"] < c.early_stop_fit_loss
         return (
@@ -465,7 +469,8 @@ class Trainer:
             # early stopping ends the run, so only in the last stage of a curriculum
             early_stop = any(v is not None for v in (c.early_stop_loss, c.early_stop_accuracy, c.early_stop_fit))
             if early_stop and self.step % c.val_every == 0 and stage == len(self.plan) - 1:
-                self.stopped_early = self._fits(self._validation())
+                self.fits_in_a_row = self.fits_in_a_row + 1 if self._fits(self._validation()) else 0
+                self.stopped_early = self.fits_in_a_row >= (c.early_stop_window or 1)
             self.seconds = time.perf_counter() - start
             if self.step % c.checkpoint_every == 0:
                 self.save()
