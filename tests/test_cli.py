@@ -21,7 +21,7 @@ def test_run_report_and_results_json(tiny_spec, tmp_path, capsys):
     rows = json.loads(out)
     assert code == 0 and len(rows) == 4
     assert set(rows[0]) == {"run_id", "model", "task", "task_params", "seed", "lr", "length", "accuracy", "scaled_accuracy",
-                           "sequence_accuracy", "diverged"}
+                           "sequence_accuracy", "diverged", "predicted_classes"}
     assert {r["model"] for r in rows} == {"DeltaNet [-1,1]", "LSTM"}
     assert {r["length"] for r in rows} == {5, 9}
     code, out, _ = run_cli(capsys, "report", "tiny", "--results-dir", results)

@@ -91,7 +91,28 @@ def test_the_report_marks_a_run_still_learning_when_its_budget_ended(tmp_path):
     fit = md.split("## Fit")[1].split("\n## ")[0]
     assert "fit threshold 0.9" in fit
     assert [cell.strip() for cell in fit.splitlines()[-1].strip("|").split("|")] == [
-        "parity", "LSTM", "0.01", "0.200 (0.200 to 0.200) at 40", "0 of 2", "750 of 1000", "1 of 2"]
+        "parity", "LSTM", "0.01", "0.200 (0.200 to 0.200) at 40", "0 of 2", "750 of 1000", "1 of 2", "-"]
+
+
+def test_the_fit_table_flags_a_run_that_collapsed_to_one_class():
+    """Seed 0 predicted one class at its training length without fitting it: collapsed; seed 1
+    predicted several and seed 2 predicted one but fitted (a task whose answers there are one class)."""
+    from statetrack.results.scoring import fit_table, score
+    from statetrack.results.tables import fit_rows
+
+    rows = [{"model": "LSTM", "task": "parity", "seed": s, "lr": 0.01, "length": 40, "scaled_accuracy": v,
+             "accuracy": (1 + v) / 2, "predicted_classes": classes}
+            for s, v, classes in ((0, 0.0, 1.0), (1, 0.3, 2.0), (2, 1.0, 1.0))]
+    plan = Plan("parity", {"name": "parity", "scale": "quick"},
+                [{"id": f"r{s}", "model": "LSTM", "task": "parity", "lr": 0.01, "seed": s, "steps": 100,
+                  "train_length": 40, "lengths": [40]} for s in (0, 1, 2)])
+    runs = [{"id": f"r{s}", "status": "done", "steps": 100} for s in (0, 1, 2)]
+    [fit] = fit_table(score("parity", plan, runs, rows), None)
+    assert fit["collapsed"] == [0]
+    assert fit_rows([fit])[1][1][0][-1] == "1 of 3"
+    # runs evaluated before the count was recorded: not known
+    [old] = fit_table(score("parity", plan, runs, [{k: v for k, v in r.items() if k != "predicted_classes"} for r in rows]), None)
+    assert old["collapsed"] is None and fit_rows([old])[1][1][0][-1] == "-"
 
 
 def test_load_spec_records_what_the_overrides_left_out():

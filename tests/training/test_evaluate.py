@@ -5,7 +5,7 @@ import torch
 
 from statetrack.models import zoo
 from statetrack.tasks import make_task
-from statetrack.training.evaluate import Sampling, evaluate_lengths, predict, scaled_accuracy
+from statetrack.training.evaluate import PREDICTED_CLASSES, Sampling, evaluate_lengths, predict, scaled_accuracy
 
 
 def test_scaled_accuracy():
@@ -66,16 +66,33 @@ def test_sequence_accuracy_counts_whole_strings(wrong):
     rows = evaluate_lengths(_Oracle(task, wrong), task, [10], Sampling(samples=64, batch_size=16))
     assert rows[0]["accuracy"] == pytest.approx(1 - wrong / 2 / 11)
     assert rows[0]["sequence_accuracy"] == (1.0 if wrong == 0 else 0.5)
-    assert rows[0]["metrics"] == {}
+    assert rows[0]["metrics"] == {PREDICTED_CLASSES: task.symbols + 1}  # every letter and the end mark
+
+
+class _Constant(torch.nn.Module):
+    """Predicts class `answer` at every position: a collapsed model."""
+
+    def __init__(self, num_classes: int, answer: int = 0):
+        super().__init__()
+        self.num_classes, self.answer = num_classes, answer
+
+    def forward(self, tokens, state=None):
+        return torch.nn.functional.one_hot(torch.full_like(tokens, self.answer), self.num_classes).float(), state
+
+
+def test_every_row_counts_the_classes_predicted_so_a_collapsed_model_shows():
+    task = make_task("modadd", m=5)
+    (row,) = evaluate_lengths(_Constant(task.num_classes, 2), task, [10], Sampling(samples=64, batch_size=16))
+    assert row["metrics"][PREDICTED_CLASSES] == 1 and row["accuracy"] < 0.5
 
 
 def test_scores_print_as_a_table_and_per_position_figures_come_on_request():
     task = make_task("copy")
     rows = evaluate_lengths(_Oracle(task, 1), task, [4, 10], Sampling(samples=64, batch_size=16))
     assert str(rows) == repr(rows) == "\n".join([
-        "length  accuracy  scaled accuracy  sequence accuracy",
-        f"     4  {1 - 1 / 2 / 5:8.3f}  {rows[0]['scaled_accuracy']:15.3f}              0.500",
-        f"    10  {1 - 1 / 2 / 11:8.3f}  {rows[1]['scaled_accuracy']:15.3f}              0.500"])
+        "length  accuracy  scaled accuracy  sequence accuracy  predicted_classes",
+        f"     4  {1 - 1 / 2 / 5:8.3f}  {rows[0]['scaled_accuracy']:15.3f}              0.500                 27",
+        f"    10  {1 - 1 / 2 / 11:8.3f}  {rows[1]['scaled_accuracy']:15.3f}              0.500                 27"])
     assert all("position_accuracy" not in row for row in rows)
     (row,) = evaluate_lengths(_Oracle(task, 1), task, [4], Sampling(samples=64, batch_size=16), positions=True)
     assert row["position_accuracy"][5:10] == [0.5] + [1.0] * 4 and row["accuracy"] == rows[0]["accuracy"]

@@ -25,6 +25,7 @@ from statetrack.experiments.spec import train_range  # noqa: E402
 from statetrack.paths import open_for_write  # noqa: E402
 from statetrack.results.scoring import RunData  # noqa: E402
 from statetrack.results.selection import SummaryEntry
+from statetrack.training.evaluate import PREDICTED_CLASSES  # noqa: E402
 
 FORMATS = ("png", "svg", "pdf")  # what a report's plots can be written as; PNG is always written (the HTML embeds it)
 _also: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("statetrack_plot_formats", default=())
@@ -463,15 +464,23 @@ def plot_metric(
     return path
 
 
+def _shown_metrics(metrics: dict) -> dict:
+    """An evaluation's metrics as tables and plots show them: without the count of classes predicted,
+    which the fit table reads (a collapsed run) instead."""
+    return {name: value for name, value in metrics.items() if name != PREDICTED_CLASSES}
+
+
 def metrics_by_length(data: RunData, summary: list[SummaryEntry], runs: list[dict]) -> list[tuple[SummaryEntry, dict]]:
     """Per summary entry, its evaluations' metrics over the seeds at the selected lr:
     (entry, {family: {stat: {length: value}}}) (`metric_series`)."""
+
+    def evals(run: dict, entry: SummaryEntry) -> list[dict]:
+        return data.evals(run["id"], entry.get("variant", ""))
+
     return [
         (
             e,
-            metric_series(
-                [[(row["length"], row["metrics"]) for row in data.evals(r["id"], e.get("variant", ""))] for r in rs]
-            ),
+            metric_series([[(row["length"], _shown_metrics(row["metrics"])) for row in evals(r, e)] for r in rs]),
         )
         for e, rs in selected_runs(summary, runs)
     ]

@@ -14,6 +14,7 @@ from statetrack.results.claims import claim_verdicts, fit_figure, planned_names,
 from statetrack.results.selection import SummaryEntry, summarize, with_train_lengths
 from statetrack.schema import FIT_THRESHOLD, selection_of
 from statetrack.store import Plan
+from statetrack.training.evaluate import PREDICTED_CLASSES
 
 
 def fit_table(scored: Scored, learning: set[str] | None) -> list[dict]:
@@ -22,8 +23,9 @@ def fit_table(scored: Scored, learning: set[str] | None) -> list[dict]:
     longest training length), measure and threshold (the fit gate's: `paper.measure` and
     `paper.fit`, else scaled accuracy and FIT_THRESHOLD), figures ({seed: figure at length}),
     fitted (the seeds at or above the threshold), steps ({seed: steps trained}), budget (the plan's
-    steps) and learning (the seeds whose runs are in `learning`, see `learning_runs`; None where
-    that was not recorded, as in a snapshot exported before it was)}. The figure
+    steps), learning (the seeds whose runs are in `learning`, see `learning_runs`; None where
+    that was not recorded, as in a snapshot exported before it was) and collapsed (the seeds that
+    predicted one class there, `collapsed_seeds`; None where not recorded)}. The figure
     is read on `paper.fit_variant` where the spec names one, as the fit gate reads it."""
     paper = scored.paper or {}
     measure = paper.get("measure", "scaled")
@@ -55,9 +57,24 @@ def fit_table(scored: Scored, learning: set[str] | None) -> list[dict]:
                 "steps": steps,
                 "budget": max((p.get("steps") or 0 for p in planned.values() if p), default=None),
                 "learning": None if learning is None else [s for s, p in planned.items() if p and p["id"] in learning],
+                "collapsed": collapsed_seeds(trained, length, threshold, measure),
             }
         )
     return out
+
+
+def collapsed_seeds(entry: SummaryEntry, length: int, threshold: float, measure: str) -> list[int] | None:
+    """The seeds of `entry` that did not fit `length` and predicted one class at every supervised
+    position there (PREDICTED_CLASSES): the model collapsed to a constant answer, so its figures
+    say nothing of what it tracks. None where no seed recorded the count (runs evaluated before it was)."""
+    counts = {s: r["metrics"].get(PREDICTED_CLASSES, {}).get(length) for s, r in entry["per_seed"].items()}
+    if all(c is None for c in counts.values()):
+        return None
+    return [
+        s
+        for s, c in counts.items()
+        if c == 1 and (fit_figure(entry["per_seed"][s], measure, length) or 0.0) < threshold - 1e-9
+    ]
 
 
 @dataclass

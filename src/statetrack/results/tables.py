@@ -197,11 +197,11 @@ def html_table(header: list[str], body: list[list[str]], left: int | None = None
 FIT_MEASURE_TEXT = {"scaled": "scaled accuracy", "sequence": "sequence accuracy", "extrapolation": "accuracy"}
 
 
-def learning_text(fit: dict) -> str:
-    """A fit table's "still learning" cell: k of N seeds, "no", or "-" where it was not recorded."""
-    if fit["learning"] is None:
-        return "-"
-    return f"{len(fit['learning'])} of {len(fit['figures'])}" if fit["learning"] else "no"
+def flag_text(fit: dict, flag: str) -> str:
+    """A fit table's flag cell ("learning": still learning, "collapsed"): k of N seeds, "no", or "-"
+    where it was not recorded."""
+    seeds = fit.get(flag)
+    return "-" if seeds is None else f"{len(seeds)} of {len(fit['figures'])}" if seeds else "no"
 
 
 def fit_rows(fits: list[dict]) -> tuple[str, tuple[list[str], list[list[str]]]]:
@@ -210,7 +210,16 @@ def fit_rows(fits: list[dict]) -> tuple[str, tuple[list[str], list[list[str]]]]:
     fit threshold, the median steps trained against the budget, and the runs still learning."""
     if not fits:
         return "", ([], [])
-    header = ["task", "model", "lr", "at the longest training length", "fitted seeds", "median steps", "still learning"]
+    header = [
+        "task",
+        "model",
+        "lr",
+        "at the longest training length",
+        "fitted seeds",
+        "median steps",
+        "still learning",
+        "collapsed",
+    ]
     body = []
     for f in fits:
         values = [v for v in f["figures"].values() if v is not None]
@@ -231,11 +240,8 @@ def fit_rows(fits: list[dict]) -> tuple[str, tuple[list[str], list[list[str]]]]:
                 figure,
                 f"{len(f['fitted'])} of {len(f['figures'])}",
                 (f"{median:g} of {f['budget']}" if f["budget"] else f"{median:g}") if steps else "-",
-                "-"
-                if f["learning"] is None
-                else f"{len(f['learning'])} of {len(f['figures'])}"
-                if f["learning"]
-                else "no",
+                flag_text(f, "learning"),
+                flag_text(f, "collapsed"),
             ]
         )
     first = fits[0]
@@ -244,7 +250,8 @@ def fit_rows(fits: list[dict]) -> tuple[str, tuple[list[str], list[list[str]]]]:
         f"longest training length on the test examples, at the selected lr: mean over seeds (lowest to highest); "
         f"fitted: the seeds at or above the fit threshold {first['threshold']:g}, the only ones a claim beyond the "
         "training lengths is decided on; median steps trained of the budget (a run stops once it fits); still "
-        "learning: runs whose training loss was still falling when their budget ended."
+        "learning: runs whose training loss was still falling when their budget ended (steps weighed by their "
+        "learning rate); collapsed: unfitted runs that predicted one class at every supervised position there."
     )
     return note, (header, body)
 

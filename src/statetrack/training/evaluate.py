@@ -151,6 +151,10 @@ def _add_padded(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return out
 
 
+# the metric every evaluation row has: distinct classes predicted at the supervised positions (1: collapsed)
+PREDICTED_CLASSES = "predicted_classes"
+
+
 class LengthScores(list):
     """`evaluate_lengths`' rows, one dict per length, printed as a table: accuracy, scaled accuracy,
     sequence accuracy and the model's metrics per length (the rows hold the rest)."""
@@ -191,7 +195,8 @@ def evaluate_lengths(
     fraction of examples whose supervised positions are all right: string accuracy for copying,
     Jelassi et al. 2024; every prefix product right for a word problem), and `metrics`, the median
     and maximum over the sequences of what the model's layers record (statetrack.diagnostics; e.g.
-    fixed-point iterations), empty for most models.
+    fixed-point iterations), and `predicted_classes` (PREDICTED_CLASSES): how many distinct classes
+    the model predicted at the supervised positions, 1 for a model that collapsed to one answer.
 
     With `positions`, `position_accuracy`: accuracy at each input position over the examples
     supervised there (None where none is), for inputs of at most MAX_POSITIONS tokens; dense tasks
@@ -227,6 +232,7 @@ def evaluate_lengths(
         per_position: tuple[torch.Tensor, torch.Tensor] | None = None  # (right answers, supervised) per position
         records: dict[str, list[float]] = {}
         task_sums: dict[str, float] = {}
+        classes: set[int] = set()  # the classes predicted at the supervised positions
         row: dict = {}
         for start in range(0, samples, batch_size):
             batch = task.sample(min(batch_size, samples - start), length, g).to(device)
@@ -241,6 +247,7 @@ def evaluate_lengths(
                     task_sums[name] = task_sums.get(name, 0.0) + mean * weight
             else:
                 predicted = predict(model, batch.inputs, chunk_size)
+            classes.update(predicted[batch.mask].unique().tolist())
             hits, counts = count_right(predicted, batch)
             correct, total = correct + counts["correct"], total + counts["total"]
             whole, examples = whole + counts["whole"], examples + counts["examples"]
@@ -253,7 +260,11 @@ def evaluate_lengths(
                 )
             diagnostics.merge(records, diagnostics.drain(model))
         accuracy = correct / total
-        metrics = {**diagnostics.summarize(records), **{name: value / total for name, value in task_sums.items()}}
+        metrics = {
+            **diagnostics.summarize(records),
+            **{name: value / total for name, value in task_sums.items()},
+            PREDICTED_CLASSES: float(len(classes)),
+        }
         row = {
             "length": length,
             "accuracy": accuracy,
