@@ -742,6 +742,18 @@ class Claim(Section):
         return self
 
 
+class Probe(Section):
+    """One probe behind an experiment's notes: a setting the spec does not run by default, the
+    command that measures it, and what it gave (printed as a row of the book's probes table)."""
+
+    setting: Text = Field(description="what was tried, e.g. 'seeds 3..5' or 'GRU at 20000 steps, lr 1e-2'")
+    command: Text = Field(description="the command that measures it (statetrack run ...)")
+    figure: Text = Field(description="what it gave, with its figures")
+    verdict: Text | None = Field(default=None, description="what it says of the claims (optional)")
+
+    _root = ("paper", "probes")
+
+
 PROTOCOL_RATES = ("best", "selected")  # the paper reports its best rate; the rate chosen on the training lengths
 
 
@@ -795,6 +807,10 @@ class Paper(Section):
     )
     notes: Text | None = Field(
         default=None, description="what the measured results do and do not show (printed in the book)"
+    )
+    probes: list[Probe] = Field(
+        default_factory=list,
+        description="the probes behind the notes, one row each of the book's probes table (setting, command, figure)",
     )
     protocol: Protocol | None = Field(
         default=None,

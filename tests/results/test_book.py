@@ -212,3 +212,20 @@ def test_the_machine_names_the_vector_kernels_its_figures_repeat_on():
     assert book.describe_machine(info) == "2 CPU cores (AVX2), 24 GiB, torch 2.13.0, Python 3.11.7"
     older = {k: v for k, v in info.items() if k != "cpu_capability"}  # a snapshot from before the field
     assert book.describe_machine(older) == "2 CPU cores, 24 GiB, torch 2.13.0, Python 3.11.7"
+
+
+def test_probes_render_as_one_table_and_a_bad_probe_is_named():
+    from statetrack.errors import StatetrackError
+    from statetrack.experiments.spec import paper_of
+
+    paper = paper_of({"name": "x", "paper": {"source": "s", "probes": [
+        {"setting": "seeds 3..5", "command": "statetrack run demo 'seeds=[3,4,5]'", "figure": "2 of 3 exact to 256"},
+        {"setting": "lr 3e-3", "command": "statetrack run demo 'lrs=[3.0e-3]'", "figure": "0 of 3", "verdict": "budget"}]}})
+    assert book.probes_table(paper["probes"]).splitlines() == [
+        "| probe | command | figure | verdict |",
+        "| :--- | :--- | :--- | :--- |",
+        "| seeds 3..5 | `statetrack run demo 'seeds=[3,4,5]'` | 2 of 3 exact to 256 | - |",
+        "| lr 3e-3 | `statetrack run demo 'lrs=[3.0e-3]'` | 0 of 3 | budget |",
+    ]
+    with pytest.raises(StatetrackError, match="paper.probes.0"):
+        paper_of({"name": "x", "paper": {"source": "s", "probes": [{"setting": "a", "figure": "b"}]}})

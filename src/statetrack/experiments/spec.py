@@ -634,6 +634,7 @@ def paper_of(spec: dict) -> dict | None:
         "notes": paper.notes or "",
         "fit": paper.fit,
         "protocol": None if paper.protocol is None else paper.protocol.model_dump(),
+        "probes": [probe.model_dump() for probe in paper.probes],
     }
 
 

@@ -314,6 +314,17 @@ INTRO = INTRO.replace("{kinds}", "\n".join(f"  - {text}{';' if text != _KINDS[-1
 CLAIM_RULES = INTRO[INTRO.index("How to read it:") :]  # the rules, for claims.md too
 
 
+def probes_table(probes: list[dict]) -> str:
+    """The probes behind an experiment's notes as one table: setting, command, figure (and verdict)."""
+    with_verdict = any(p["verdict"] for p in probes)
+    header = ["probe", "command", "figure"] + (["verdict"] if with_verdict else [])
+    body = [
+        [p["setting"], f"`{p['command']}`", p["figure"]] + ([p["verdict"] or "-"] if with_verdict else [])
+        for p in probes
+    ]
+    return markdown_table(header, body)
+
+
 def experiment_title(name: str, paper: dict | None) -> str:
     return f"`{name}`" + (f": {paper['source']}" if paper else "")
 
@@ -325,6 +336,8 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
     md = [f"## {experiment_title(name, paper)}", "", " ".join(description.split()), ""]
     if paper and paper["notes"]:
         md += [f"**Notes.** {paper['notes']}", ""]
+    if paper and paper["probes"]:
+        md += [probes_table(paper["probes"]), ""]
     for scale in SCALES:
         snapshot = snapshots.get((name, scale))
         command = f"statetrack reproduce --scale {scale} {name}"
