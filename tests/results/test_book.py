@@ -229,3 +229,20 @@ def test_probes_render_as_one_table_and_a_bad_probe_is_named():
     ]
     with pytest.raises(StatetrackError, match="paper.probes.0"):
         paper_of({"name": "x", "paper": {"source": "s", "probes": [{"setting": "a", "figure": "b"}]}})
+
+
+def test_notes_are_short_and_every_open_quick_claim_says_why():
+    """Each experiment's notes are a summary of at most 150 words (the probes are a table), and
+    every claim that is ✗ or inconclusive at the quick scale starts its note with its reason."""
+    from statetrack.experiments.spec import paper_of
+    from statetrack.results.claims import FAIL, INCONCLUSIVE
+
+    snapshots = book.read_snapshots(ROOT / "docs")
+    for name in book.shipped_specs():
+        raw = book._paper_now(name, "quick")
+        paper = paper_of({"name": name, "paper": raw})
+        assert len(paper["notes"].split()) <= 150, f"{name}: notes of {len(paper['notes'].split())} words"
+        snapshot = snapshots.get((name, "quick"))
+        for verdict in book.scored(snapshot).verdicts if snapshot else []:
+            if verdict["verdict"] in (FAIL, INCONCLUSIVE):
+                assert verdict["claim"]["note"].startswith("Reason: "), f"{name}: {verdict['claim']['text']!r}"
