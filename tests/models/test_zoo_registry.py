@@ -47,16 +47,23 @@ def _mixer(name: str, d_model: int) -> nn.Module:
     return zoo.get_entry(name).mixer(d_model, **{k: v for k, v in spec.items() if k != "name" and k not in zoo.MODEL_DEFAULTS})
 
 
+# the models whose published form has negative eigenvalues (or reflections) by default: fla's Gated
+# DeltaProduct layer (allow_neg_eigval=True) and PaTH attention (Yang et al. 2025b: beta in (0, 2))
+PUBLISHED_NEGATIVE = {"gated_deltaproduct", "path_attention"}
+
+
 @pytest.mark.parametrize("name", sorted(n for n in zoo.MODELS if "eig_range" in zoo.mixer_parameters(n)))
-def test_the_default_eig_range_is_the_published_models_zero_one(name):
+def test_the_default_eig_range_is_the_published_models(name):
+    published = "[-1,1]" if name in PUBLISHED_NEGATIVE else DEFAULT_EIG_RANGE
     assert DEFAULT_EIG_RANGE == "[0,1]"
-    assert zoo.mixer_parameters(name)["eig_range"] == "[0,1]"
-    assert zoo.display_name(name).endswith(" [0,1]")
+    assert zoo.mixer_parameters(name)["eig_range"] == published
+    assert zoo.display_name(name).endswith(f" {published}")
 
 
 def test_the_switched_families():
     switched = {n for n in zoo.MODELS if "eig_range" in zoo.mixer_parameters(n)}
-    assert switched == {"deltanet", "gated_deltanet", "deltaproduct", "mamba", "mamba2"}
+    assert switched == {"deltanet", "gated_deltanet", "deltaproduct", "mamba", "mamba2", "gated_deltaproduct", "kda",
+                        "rwkv7", "path_attention", "deltaformer", "mamba3"}
 
 
 @pytest.mark.parametrize(
@@ -114,9 +121,12 @@ def test_head_split():
         head_split(32, 0)
 
 
-def test_transformer_is_not_chunk_evaluated_but_recurrent_models_are():
-    assert not zoo.get_entry("transformer").recurrent
-    assert all(zoo.get_entry(n).recurrent for n in zoo.MODELS if n != "transformer")
+ATTENTION = {"transformer", "path_attention", "deltaformer"}  # a cache that grows with the input, no fixed state
+
+
+def test_attention_models_are_not_chunk_evaluated_but_recurrent_models_are():
+    assert not any(zoo.get_entry(n).recurrent for n in ATTENTION)
+    assert all(zoo.get_entry(n).recurrent for n in zoo.MODELS if n not in ATTENTION)
 
 
 def test_zoo_exposes_the_registry_itself():

@@ -73,3 +73,48 @@ def test_agrees_with_fla_naive_gated_delta_product_float32(n_h):
     )
     o, S = delta_product(**detached, num_householder=n_h, chunk_size=8)
     assert rel_error(o, o_fla) <= 1e-4 and rel_error(S, S_fla) <= 1e-4
+
+
+# ---- the Gated DeltaProduct layer (Siems et al. 2025, as fla's gated DeltaProduct) ----------------
+def _gated_layer(n_h, eig_range="[-1,1]", short_conv=0, dtype=torch.float32):
+    from statetrack.layers.deltanet import GatedDeltaProduct
+
+    torch.manual_seed(0)
+    return GatedDeltaProduct(12, num_heads=2, n_h=n_h, eig_range=eig_range, short_conv=short_conv).to(dtype)
+
+
+@pytest.mark.parametrize("n_h, short_conv", [(2, 0), (3, 4)])
+def test_gated_deltaproduct_layer_agrees_with_fla_naive_float32(n_h, short_conv):
+    """The layer's gates fed to fla's naive gated DeltaProduct give the layer's own output."""
+    fla = load_fla_naive("gated_delta_product/naive.py")
+    layer = _gated_layer(n_h, short_conv=short_conv)
+    x = torch.randn(2, 10, 12, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        g = layer.gates(x)
+        o, _ = fla.naive_recurrent_gated_delta_product(
+            g["q"], g["k"], g["v"], g["g"], g["beta"], scale=1.0, num_householder=n_h
+        )
+        y = layer.o_proj(layer.o_norm(o).reshape(2, 10, -1))
+        o_ref, _ = delta_product_reference(**g, num_householder=n_h)
+        assert rel_error(o_ref, o) <= TOL[torch.float32]
+        assert rel_error(layer(x)[0], y) <= TOL[torch.float32]
+
+
+def test_gated_deltaproduct_defaults_to_negative_eigenvalues_and_its_gate_decays():
+    from statetrack.layers.deltanet import GatedDeltaProduct
+
+    assert GatedDeltaProduct(8).eig_range == "[-1,1]"  # fla's GatedDeltaProduct: allow_neg_eigval=True
+    layer = _gated_layer(2, dtype=torch.float64)
+    x = torch.randn(1, 6, 12, dtype=torch.float64)
+    g = layer.gates(x)
+    assert g["g"].shape == (1, 6, 2) and (g["g"] < 0).all()  # alpha = exp(g) < 1: a real decay
+    _, S_gated = delta_product_reference(**g, num_householder=2)
+    _, S_plain = delta_product_reference(**{**g, "g": None}, num_householder=2)
+    assert rel_error(S_gated, S_plain) > 1e-3
+    # the transition is alpha_t times the product of the Householders: A S0 is the state part of a step
+    S0 = torch.randn(1, 2, 6, 6, dtype=torch.float64)
+    one = {n: t[:, : (2 if n in ("k", "v", "beta") else 1)] for n, t in g.items()}
+    _, S1 = delta_product_reference(**{**one, "v": torch.zeros_like(one["v"])}, initial_state=S0, num_householder=2)
+    torch.testing.assert_close(S1, layer.transition_matrices(x[:, :1])[:, 0] @ S0)
+    eig = layer.transition_eigenvalues(x).abs()
+    assert (eig <= g["g"].exp()[..., None] + 1e-9).all()  # |eigenvalues| <= alpha_t

@@ -1,6 +1,6 @@
 """The delta-rule family: DeltaProduct_{n_h} (Siems et al. 2025), DeltaNet = DeltaProduct_1
-(Schlag et al. 2021; Yang et al. 2024b) and Gated DeltaNet (Yang et al. 2025a), each with the
-eigenvalue-range switch of Grazzi et al. 2025.
+(Schlag et al. 2021; Yang et al. 2024b), Gated DeltaNet (Yang et al. 2025a) and Gated
+DeltaProduct_{n_h} (Siems et al. 2025), each with the eigenvalue-range switch of Grazzi et al. 2025.
 
 One class holds the projections and the forward: a token contributes n_h delta-rule micro-steps,
 run by the `delta_rule` op for n_h = 1 (the faster path) and by `delta_product` otherwise.
@@ -218,19 +218,80 @@ class GatedDeltaNet(DeltaNet):
         short_conv: int = 0,
     ):
         super().__init__(d_model, num_heads, head_dim, eig_range, short_conv)
-        self.a_proj = nn.Linear(d_model, self.num_heads, bias=True)
-        with torch.no_grad():
-            self.a_proj.bias.copy_(inverse_softplus(log_uniform_dt(self.num_heads)))
-        self.A_log = nn.Parameter(torch.log(torch.empty(self.num_heads).uniform_(1, 16)))
+        self.a_proj, self.A_log = head_decay_parameters(d_model, self.num_heads)
 
     def _gates(
         self, x: torch.Tensor, conv_state: torch.Tensor | None = None
     ) -> tuple[DeltaInputs, torch.Tensor | None]:
         gates, conv_state = super()._gates(x, conv_state)
-        gates["g"] = -self.A_log.exp() * F.softplus(self.a_proj(x))  # [B, T, H], log alpha
+        gates["g"] = head_log_decay(self.a_proj, self.A_log, x)
         return gates, conv_state
 
     def transition_matrices(self, x):
         """alpha_t (I - beta_t k_t k_t^T), [B, T, H, Dk, Dk]."""
         g = self.gates(x)
         return g["g"].exp()[..., None, None] * householder(g["k"], g["beta"])
+
+
+def head_decay_parameters(d_model: int, num_heads: int) -> tuple[nn.Linear, nn.Parameter]:
+    """(a_proj, A_log) of the Mamba-2 decay per head (Dao & Gu 2024) that `head_log_decay` computes:
+    the Mamba dt init in a_proj's bias (log-uniform in [1e-3, 1e-1] through softplus), A = exp(A_log) in [1, 16]."""
+    a_proj = nn.Linear(d_model, num_heads, bias=True)
+    with torch.no_grad():
+        a_proj.bias.copy_(inverse_softplus(log_uniform_dt(num_heads)))
+    return a_proj, nn.Parameter(torch.log(torch.empty(num_heads).uniform_(1, 16)))
+
+
+def head_log_decay(a_proj: nn.Linear, A_log: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """g_t = log alpha_t = -exp(A_log) softplus(a_proj(x_t)), [B, T, H]."""
+    return -A_log.exp() * F.softplus(a_proj(x))
+
+
+@register_model(
+    "gated_deltaproduct",
+    display="Gated DeltaProduct_{n_h} {eig_range}",
+    summary="DeltaProduct_{n_h} with a Mamba-2 style scalar decay per head (Siems et al. 2025, as fla's gated "
+    "DeltaProduct); eig_range [-1,1] by default",
+)
+class GatedDeltaProduct(DeltaProduct):
+    """DeltaProduct_{n_h} with a Mamba-2 style scalar decay per head (Siems et al. 2025, as fla's
+    gated DeltaProduct); eig_range [-1,1] by default.
+
+    Per head, token t first decays the state, then applies its n_h micro-steps j = 1..n_h:
+
+        S <- alpha_t S;   S <- (I - beta_{t,j} k_{t,j} k_{t,j}^T) S + beta_{t,j} k_{t,j} v_{t,j}^T,    o_t = S^T q_t
+
+    so A(x_t) = alpha_t prod_j (I - beta_{t,j} k_{t,j} k_{t,j}^T), with alpha_t = exp(g_t) and
+    g_t = -exp(A_log) softplus(w_a x_t + b) per head, Gated DeltaNet's decay (Yang et al. 2025a; Dao &
+    Gu 2024). q, k, v, beta and the short convolution as DeltaProduct. eig_range defaults to "[-1,1]"
+    (beta in (0, 2)), as fla's GatedDeltaProduct layer defaults to allow_neg_eigval=True, so the
+    transition's eigenvalues lie in [-alpha_t, alpha_t]. n_h = 1 is Gated DeltaNet. Two heads by
+    default, as Gated DeltaNet here: with one, a single decay rules the whole state, and the demo's
+    parity fitted its training length 40 in none of 3 seeds. State: S [B, H, Dk, Dv].
+    """
+
+    departures = DeltaProduct.departures + "; no output gate; decay init as Gated DeltaNet here (A in [1, 16])"
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int = 2,
+        n_h: int = 2,
+        head_dim: int | None = None,
+        eig_range: str = "[-1,1]",
+        short_conv: int = 0,
+    ):
+        super().__init__(d_model, num_heads, n_h, head_dim, eig_range, short_conv)
+        self.a_proj, self.A_log = head_decay_parameters(d_model, self.num_heads)
+
+    def _gates(
+        self, x: torch.Tensor, conv_state: torch.Tensor | None = None
+    ) -> tuple[DeltaInputs, torch.Tensor | None]:
+        gates, conv_state = super()._gates(x, conv_state)
+        gates["g"] = head_log_decay(self.a_proj, self.A_log, x)  # [B, T, H]: on each token, before its first micro-step
+        return gates, conv_state
+
+    def transition_matrices(self, x: torch.Tensor) -> torch.Tensor:
+        """A(x_t) = alpha_t H_{n_h} ... H_1, [B, T, H, D, D]."""
+        alpha = head_log_decay(self.a_proj, self.A_log, x).exp()
+        return alpha[..., None, None] * super().transition_matrices(x)
