@@ -31,6 +31,7 @@ import fixedpoint  # noqa: E402
 import long_input  # noqa: E402
 import suite_flops  # noqa: E402
 import train_step  # noqa: E402
+import zoo_ops  # noqa: E402
 
 import ops  # noqa: E402
 
@@ -87,6 +88,11 @@ def machines_block(results: Path) -> str:
 def ops_block(results: Path) -> str:
     rows, peak = ops.from_json(load("ops", results))
     return measured(["ops"], ops.markdown(rows, peak), results)
+
+
+def zoo_ops_block(results: Path) -> str:
+    data = load("zoo_ops", results)
+    return measured(["zoo_ops"], zoo_ops.markdown(data["rows"], _args(data)), results)
 
 
 def train_step_block(results: Path) -> str:
@@ -156,6 +162,7 @@ def suite_block(results: Path) -> str:
 BLOCKS = {
     "machines": machines_block,
     "ops": ops_block,
+    "zoo-ops": zoo_ops_block,
     "train-step": train_step_block,
     "native": native_block,
     "optimizers": optimizers_block,
