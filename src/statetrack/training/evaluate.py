@@ -157,10 +157,13 @@ PREDICTED_CLASSES = "predicted_classes"
 
 class LengthScores(list):
     """`evaluate_lengths`' rows, one dict per length, printed as a table: accuracy, scaled accuracy,
-    sequence accuracy and the model's metrics per length (the rows hold the rest)."""
+    sequence accuracy and the model's metrics per length (the rows hold the rest, the count of
+    classes predicted among them)."""
 
     def __str__(self) -> str:
-        metrics = list(dict.fromkeys(name for row in self for name in row.get("metrics", {})))
+        metrics = list(
+            dict.fromkeys(name for row in self for name in row.get("metrics", {}) if name != PREDICTED_CLASSES)
+        )
         header = ["length", "accuracy", "scaled accuracy", "sequence accuracy", *metrics]
         body = [
             [
