@@ -9,6 +9,7 @@ file: `benchmarks/tables.py`), `rows` and whatever else the script adds."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -98,3 +99,18 @@ def matmul_rate(m: int, k: int, n: int, repeat: int, device: str = "cpu") -> tup
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
     return seconds * 1e3, 2 * m * k * n / seconds / 1e9
+
+
+def fla_naive(relative: str):
+    """fla-core's naive module fla/ops/<relative>, loaded by file path (fla's package imports
+    triton); None where fla-core (or its einops) is absent."""
+    spec = importlib.util.find_spec("fla")
+    if spec is None or not spec.submodule_search_locations or importlib.util.find_spec("einops") is None:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "ops" / relative
+    if not path.exists():
+        return None
+    module_spec = importlib.util.spec_from_file_location("fla_naive_" + relative.replace("/", "_")[:-3], path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module

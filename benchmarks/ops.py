@@ -17,7 +17,6 @@ Figures only, no assertions: timings are noisy on shared machines.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -30,7 +29,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import matmul_rate, report  # noqa: E402
+from common import fla_naive, matmul_rate, report  # noqa: E402
 
 from statetrack.allocator import keep_freed_memory  # noqa: E402
 from statetrack.ops import (  # noqa: E402
@@ -51,17 +50,9 @@ FLA_CHUNK = 32
 
 
 def load_fla_chunkwise():
-    """fla's naive chunkwise delta rule, loaded by file path (its package imports triton); None if absent."""
-    spec = importlib.util.find_spec("fla")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "ops" / "delta_rule" / "naive.py"
-    if not path.exists() or importlib.util.find_spec("einops") is None:
-        return None
-    module_spec = importlib.util.spec_from_file_location("fla_delta_rule_naive", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.delta_rule_chunkwise
+    """fla's naive chunkwise delta rule (`common.fla_naive`); None if absent."""
+    module = fla_naive("delta_rule/naive.py")
+    return None if module is None else module.delta_rule_chunkwise
 
 
 def chunk_flops(T, C, dk, dv):

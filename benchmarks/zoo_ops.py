@@ -14,7 +14,6 @@ the ratio is side by side. Figures only, no assertions: timings are noisy on sha
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import statistics
 import sys
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import emit  # noqa: E402
+from common import emit, fla_naive  # noqa: E402
 
 from statetrack.ops import (  # noqa: E402
     delta_product,
@@ -51,20 +50,6 @@ MODELS = {  # op -> the model it serves
     "mamba3": "mamba3",
     "pdssm": "pdssm",
 }
-
-
-def fla_naive(relative: str):
-    """fla/ops/<relative>, loaded by file path (fla's package imports triton); None where fla-core is absent."""
-    spec = importlib.util.find_spec("fla")
-    if spec is None or not spec.submodule_search_locations or importlib.util.find_spec("einops") is None:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "ops" / relative
-    if not path.exists():
-        return None
-    module_spec = importlib.util.spec_from_file_location("fla_naive_" + path.parent.name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
 
 
 def _bhtd(t: torch.Tensor) -> torch.Tensor:
