@@ -62,6 +62,23 @@ def test_fsm_simulation_and_permutation_rows():
         assert int(answer) == state
 
 
+def test_fsm_supervised_at_every_position_walks_the_same_machine():
+    """supervise=all: the symbols alone, the state after every prefix as the target, every position
+    supervised; its last target is the final-answer form's answer on the same symbols."""
+    dense, final = make_task("fsm", states=6, machine_seed=3, supervise="all"), make_task("fsm", states=6, machine_seed=3)
+    batch = dense.sample(16, 9, torch.Generator().manual_seed(0))
+    assert batch.inputs.shape == batch.targets.shape == (16, 9) and bool(batch.mask.all())
+    table = dense.transitions.tolist()
+    for symbols, states in zip(batch.inputs.tolist(), batch.targets.tolist()):
+        walked = [symbols[0]]
+        for s in symbols[1:]:
+            walked.append(table[walked[-1]][s])
+        assert states == walked
+    assert torch.equal(dense.transitions, final.transitions) and dense.vocab == [str(i) for i in range(6)]
+    with pytest.raises(StatetrackError, match="supervise must be 'final' or 'all'"):
+        make_task("fsm", supervise="every")
+
+
 def test_fsm_machine_depends_on_machine_seed_only():
     a, b, c = make_task("fsm", machine_seed=1), make_task("fsm", machine_seed=1), make_task("fsm", machine_seed=2)
     assert torch.equal(a.transitions, b.transitions)
