@@ -20,7 +20,7 @@ RANK = {
     "ops": 2,
     "layers": 3,
     "tasks": 4,
-    "models": 5,
+    "models": 5, "theory": 5,
     "schema": 6,
     "training": 7, "store": 7,
     "options": 7.5,

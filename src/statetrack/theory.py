@@ -30,7 +30,7 @@ The rules, each with the statement it applies:
   simulates any automaton;
 - RNNs with a nonlinear recurrence track states with one layer (Grazzi et al. 2025, after Merrill
   et al. 2024); Transformers cannot at arbitrary lengths (Grazzi et al. 2025, after Hahn 2020 and
-  Merrill et al. 2023, 2024);
+  Merrill & Sabharwal 2023, Merrill et al. 2024);
 - PD-SSM's transitions, a column one-hot matrix times a diagonal, emulate any automaton of at most
   `state_size` states in one layer (Terzić et al. 2025).
 
@@ -147,7 +147,8 @@ def _automaton_structure(transitions: torch.Tensor, name: str) -> Structure:
     cycles = set()
     for m in maps:  # the cycles of each symbol's functional graph: repeating it walks them
         for q in range(n):
-            seen, state = {}, q
+            seen: dict[int, int] = {}
+            state = q
             while state not in seen:
                 seen[state] = len(seen)
                 state = int(m[state])
@@ -214,12 +215,10 @@ def transition_class(model: dict) -> str | None:
         return "automaton"
     if name == "transformer":
         return "attention"
-    try:
-        from statetrack.layers.registry import get_entry
+    from statetrack.layers.registry import MODELS
 
-        declared = getattr(get_entry(name).cls, "transition_class", None)
-    except Exception:  # an unknown model: nothing declared
-        declared = None
+    entry = MODELS.get(name) if isinstance(name, str) else None
+    declared = getattr(entry.mixer, "transition_class", None) if entry is not None else None
     return declared if declared in TRANSITION_CLASSES else None
 
 
@@ -231,7 +230,9 @@ TWO_LAYERS = 'Grazzi et al. 2025 ("addition modulo m (and more) can be done with
 ABELIAN = "Ebrahimi & Memisevic 2025 (one eigenbasis: any abelian group, only commutative structure)"
 DENSE = "Ebrahimi & Memisevic 2025 (a full bilinear transition simulates any automaton)"
 NONLINEAR = "Grazzi et al. 2025, after Merrill et al. 2024 (nonlinear RNNs track states in one layer)"
-ATTENTION = "Grazzi et al. 2025, after Hahn 2020 and Merrill et al. 2023, 2024 (Transformers cannot)"
+ATTENTION = (
+    "Grazzi et al. 2025, after Hahn 2020, Merrill & Sabharwal 2023 and Merrill et al. 2024 (Transformers cannot)"
+)
 NON_SOLVABLE = (
     "Merrill et al. 2024, as Anonymous 2025 and Grazzi et al. 2025 cite it "
     "(diagonal SSMs: no non-solvable group, if TC0 != NC1)"

@@ -89,20 +89,25 @@ def describe_machine(info: dict) -> str:
     return (f"{info['gpu']}, " if info.get("gpu") else "") + f"{cpu}, torch {info['torch']}, Python {info['python']}"
 
 
-def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | None = None) -> Path:
+def write_snapshot(
+    store, experiment: str, book_dir: str | Path | None, part: dict | None = None, path: Path | None = None
+) -> Path:
     """Export the experiment's latest plan and its finished rows to its snapshot file; `part`
     ({seconds, runs, workers}: the wall time of one `reproduce` of it that trained `runs` runs) is
     added to the parts of the snapshot it replaces when every run of that one's plan is in this plan
     (a resumed suite adds up its parts, and so does a plan that adds runs to it), and starts the
     list afresh otherwise (the earlier time went partly into runs this plan no longer has) or when
-    the parts would add up to more runs than the plan holds (the runs were measured again)."""
+    the parts would add up to more runs than the plan holds (the runs were measured again). `path`:
+    the snapshot's file, where it is not `book_dir`'s (the state table's, beside its spec)."""
     from statetrack.experiments.runner import git_revision
 
     plan = store.plan(experiment)
     if plan is None:
         raise StatetrackError(f"experiment {experiment!r} has no plan in the store: run it first")
     scale = plan.scale or "quick"
-    path = snapshot_path(book_dir, experiment, scale)
+    if path is None:
+        assert book_dir is not None
+        path = snapshot_path(book_dir, experiment, scale)
     ids = plan.ids
     parts = []
     if path.exists():
@@ -163,7 +168,14 @@ def write_snapshot(store, experiment: str, book_dir: str | Path, part: dict | No
     return path
 
 
-def record_part(store, experiment: str, book_dir: str | Path, started_at: float, workers: int | None) -> Path | None:
+def record_part(
+    store,
+    experiment: str,
+    book_dir: str | Path | None,
+    started_at: float,
+    workers: int | None,
+    path: Path | None = None,
+) -> Path | None:
     """Write the experiment's snapshot with one more part: the wall time since `started_at` (one
     `statetrack reproduce` of it, finished or interrupted) and the runs of its plan that finished
     since then. None when the experiment has no plan yet (it stopped before recording one)."""
@@ -173,7 +185,7 @@ def record_part(store, experiment: str, book_dir: str | Path, started_at: float,
     ids = plan.ids
     trained = sum(1 for r in store.runs(experiment) if r["id"] in ids and (r["finished_at"] or 0) >= started_at)
     part = {"seconds": round(time.time() - started_at, 1), "runs": trained, "workers": workers}
-    return write_snapshot(store, experiment, book_dir, part)
+    return write_snapshot(store, experiment, book_dir, part, path=path)
 
 
 def read_snapshots(book_dir: str | Path) -> dict:

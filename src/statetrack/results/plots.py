@@ -53,11 +53,12 @@ def also_save(formats: tuple[str, ...]):
         _also.reset(token)
 
 
-def save_figure(fig, path: str | Path, dpi: int = 120) -> None:
+def save_figure(fig, path: str | Path, dpi: int = 120, metadata: dict | None = None) -> None:
     """Save `fig` to `path` in the format its suffix names (and in the formats of an enclosing
-    `also_save`), through `paths.open_for_write` (no link or FIFO at the name is written through)."""
+    `also_save`), through `paths.open_for_write` (no link or FIFO at the name is written through);
+    `metadata`: text for the file itself (PNG text chunks)."""
     with open_for_write(path, binary=True) as f:
-        fig.savefig(f, format=Path(path).suffix[1:] or "png", dpi=dpi)
+        fig.savefig(f, format=Path(path).suffix[1:] or "png", dpi=dpi, metadata=metadata)
     for extra in _also.get():
         with open_for_write(Path(path).with_suffix(f".{extra}"), binary=True) as f:
             fig.savefig(f, format=extra, dpi=dpi)

@@ -1,0 +1,672 @@
+"""The state-tracking table (`statetrack table`): every registered model on a ladder of groups and
+automata, theory's prediction (`statetrack.theory`) beside each measured cell.
+
+The protocol, the same for the committed zoo rows and for a user's row:
+
+1. a pilot picks each model's learning rate on the training lengths: seed 0 at each of
+   `PILOT_RATES`, every task of the table; the rate with the best mean scaled accuracy at the
+   longest training length over the tasks wins, and every rate within `TIE` of it ties with it
+   (the table then trains each tied rate, and a cell's reading holds only if it holds at each);
+2. the table trains three seeds at the chosen rate(s) under the table's spec (its budget, its
+   stopping rule: a run stops only once fit and converged over a window of validations).
+
+A cell reads, per model and task: the seeds that fit (scaled accuracy >= FIT_THRESHOLD at the
+longest training length), and of those, how many hold >= `HOLD` at 4x and at 16x that length. The
+cell *extrapolates* when most seeds fit and hold at 16x. Against theory: "can" but not
+extrapolating is an optimisation finding (not learned at this budget); "cannot" but
+extrapolating is a defect or a discovery, and the notes must say which.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from statetrack import theory, yamlio
+from statetrack.errors import StatetrackError
+from statetrack.paths import write_text
+from statetrack.results.claims import fit_figure
+from statetrack.results.scoring import Scored, collapsed_seeds, score
+from statetrack.results.tables import markdown_table, text_table
+from statetrack.schema import FIT_THRESHOLD
+from statetrack.store import Plan
+
+TABLE = "state-table"
+PILOT_RATES = (1.0e-3, 3.0e-3, 1.0e-2)
+TIE = 0.005  # pilot means this close to the best tie with it
+HOLD = 0.9  # the scaled accuracy a fitted seed keeps to extrapolate
+FACTORS = (4, 16)  # extrapolation read at these multiples of the longest training length
+PAGE = Path("docs") / "state-table.md"
+PICTURE = Path("docs") / "state-table.png"
+
+# the agreement of a cell with theory
+AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED = (
+    "agrees",
+    "can, not learned at this budget",
+    "can, fits but does not extrapolate",
+    "cannot, but extrapolates",
+    "no prediction",
+)
+
+
+def table_folder():
+    return resources.files("statetrack.experiments") / "tables"
+
+
+def spec_file() -> Path:
+    return Path(str(table_folder() / f"{TABLE}.yaml"))
+
+
+def snapshot_file(name: str = TABLE) -> Path:
+    return Path(str(table_folder() / f"{name}.quick.json"))
+
+
+def notes_file() -> Path:
+    return Path(str(table_folder() / f"{TABLE}.notes.yaml"))
+
+
+def read_notes() -> dict:
+    """{"summary": text, "probes": [...], "cells": {"<model> | <task>": explanation}} of the notes file."""
+    path = notes_file()
+    return (yamlio.load(path.read_text()) or {}) if path.exists() else {}
+
+
+# ---- reading a snapshot ----------------------------------------------------------------------------
+def load_snapshot(path: Path) -> dict:
+    if not path.exists():
+        raise StatetrackError(f"no state-table snapshot at {path}: `statetrack table --zoo` measures it")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as error:
+        raise StatetrackError(f"{path}: not a statetrack snapshot ({error})") from None
+
+
+def scored_snapshot(snapshot: dict) -> Scored:
+    plan = Plan(snapshot["experiment"], {**snapshot["spec"], "scale": snapshot["scale"]}, snapshot["plan"])
+    return score(snapshot["experiment"], plan, snapshot["runs"], snapshot["results"])
+
+
+def _models_and_tasks(spec: dict) -> tuple[dict, dict]:
+    """({model label: resolved model spec}, {task label: built task}) of a table spec."""
+    from statetrack.experiments.spec import expand
+    from statetrack.tasks import make_task
+
+    models: dict[str, dict] = {}
+    tasks: dict = {}
+    for run in expand(spec, check=False):
+        models.setdefault(run.model_name, run.model)
+        if run.task_name not in tasks:
+            params = {k: v for k, v in run.task.items() if k != "name"}
+            tasks[run.task_name] = make_task(run.task["name"], **params)
+    return models, tasks
+
+
+def task_title(task) -> str:
+    """Z2, S3, A5 for a word problem; `automaton (6 states)` for the random machine."""
+    if task.name == "word_problem":
+        return task.group
+    if task.name == "fsm":
+        return f"automaton ({task.states} states)"
+    return task.name
+
+
+def model_title(label: str) -> str:
+    """The display name without the layer count the table shows in its own column."""
+    return re.sub(r" \(num_layers=\d+\)$", "", label)
+
+
+# ---- cells -------------------------------------------------------------------------------------------
+@dataclass
+class Cell:
+    model: str  # the model's label in its experiment
+    task: str  # the task's label
+    layers: int
+    prediction: theory.Prediction
+    seeds: list[int]
+    fitted: list[int]
+    held: dict[int, list[int]]  # factor -> the fitted seeds holding HOLD at factor x the training length
+    extrapolation: float  # mean over seeds of the scaled accuracy at 16x (unfitted seeds count 0), in [0, 1]
+    lr: float
+    ties: list[float] = field(default_factory=list)  # other rates the pilot tied, each read as well
+    tie_differs: bool = False  # the reading differs between tied rates (the weakest is shown)
+    collapsed: list[int] = field(default_factory=list)
+    stopped: list[int] = field(default_factory=list)  # seeds that stopped before their budget
+    task_index: int = 0  # the task's place in the spec's ladder
+
+    @property
+    def extrapolates(self) -> bool:
+        return len(self.held[FACTORS[-1]]) * 2 > len(self.seeds)
+
+    @property
+    def fits(self) -> bool:
+        return len(self.fitted) * 2 > len(self.seeds)
+
+    @property
+    def agreement(self) -> str:
+        verdict = self.prediction.verdict
+        if verdict == theory.CAN:
+            return AGREES if self.extrapolates else SHORTCUT if self.fits else NOT_LEARNED
+        if verdict == theory.CANNOT:
+            return CONTRADICTS if self.extrapolates else AGREES
+        return MEASURED
+
+    @property
+    def text(self) -> str:
+        """`fitted · held at 4x · held at 16x`, e.g. `3·3·2`."""
+        return "·".join(str(n) for n in (len(self.fitted), *(len(self.held[f]) for f in FACTORS)))
+
+
+def _reading(entry, length: int) -> tuple[list[int], dict[int, list[int]], float]:
+    per_seed = entry["per_seed"]
+    fitted = [s for s in per_seed if (fit_figure(per_seed[s], "scaled", length) or 0.0) >= FIT_THRESHOLD - 1e-9]
+    held, at_last = {}, []
+    for factor in FACTORS:
+        test = factor * length
+        held[factor] = [s for s in fitted if (per_seed[s]["scaled"].get(test) or 0.0) >= HOLD - 1e-9]
+    last = FACTORS[-1] * length
+    at_last = [max(0.0, min(1.0, per_seed[s]["scaled"].get(last) or 0.0)) if s in fitted else 0.0 for s in per_seed]
+    return fitted, held, sum(at_last) / max(len(at_last), 1)
+
+
+def cells(scored: Scored) -> list[Cell]:
+    """The table's cells of a scored table experiment, in the plan's order of models and tasks."""
+    models, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    plan_order = {label: i for i, label in enumerate(models)}
+    task_order = {label: i for i, label in enumerate(tasks)}
+    stored = {r["id"]: r for r in scored.runs}
+    out = []
+    for entry in scored.summary:
+        if entry["variant"] or entry["model"] not in models or entry["task"] not in tasks:
+            continue
+        length = entry.get("train_length")
+        if length is None:
+            continue
+        model, task = models[entry["model"]], tasks[entry["task"]]
+        fitted, held, extrapolation = _reading(entry, length)
+        ties = sorted(entry.get("ties") or [])
+        differs = False
+        for rate in ties:  # a tied rate reads as well: the weakest reading is the cell's
+            other = entry["rates"][rate]
+            o_fitted, o_held, o_ex = _reading(other, length)
+            if (len(o_fitted), *(len(o_held[f]) for f in FACTORS)) != (len(fitted), *(len(held[f]) for f in FACTORS)):
+                differs = True
+            if len(o_held[FACTORS[-1]]) < len(held[FACTORS[-1]]) or (
+                len(o_held[FACTORS[-1]]) == len(held[FACTORS[-1]]) and len(o_fitted) < len(fitted)
+            ):
+                fitted, held, extrapolation = o_fitted, o_held, o_ex
+        planned = {
+            p["seed"]: p
+            for p in scored.plan.runs
+            if (p["model"], p["task"], p["lr"]) == (entry["model"], entry["task"], entry["lr"])
+        }
+        stopped = [
+            s
+            for s, p in planned.items()
+            if stored.get(p["id"], {}).get("steps") and stored[p["id"]]["steps"] < p["steps"]
+        ]
+        out.append(
+            Cell(
+                entry["model"],
+                entry["task"],
+                int(model.get("num_layers", 1)),
+                theory.predict(model, task, int(model.get("num_layers", 1))),
+                sorted(entry["seeds"]),
+                sorted(fitted),
+                held,
+                extrapolation,
+                entry["lr"],
+                ties,
+                differs,
+                collapsed_seeds(entry, length, FIT_THRESHOLD, "scaled") or [],
+                sorted(stopped),
+                task_order[entry["task"]],
+            )
+        )
+    return sorted(out, key=lambda c: (c.layers, plan_order[c.model], c.task_index))
+
+
+def grid(cells_: list[Cell]) -> tuple[list[str], list[str], dict]:
+    """(row labels `model` / layers, task labels, {(row, task): cell}) in order."""
+    rows: list[str] = []
+    tasks: dict[str, int] = {}
+    by: dict[tuple[str, str], Cell] = {}
+    for c in cells_:
+        if c.model not in rows:
+            rows.append(c.model)
+        tasks.setdefault(c.task, c.task_index)
+        by[(c.model, c.task)] = c
+    return rows, sorted(tasks, key=lambda t: tasks[t]), by
+
+
+# ---- the pilot: one learning rate per model, chosen on the training lengths ----------------------------
+def pilot_choice(scored: Scored) -> dict[str, dict]:
+    """{model label: {"means": {lr: mean over tasks of the seed-0 scaled accuracy at the longest
+    training length}, "chosen": [the best rate and the rates within TIE of it]}}."""
+    by_model: dict[str, dict[float, list[float]]] = {}
+    for entry in scored.summary:
+        if entry["variant"]:
+            continue
+        length = entry.get("train_length")
+        if length is None:
+            continue
+        rates = {entry["lr"]: entry, **(entry.get("rates") or {})}
+        for lr, figures in rates.items():
+            values = [fit_figure(r, "scaled", length) or 0.0 for r in figures["per_seed"].values()]
+            by_model.setdefault(entry["model"], {}).setdefault(float(lr), []).append(sum(values) / max(len(values), 1))
+    out = {}
+    for model, per_rate in by_model.items():
+        means = {lr: sum(v) / len(v) for lr, v in sorted(per_rate.items())}
+        best = max(means.values())
+        out[model] = {"means": means, "chosen": [lr for lr, m in means.items() if m >= best - TIE]}
+    return out
+
+
+# ---- rendering -----------------------------------------------------------------------------------------
+SYMBOL = {theory.CAN: "✓", theory.CANNOT: "✗", theory.UNKNOWN: "?"}
+
+
+def cell_markdown(c: Cell) -> str:
+    text = f"{c.text} {SYMBOL[c.prediction.verdict]}"
+    if c.agreement in (CONTRADICTS, NOT_LEARNED, SHORTCUT):
+        text = f"**{text}**"
+    return text + (" (tie)" if c.tie_differs else "")
+
+
+def table_markdown(cells_: list[Cell], titles: dict[str, str]) -> str:
+    rows, tasks, by = grid(cells_)
+    header = ["model", "layers", *(titles[t] for t in tasks)]
+    layers = {c.model: c.layers for c in cells_}
+    body = [
+        [model_title(row), str(layers[row]), *(cell_markdown(by[(row, t)]) if (row, t) in by else "-" for t in tasks)]
+        for row in rows
+    ]
+    return markdown_table(header, body, left=2)
+
+
+def _cell_text(c: Cell) -> str:
+    return f"{c.text} {SYMBOL[c.prediction.verdict]}"
+
+
+def table_text(cells_: list[Cell], titles: dict[str, str]) -> str:
+    rows, tasks, by = grid(cells_)
+    header = ["model", "layers", *(titles[t] for t in tasks)]
+    layers = {c.model: c.layers for c in cells_}
+    body = [
+        [
+            model_title(row),
+            str(layers[row]),
+            *(_cell_text(by[(row, t)]) if (row, t) in by else "-" for t in tasks),
+        ]
+        for row in rows
+    ]
+    return text_table(header, body)
+
+
+def cells_digest(cells_: list[Cell]) -> str:
+    """A digest of what the picture shows, written into it and onto the page, so that `--check` can
+    tell a picture drawn from other figures."""
+    data = [(c.model, c.task, c.text, round(c.extrapolation, 3), c.prediction.verdict, c.agreement) for c in cells_]
+    return hashlib.sha1(json.dumps(data).encode()).hexdigest()[:16]
+
+
+def draw_heatmap(cells_: list[Cell], titles: dict[str, str], path: Path) -> Path:
+    """Models x tasks, colour = extrapolation (mean over seeds of the scaled accuracy at 16x the
+    training length, unfitted seeds 0), the fitted-seed count in the cell, a corner x where theory
+    says "cannot", a red frame where measurement and theory disagree."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from statetrack.results.plots import save_figure
+
+    rows, tasks, by = grid(cells_)
+    values = [[float("nan")] * len(tasks) for _ in rows]
+    for (row, task), c in by.items():
+        values[rows.index(row)][tasks.index(task)] = c.extrapolation
+    fig, ax = plt.subplots(figsize=(1.3 * len(tasks) + 3.2, 0.27 * len(rows) + 1.6))
+    image = ax.imshow(values, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    for (row, task), c in by.items():
+        i, j = rows.index(row), tasks.index(task)
+        ax.text(
+            j,
+            i,
+            f"{len(c.fitted)}/{len(c.seeds)}",
+            ha="center",
+            va="center",
+            fontsize=7,
+            color="black" if c.extrapolation > 0.55 else "white",
+        )
+        if c.prediction.verdict == theory.CANNOT:
+            ax.text(j + 0.42, i - 0.3, "×", ha="right", va="top", fontsize=7, color="#ff6060")
+        if c.agreement in (CONTRADICTS, NOT_LEARNED, SHORTCUT):
+            ax.add_patch(
+                plt.Rectangle(
+                    (j - 0.48, i - 0.46),
+                    0.96,
+                    0.92,
+                    fill=False,
+                    lw=1.2,
+                    ec="#ff3030" if c.agreement == CONTRADICTS else "#ffaa00",
+                )
+            )
+    layers = {c.model: c.layers for c in cells_}
+    labels = [f"{model_title(r)}{f' ({layers[r]} layers)' if layers[r] > 1 else ''}" for r in rows]
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.set_xticks(range(len(tasks)), [titles[t] for t in tasks], fontsize=8)
+    ax.xaxis.tick_top()
+    ax.set_xlabel(
+        f"cell: fitted seeds; colour: scaled accuracy at {FACTORS[-1]}x the training length (mean over seeds)\n"
+        "×: theory says one such layer cannot; frame: can, but not learned (orange) / cannot, but extrapolates (red)",
+        fontsize=7,
+    )
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_figure(fig, path, metadata={"Comment": f"{STAMP} {cells_digest(cells_)}"})
+    plt.close(fig)
+    return path
+
+
+STAMP = "statetrack state-table"
+
+
+def picture_digest(path: Path) -> str | None:
+    """The cells' digest a picture was drawn from (its PNG `Comment` text), None if it has none."""
+    import struct
+
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    at = 8  # after the PNG signature: chunks of length, type, data, CRC
+    while at + 8 <= len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        if kind == b"tEXt" and body.startswith(b"Comment\0"):
+            text = body[len(b"Comment\0") :].decode("latin-1")
+            return text.split()[-1] if text.startswith(STAMP) else None
+        at += 12 + length
+    return None
+
+
+# ---- the page ----------------------------------------------------------------------------------------
+def _wall(snapshot: dict | None) -> float:
+    return sum(p["seconds"] for p in (snapshot or {}).get("parts", []))
+
+
+def _settings(spec: dict) -> str:
+    from statetrack.experiments.spec import train_lengths_text
+
+    train, model = spec.get("train") or {}, spec.get("model_defaults") or {}
+    return (
+        f"width {model.get('d_model')}, trained on lengths {train_lengths_text(train)} for up to {train.get('steps')} "
+        f"steps (batch {train.get('batch_size')}, {train.get('schedule', 'constant')} schedule), three seeds"
+    )
+
+
+def theory_markdown(scored: Scored) -> str:
+    """One row per transition class present: its models, and per task what one layer (or two) of
+    the class can represent, with the statement."""
+    models, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    keys: dict[str, str] = {}
+    rows: dict[tuple, list[str]] = {}
+    for label, model in models.items():
+        kind = theory.transition_class(model) or "no class stated"
+        layers = int(model.get("num_layers", 1))
+        verdicts = []
+        for task in tasks.values():
+            p = theory.predict(model, task, layers)
+            key = keys.setdefault(p.why, f"[{len(keys) + 1}]") if p.why else ""
+            verdicts.append(f"{p.verdict} {key}".strip())
+        rows.setdefault((kind, layers, tuple(verdicts)), []).append(model_title(label))
+    header = ["transition (one layer's A(x_t))", "layers", "models", *(task_title(t) for t in tasks.values())]
+    body = [
+        [theory.TRANSITION_CLASSES.get(kind, kind), str(layers), ", ".join(names), *verdicts]
+        for (kind, layers, verdicts), names in rows.items()
+    ]
+    legend = [f"{key} {why}" for why, key in keys.items()]
+    return markdown_table(header, body, left=3) + "\n\n" + "\n".join(f"- {line}" for line in legend)
+
+
+def pilot_markdown(pilot: Scored, table_spec: dict) -> str:
+    choice = pilot_choice(pilot)
+    rates = sorted({lr for c in choice.values() for lr in c["means"]})
+    header = ["model", *(f"{lr:g}" for lr in rates), "trained"]
+    body = []
+    for model, c in choice.items():
+        cells_ = [
+            (f"**{c['means'][lr]:.3f}**" if lr in c["chosen"] else f"{c['means'][lr]:.3f}") if lr in c["means"] else "-"
+            for lr in rates
+        ]
+        body.append([model_title(model) + _layers_suffix(model), *cells_, ", ".join(f"{lr:g}" for lr in c["chosen"])])
+    return markdown_table(header, body, left=1)
+
+
+def _layers_suffix(label: str) -> str:
+    match = re.search(r"\(num_layers=(\d+)\)$", label)
+    return f" ({match.group(1)} layers)" if match and match.group(1) != "1" else ""
+
+
+def disagreements(cells_: list[Cell]) -> list[Cell]:
+    return [c for c in cells_ if c.agreement in (CONTRADICTS, NOT_LEARNED, SHORTCUT)]
+
+
+def cell_key(c: Cell, titles: dict[str, str]) -> str:
+    return f"{model_title(c.model)}{_layers_suffix(c.model)} | {titles[c.task]}"
+
+
+def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: str = "state-table.png") -> str:
+    """docs/state-table.md from the table's snapshot, the pilot's and the notes."""
+    from statetrack.results.book import describe_machine, duration, probes_table
+
+    notes = notes or {}
+    scored = scored_snapshot(table)
+    cells_ = cells(scored)
+    _, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    titles = {label: task_title(t) for label, t in tasks.items()}
+    kinds = (AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED)
+    counts = {a: sum(1 for c in cells_ if c.agreement == a) for a in kinds}
+    parts = [p for s in (table, pilot) if s for p in s.get("parts", [])]
+    machines = {describe_machine(p["machine"]) for p in parts if p.get("machine")}
+    lines = [
+        "# The state-tracking table",
+        "",
+        "Where each model stands in state tracking: every registered model, one layer (each eigenvalue range where it "
+        "has one), on a ladder of groups and automata that the works' theorems separate, with theory's prediction "
+        "beside each measured cell. Generated by `statetrack table --write` from the committed snapshots "
+        f"(`{TABLE}.quick.json` and `{PILOT_NAME}.quick.json` beside the table's spec in the package); "
+        "[references.md](references.md) has the works cited.",
+        "",
+        f"Protocol: {_settings(scored.spec)}; every task in the word-problem form (the state at every position); "
+        f"a seed *fits* at scaled accuracy >= {FIT_THRESHOLD:g} at the longest training length, and *holds* a length "
+        f"at >= {HOLD:g}; a cell *extrapolates* when most seeds fit and hold {FACTORS[-1]}x. A run stops early only "
+        "once it has fit and converged at three validations in a row, else trains its budget. "
+        "Each model's learning rate is chosen on the training lengths by a pilot (below), never on the test lengths.",
+        "",
+        f"Wall time (2 workers): the table {duration(_wall(table))} ({len(table['plan'])} runs), its pilot "
+        f"{duration(_wall(pilot))} ({len((pilot or {}).get('plan', []))} runs)"
+        + (f", on {'; '.join(sorted(machines))}" if machines else "")
+        + f"; measured at {table.get('git_rev') or 'an unknown revision'}.",
+        "",
+        f"![models x tasks: fitted seeds, extrapolation colour, theory's cannot]({picture})",
+        "",
+        f"<!-- picture digest {cells_digest(cells_)} -->",
+        "",
+        "## The table",
+        "",
+        f"A cell reads `fitted · holding {FACTORS[0]}x · holding {FACTORS[1]}x` (seeds of three), then what theory "
+        "says one such layer (or two) can represent: ✓ can, ✗ cannot, ? not known (the statements: next section). "
+        "Bold: measurement and theory differ (the cell is explained below). "
+        + ", ".join(f"{n} cells {a}" for a, n in counts.items() if n)
+        + ".",
+        "",
+        table_markdown(cells_, titles),
+        "",
+        "## What theory says",
+        "",
+        "The prediction of each cell follows from the model's transition class and the task's algebra "
+        "(`statetrack.theory`: element orders, commutativity, solvability, the automaton's cycles).",
+        "",
+        theory_markdown(scored),
+        "",
+        "## Where measurement and theory differ",
+        "",
+    ]
+    explained = notes.get("cells") or {}
+    for c in disagreements(cells_):
+        key = cell_key(c, titles)
+        lines.append(f"- **{key}** ({c.text}): {c.agreement}. {explained.get(key, 'Not yet explained.')}")
+    if not disagreements(cells_):
+        lines.append("None.")
+    lines += ["", "## Learning rates: the pilot", ""]
+    if pilot is not None:
+        lines += [
+            f"Seed 0 at each rate on every task; the figure is the mean over the tasks of the scaled accuracy at the "
+            f"longest training length. Bold: the rate trained (the best and any within {TIE:g} of it, each then read "
+            "as the cell's: a cell shows the weakest reading over its tied rates, marked `(tie)` where they differ).",
+            "",
+            pilot_markdown(scored_snapshot(pilot), scored.spec),
+        ]
+    else:
+        lines.append("No pilot snapshot.")
+    lines += ["", "## Notes", "", (notes.get("summary") or "").strip(), ""]
+    if notes.get("probes"):
+        lines += [probes_table([{"verdict": None, **p} for p in notes["probes"]]), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---- training: the pilot, then the table -------------------------------------------------------------
+PILOT_OVERRIDES = ("seeds=[0]", "lrs=[1.0e-3, 3.0e-3, 1.0e-2]")
+
+
+def parse_models(texts: list[str]) -> list[dict]:
+    """`--models` entries: a registered name or preset (`my_mixer`, `deltanet-neg`) or a YAML
+    mapping (`{name: deltanet, eig_range: "[-1,1]"}`), each checked against the registry."""
+    from statetrack.models import zoo
+
+    out = []
+    for text in texts:
+        entry = yamlio.load(text) if text.strip().startswith("{") else text.strip()
+        if not isinstance(entry, (str, dict)) or (isinstance(entry, dict) and "name" not in entry):
+            raise StatetrackError(f"table --models: {text!r} is neither a model name nor a mapping with a name")
+        zoo.resolve(entry)  # an unknown name or parameter fails here, naming what is valid
+        out.append({"name": entry} if isinstance(entry, str) else entry)
+    return out
+
+
+def _models_override(models: list[dict]) -> str:
+    return "models=" + json.dumps(models)
+
+
+def pilot_experiment(models: list[dict] | None = None, imports=(), overrides=()):
+    """The pilot of the zoo (`models` None: the spec's) or of `models`: seed 0 at each pilot rate
+    (`overrides`: other spec entries changed, e.g. a shorter budget to try the command)."""
+    from statetrack.experiments.spec import resolve
+
+    given = ([_models_override(models)] if models else []) + list(overrides) + list(PILOT_OVERRIDES)
+    return resolve(str(spec_file()), "quick", given, None, imports)
+
+
+def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrides=()):
+    """The table's experiment: each model of the pilot at the rate(s) the pilot chose."""
+    from statetrack.experiments.spec import resolve
+
+    choice = pilot_choice(pilot_scored)
+    models, seen = [], set()
+    for run in pilot.runs:
+        if run.model_name in seen:
+            continue
+        seen.add(run.model_name)
+        if run.model_name not in choice:
+            raise StatetrackError(f"the pilot has no finished runs of {run.model_name}: run it to the end first")
+        models.append({**run.model, "lrs": choice[run.model_name]["chosen"]})
+    return resolve(str(spec_file()), "quick", [*overrides, _models_override(models)], name, imports)
+
+
+def user_table_name(models: list[dict], overrides=()) -> str:
+    from statetrack.experiments.spec import overrides_name
+
+    return overrides_name(TABLE, ["models=" + "-".join(m["name"] for m in models), *overrides])
+
+
+def committed_cells() -> tuple[list[Cell], dict[str, str]]:
+    """The committed zoo table's cells and task titles."""
+    scored = scored_snapshot(load_snapshot(snapshot_file()))
+    _, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    return cells(scored), {label: task_title(t) for label, t in tasks.items()}
+
+
+def write_page(check: bool = False, root: Path = Path(".")) -> list[Path]:
+    """Write (or, with `check`, compare) docs/state-table.md and its picture from the committed
+    snapshots; returns the files that differ from their generation."""
+    table = load_snapshot(snapshot_file())
+    pilot_path = snapshot_file(PILOT_NAME)
+    pilot = load_snapshot(pilot_path) if pilot_path.exists() else None
+    text = page(table, pilot, read_notes())
+    page_path, picture = root / PAGE, root / PICTURE
+    cells_, titles = committed_cells()
+    differ = []
+    if not page_path.exists() or page_path.read_text() != text:
+        differ.append(page_path)
+    if picture_digest(picture) != cells_digest(cells_):
+        differ.append(picture)
+    if not check:
+        if page_path in differ:
+            write_text(page_path, text)
+        if picture in differ:
+            draw_heatmap(cells_, titles, picture)
+    return differ
+
+
+def _pilot_name() -> str:
+    from statetrack.experiments.spec import overrides_name
+
+    return overrides_name(TABLE, list(PILOT_OVERRIDES))
+
+
+PILOT_NAME = _pilot_name()
+
+
+LEGEND = (
+    f"cell: seeds fitted · holding {FACTORS[0]}x · holding {FACTORS[1]}x the training length (of three); "
+    "theory: ✓ can, ✗ cannot, ? not known (docs/state-table.md cites each statement)"
+)
+
+
+def titles_of(scored: Scored) -> dict[str, str]:
+    _, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    return {label: task_title(t) for label, t in tasks.items()}
+
+
+def write_user_table(cells_: list[Cell], titles: dict[str, str], folder: Path) -> Path:
+    """RESULTS_DIR/table/: state-table.md (the table and its disagreements), state-table.png, cells.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["# The state-tracking table, with your rows", "", LEGEND, "", table_markdown(cells_, titles), ""]
+    differ = disagreements(cells_)
+    if differ:
+        lines += ["Where measurement and theory differ:", ""]
+        lines += [f"- {cell_key(c, titles)} ({c.text}): {c.agreement}" for c in differ]
+    write_text(folder / "state-table.md", "\n".join(lines).rstrip() + "\n")
+    draw_heatmap(cells_, titles, folder / "state-table.png")
+    rows = [
+        {
+            "model": c.model,
+            "task": titles.get(c.task, c.task),
+            "layers": c.layers,
+            "lr": c.lr,
+            "seeds": c.seeds,
+            "fitted": c.fitted,
+            "held": {str(f): v for f, v in c.held.items()},
+            "extrapolation": c.extrapolation,
+            "theory": c.prediction.verdict,
+            "why": c.prediction.why,
+            "agreement": c.agreement,
+        }
+        for c in cells_
+    ]
+    write_text(folder / "cells.json", json.dumps(rows, indent=1) + "\n")
+    return folder

@@ -1,0 +1,164 @@
+"""The state-tracking table: theory's predictions per transition class and task, the cells' reading
+against them, the committed page equal to its generation, and a user's model placed in the table
+with one command (a model that learns nothing reads "did not fit" in every cell)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from statetrack import theory
+from statetrack.cli import main
+from statetrack.layers.registry import MODELS
+from statetrack.models import zoo
+from statetrack.results import statetable as st
+from statetrack.tasks import make_task
+
+ROOT = Path(__file__).resolve().parents[2]
+LADDER = {
+    "Z2": make_task("word_problem", group="Z2"),
+    "Z3": make_task("word_problem", group="Z3"),
+    "Z5": make_task("word_problem", group="Z5"),
+    "S3": make_task("word_problem", group="S3"),
+    "A5": make_task("word_problem", group="A5"),
+    "fsm": make_task("fsm", states=6, supervise="all"),
+}
+
+
+def test_the_ladders_algebra():
+    z3, s3, a5, fsm = (theory.structure(LADDER[k]) for k in ("Z3", "S3", "A5", "fsm"))
+    assert z3.abelian and z3.cycles == {1, 3} and z3.degree == 3 and z3.solvable
+    assert not s3.abelian and s3.solvable and s3.cycles == {1, 2, 3} and s3.degree == 3
+    assert not a5.abelian and a5.solvable is False and a5.cycles == {1, 2, 3, 5} and a5.degree == 5
+    # machine 0: symbol 1 swaps states 0 and 5, symbol 3 cycles 2 -> 3 -> 5 -> 2; its maps are not permutations
+    assert not fsm.group and not fsm.abelian and {2, 3} <= fsm.cycles and fsm.states == 6
+    assert theory.structure(make_task("parity")).name == "Z2" and theory.structure(make_task("modadd", m=6)).degree == 5
+    assert theory.structure(make_task("copy")) is None
+
+
+# (model, task, layers, verdict): one case per rule, each against the statement it applies
+CASES = [
+    ({"name": "deltanet", "eig_range": "[0,1]"}, "Z2", 1, theory.CANNOT),  # Thm. 1
+    ({"name": "mamba", "eig_range": "[0,1]"}, "fsm", 2, theory.CANNOT),  # Thm. 1 at every layer
+    ({"name": "deltanet", "eig_range": "[-1,1]"}, "Z2", 1, theory.CAN),
+    ({"name": "deltanet", "eig_range": "[-1,1]"}, "Z3", 1, theory.CANNOT),  # Thm. 2, one layer
+    ({"name": "deltanet", "eig_range": "[-1,1]"}, "Z5", 2, theory.CAN),  # two layers count modulo m
+    ({"name": "deltanet", "eig_range": "[-1,1]"}, "S3", 2, theory.UNKNOWN),
+    ({"name": "mamba", "eig_range": "[-1,1]"}, "Z2", 1, theory.CAN),
+    ({"name": "mamba", "eig_range": "[-1,1]"}, "Z3", 2, theory.CANNOT),  # real diagonals at any depth
+    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]"}, "S3", 1, theory.CAN),  # Thm. 3
+    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]"}, "A5", 1, theory.CAN),  # rotations of R^3
+    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]"}, "fsm", 1, theory.UNKNOWN),
+    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[0,1]"}, "Z2", 1, theory.CANNOT),  # PSD x PSD
+    ({"name": "deltaproduct", "n_h": 3, "eig_range": "[0,1]"}, "Z2", 1, theory.UNKNOWN),
+    ({"name": "bilinear", "structure": "rotation"}, "Z5", 1, theory.CAN),
+    ({"name": "bilinear", "structure": "rotation"}, "S3", 1, theory.CANNOT),  # commutative only
+    ({"name": "bilinear"}, "fsm", 1, theory.CAN),
+    ({"name": "bilinear", "additive": "input"}, "Z2", 1, theory.UNKNOWN),
+    ({"name": "mamba3"}, "Z3", 1, theory.CAN),
+    ({"name": "mamba3"}, "A5", 1, theory.CANNOT),  # no non-solvable group
+    ({"name": "mamba3"}, "S3", 1, theory.UNKNOWN),
+    ({"name": "s4d"}, "Z3", 1, theory.UNKNOWN),
+    ({"name": "lstm"}, "A5", 1, theory.CAN),
+    ({"name": "transformer"}, "Z2", 1, theory.CANNOT),
+    ({"name": "pdssm"}, "fsm", 1, theory.CAN),
+    ({"name": "pdssm"}, "A5", 1, theory.UNKNOWN),  # 60 states > state_size 16
+    ({"name": "fixedpoint"}, "Z3", 1, theory.CANNOT),  # one reflection: a real spectrum
+    ({"name": "rwkv7", "eig_range": "[0,1]"}, "Z2", 1, theory.UNKNOWN),
+    ({"name": "rwkv7", "eig_range": "[-1,1]"}, "Z2", 1, theory.CAN),
+    ({"name": "path_attention"}, "S3", 1, theory.UNKNOWN),
+]
+
+
+@pytest.mark.parametrize("model, task, layers, verdict", CASES)
+def test_theory_per_transition_class(model, task, layers, verdict):
+    prediction = theory.predict(zoo.resolve({**model, "num_layers": layers}), LADDER[task], layers)
+    assert prediction.verdict == verdict, prediction
+    if verdict != theory.UNKNOWN:
+        assert " 20" in prediction.why  # a statement cited by author and year
+
+
+def test_every_registered_model_has_a_prediction_on_every_rung():
+    for name in MODELS:
+        spec = zoo.resolve(name)
+        kind = theory.transition_class(spec)
+        assert kind is None or kind in theory.TRANSITION_CLASSES, (name, kind)
+        for task in LADDER.values():
+            assert theory.predict(spec, task).verdict in (theory.CAN, theory.CANNOT, theory.UNKNOWN)
+
+
+def _cell(verdict, fitted, held16, seeds=3):
+    held = {4: list(range(held16)), 16: list(range(held16))}
+    return st.Cell("m", "t", 1, theory.Prediction(verdict, "x"), list(range(seeds)), list(range(fitted)), held, 0.0, 1e-3)
+
+
+def test_a_cell_against_theory():
+    assert _cell(theory.CAN, 3, 2).agreement == st.AGREES
+    assert _cell(theory.CAN, 3, 1).agreement == st.SHORTCUT  # fits, does not extrapolate
+    assert _cell(theory.CAN, 1, 1).agreement == st.NOT_LEARNED
+    assert _cell(theory.CANNOT, 3, 1).agreement == st.AGREES  # fitting the training lengths is no contradiction
+    assert _cell(theory.CANNOT, 3, 2).agreement == st.CONTRADICTS
+    assert _cell(theory.UNKNOWN, 3, 3).agreement == st.MEASURED
+    assert _cell(theory.CAN, 3, 2).text == "3·2·2"
+
+
+def test_the_committed_page_and_picture_equal_their_generation():
+    """docs/state-table.md and docs/state-table.png are what `statetrack table --write` draws from
+    the committed snapshots, and every cell where measurement and theory differ is explained."""
+    differ = st.write_page(check=True, root=ROOT)
+    assert differ == [], f"run `statetrack table --write` from the repository root: {differ} differ"
+    cells, titles = st.committed_cells()
+    explained = (st.read_notes().get("cells") or {})
+    missing = [st.cell_key(c, titles) for c in st.disagreements(cells) if st.cell_key(c, titles) not in explained]
+    assert missing == [], f"explain these cells in {st.notes_file().name}: {missing}"
+    # the table covers every registered model and the six rungs, three seeds each
+    names = {m["name"] for m in st.scored_snapshot(st.load_snapshot(st.snapshot_file())).spec["models"]}
+    assert names >= set(MODELS) and len(titles) == 6 and all(len(c.seeds) == 3 for c in cells)
+
+
+ZEROS = '''
+import torch
+from torch import nn
+import statetrack
+
+
+@statetrack.register_model("zeros", display="Zeros")
+class Zeros(nn.Module):
+    """Outputs zeros: learns nothing."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x, state=None):
+        return x * 0 * self.w, state
+'''
+# the table's ladder at two rungs, a tiny budget: the command's path, not its protocol
+FAST = ["train.steps=30", "train.val_every=10", "eval.samples=16", "eval.lengths=[16, 64]",
+        "tasks=[{name: word_problem, group: Z2}, {name: fsm, states: 6, supervise: all}]"]
+
+
+def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
+    plugin = tmp_path / "zeros.py"
+    plugin.write_text(ZEROS)
+    results = tmp_path / "results"
+    argv = ["--import", str(plugin), "table", "--models", "zeros", "--results-dir", str(results), "--workers", "2",
+            "--no-progress", *FAST]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Zeros" in out and (results / "table" / "state-table.md").is_file() and (results / "table" / "state-table.png").is_file()
+    rows = [r for r in json.loads((results / "table" / "cells.json").read_text()) if r["model"] == "Zeros"]
+    assert len(rows) == 2 and all(r["fitted"] == [] and r["seeds"] == [0, 1, 2] for r in rows)  # did not fit anywhere
+    assert {r["theory"] for r in rows} == {theory.UNKNOWN}  # a user's model declares no transition class
+    # resumable: the same command trains nothing again
+    assert main(argv) == 0
+    counts = re.findall(r"(\d+) runs, (\d+) already done", capsys.readouterr().out)
+    assert len(counts) == 2 and all(total == done for total, done in counts)
+
+
+def test_bad_table_requests_fail_naming_what_is_valid(capsys):
+    assert main(["table", "--models", "no_such_model"]) == 2
+    assert "no_such_model" in capsys.readouterr().err
+    assert main(["table", "--zoo", "--models", "lstm"]) == 2
+    assert main(["table", "--scale", "paper"]) == 2
