@@ -220,6 +220,21 @@ def cmd_table(args) -> int:
             print("regenerate with `statetrack table --write` from the repository root")
             return 1
         return 0
+    if args.full_budget:
+        experiment = st.full_budget_experiment()
+        if args.dry_run:
+            return dry_run(args, experiment)
+        scored, _ = run_and_report(args, experiment, _run_options(args))
+        committed, titles = st.committed_cells()
+        again = st.cells(scored)
+        changed = st.changed_cells(committed, again)
+        print(
+            f"\n{len(again)} cells where a run stopped early, trained again at the full budget: "
+            f"{len(changed)} read otherwise"
+        )
+        for before, after in changed:
+            print(f"  {st.cell_key(before, titles)}: stopped {before.text}, full budget {after.text}")
+        return 0
     if not args.models and not args.zoo:
         cells, titles = st.committed_cells()
         print(st.table_text(cells, titles))
@@ -262,7 +277,7 @@ def cmd_table(args) -> int:
         cells, titles = mine, {}
     else:
         cells, titles = st.committed_cells() if st.snapshot_file().exists() else ([], {})
-        cells = cells + mine
+        cells = cells + st.told_apart(mine, {c.model for c in cells})
     titles = titles or st.titles_of(scored)
     out = st.write_user_table(cells, titles, Path(args.results_dir) / "table")
     print()
@@ -887,6 +902,12 @@ TABLE_COMMAND = Command(
             "mapping such as '{name: deltanet, eig_range: \"[-1,1]\"}' (register your own with --import FILE.py)",
         ),
         Arg("--zoo", action="store_true", help="measure the whole committed table again and rewrite its snapshots"),
+        Arg(
+            "--full-budget",
+            action="store_true",
+            help="train every committed cell where a run stopped early again at its full budget (no early stop) "
+            "and print the cells whose reading changes",
+        ),
         Arg("--write", action="store_true", help="write docs/state-table.md and its picture from the snapshots"),
         Arg("--check", action="store_true", help="write nothing; exit 1 when the page or its picture differs"),
         Arg("--dry-run", action="store_true", help="print the pilot's planned runs; train and write nothing"),

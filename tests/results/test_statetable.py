@@ -100,7 +100,26 @@ def test_a_cell_against_theory():
     assert _cell(theory.CANNOT, 3, 1).agreement == st.AGREES  # fitting the training lengths is no contradiction
     assert _cell(theory.CANNOT, 3, 2).agreement == st.CONTRADICTS
     assert _cell(theory.UNKNOWN, 3, 3).agreement == st.MEASURED
-    assert _cell(theory.CAN, 3, 2).text == "3·2·2"
+    assert _cell(theory.CAN, 3, 2).text == "3·2·2" and _cell(theory.CAN, 0, 0).text == "did not fit"
+
+
+def test_a_users_row_of_a_committed_model_shows_beside_it():
+    mine = [_cell(theory.CAN, 3, 3), st.Cell("DeltaNet [-1,1] (num_layers=2)", "t", 2, theory.Prediction(theory.CAN, "x"),
+                                             [0], [0], {4: [0], 16: [0]}, 1.0, 1e-3)]
+    renamed = [c.model for c in st.told_apart(mine, {"m", "DeltaNet [-1,1] (num_layers=2)"})]
+    assert renamed == ["m (this run)", "DeltaNet [-1,1] (this run) (num_layers=2)"]
+    assert st.model_title(renamed[1]) == "DeltaNet [-1,1] (this run)"
+
+
+def test_every_disagreement_needs_the_notes_word():
+    """A "cannot, but extrapolates" cell needs a note of its own; an optimisation finding, at least
+    its kind's."""
+    titles = {"t": "T"}
+    contradicts, not_learned = _cell(theory.CANNOT, 3, 3), _cell(theory.CAN, 0, 0)
+    notes = {"kinds": {st.NOT_LEARNED: "budget", st.CONTRADICTS: "generic"}}
+    assert st.unexplained([contradicts, not_learned], titles, notes) == ["m | T"]
+    assert st.unexplained([contradicts, not_learned], titles, {**notes, "cells": {"m | T": "a defect: ..."}}) == []
+    assert st.unexplained([not_learned], titles, {}) == ["m | T"]
 
 
 def test_the_committed_page_and_picture_equal_their_generation():
@@ -109,8 +128,7 @@ def test_the_committed_page_and_picture_equal_their_generation():
     differ = st.write_page(check=True, root=ROOT)
     assert differ == [], f"run `statetrack table --write` from the repository root: {differ} differ"
     cells, titles = st.committed_cells()
-    explained = (st.read_notes().get("cells") or {})
-    missing = [st.cell_key(c, titles) for c in st.disagreements(cells) if st.cell_key(c, titles) not in explained]
+    missing = st.unexplained(cells, titles, st.read_notes())
     assert missing == [], f"explain these cells in {st.notes_file().name}: {missing}"
     # the table covers every registered model and the six rungs, three seeds each
     names = {m["name"] for m in st.scored_snapshot(st.load_snapshot(st.snapshot_file())).spec["models"]}
@@ -150,6 +168,8 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
     assert "Zeros" in out and (results / "table" / "state-table.md").is_file() and (results / "table" / "state-table.png").is_file()
     rows = [r for r in json.loads((results / "table" / "cells.json").read_text()) if r["model"] == "Zeros"]
     assert len(rows) == 2 and all(r["fitted"] == [] and r["seeds"] == [0, 1, 2] for r in rows)  # did not fit anywhere
+    zeros_line = next(line for line in out.splitlines() if line.startswith("Zeros"))
+    assert zeros_line.count("did not fit") == 2
     assert {r["theory"] for r in rows} == {theory.UNKNOWN}  # a user's model declares no transition class
     # resumable: the same command trains nothing again
     assert main(argv) == 0

@@ -156,7 +156,9 @@ class Cell:
 
     @property
     def text(self) -> str:
-        """`fitted · held at 4x · held at 16x`, e.g. `3·3·2`."""
+        """`fitted · held at 4x · held at 16x`, e.g. `3·3·2`; `did not fit` where no seed fits."""
+        if not self.fitted:
+            return "did not fit"
         return "·".join(str(n) for n in (len(self.fitted), *(len(self.held[f]) for f in FACTORS)))
 
 
@@ -455,6 +457,31 @@ def disagreements(cells_: list[Cell]) -> list[Cell]:
     return [c for c in cells_ if c.agreement in (CONTRADICTS, NOT_LEARNED, SHORTCUT)]
 
 
+def explanation(agreement: str, key: str | None, notes: dict) -> str:
+    """The notes' word on a cell (`cells`, by `cell_key`) or on every cell of its kind (`kinds`)."""
+    if key is not None:
+        return (notes.get("cells") or {}).get(key, "")
+    return (notes.get("kinds") or {}).get(agreement, "Not yet explained.")
+
+
+def _note(c: Cell, titles: dict[str, str], notes: dict) -> str:
+    text = explanation(c.agreement, cell_key(c, titles), notes)
+    return f": {text}" if text else ""
+
+
+def unexplained(cells_: list[Cell], titles: dict[str, str], notes: dict) -> list[str]:
+    """The cells that differ from theory without the notes' word: a "cannot, but extrapolates" cell
+    needs its own (a defect or a discovery); the others, at least their kind's."""
+    out = []
+    for c in disagreements(cells_):
+        key = cell_key(c, titles)
+        own = explanation(c.agreement, key, notes)
+        kind = (notes.get("kinds") or {}).get(c.agreement)
+        if not own and (c.agreement == CONTRADICTS or not kind):
+            out.append(key)
+    return out
+
+
 def cell_key(c: Cell, titles: dict[str, str]) -> str:
     return f"{model_title(c.model)}{_layers_suffix(c.model)} | {titles[c.task]}"
 
@@ -498,7 +525,8 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
         "",
         "## The table",
         "",
-        f"A cell reads `fitted · holding {FACTORS[0]}x · holding {FACTORS[1]}x` (seeds of three), then what theory "
+        f"A cell reads `fitted · holding {FACTORS[0]}x · holding {FACTORS[1]}x` (seeds of three; `did not fit` where "
+        "none fits), then what theory "
         "says one such layer (or two) can represent: ✓ can, ✗ cannot, ? not known (the statements: next section). "
         "Bold: measurement and theory differ (the cell is explained below). "
         + ", ".join(f"{n} cells {a}" for a, n in counts.items() if n)
@@ -516,11 +544,15 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
         "## Where measurement and theory differ",
         "",
     ]
-    explained = notes.get("cells") or {}
-    for c in disagreements(cells_):
-        key = cell_key(c, titles)
-        lines.append(f"- **{key}** ({c.text}): {c.agreement}. {explained.get(key, 'Not yet explained.')}")
-    if not disagreements(cells_):
+    differ = disagreements(cells_)
+    for agreement in (CONTRADICTS, SHORTCUT, NOT_LEARNED):
+        group = [c for c in differ if c.agreement == agreement]
+        if not group:
+            continue
+        lines += [f"**{agreement}** ({len(group)} cells). {explanation(agreement, None, notes)}", ""]
+        lines += [f"- {cell_key(c, titles)} ({c.text}){_note(c, titles, notes)}" for c in group]
+        lines.append("")
+    if not differ:
         lines.append("None.")
     lines += ["", "## Learning rates: the pilot", ""]
     if pilot is not None:
@@ -587,6 +619,15 @@ def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrid
     return resolve(str(spec_file()), "quick", [*overrides, _models_override(models)], name, imports)
 
 
+def told_apart(mine: list[Cell], committed: set[str]) -> list[Cell]:
+    """A user's cells, each model that the committed table also has renamed `<model> (this run)`,
+    so that both rows show."""
+    for c in mine:
+        if c.model in committed:
+            c.model = re.sub(r"( \(num_layers=\d+\))?$", lambda m: " (this run)" + (m.group(1) or ""), c.model, count=1)
+    return mine
+
+
 def user_table_name(models: list[dict], overrides=()) -> str:
     from statetrack.experiments.spec import overrides_name
 
@@ -632,7 +673,8 @@ PILOT_NAME = _pilot_name()
 
 
 LEGEND = (
-    f"cell: seeds fitted · holding {FACTORS[0]}x · holding {FACTORS[1]}x the training length (of three); "
+    f"cell: seeds fitted · holding {FACTORS[0]}x · holding {FACTORS[1]}x the training length (of three; "
+    "'did not fit' where none fits); "
     "theory: ✓ can, ✗ cannot, ? not known (docs/state-table.md cites each statement)"
 )
 
@@ -670,3 +712,31 @@ def write_user_table(cells_: list[Cell], titles: dict[str, str], folder: Path) -
     ]
     write_text(folder / "cells.json", json.dumps(rows, indent=1) + "\n")
     return folder
+
+
+FULL_BUDGET = f"{TABLE}-full-budget"
+
+
+def full_budget_experiment():
+    """Every cell of the committed table where a run stopped early, all its seeds and rates, trained
+    again at the full budget with no early stop (`statetrack table --full-budget`): what the stop
+    could have changed."""
+    import copy
+
+    from statetrack.experiments.spec import Experiment, expand
+
+    scored = scored_snapshot(load_snapshot(snapshot_file()))
+    stopped = {(c.model, c.task) for c in cells(scored) if c.stopped}
+    spec = copy.deepcopy({**scored.spec, "scale": scored.scale or "quick"})
+    spec["name"] = FULL_BUDGET
+    spec["train"] = {**spec["train"], "early_stop_fit": None}
+    runs = [r for r in expand(spec, check=False) if (r.model_name, r.task_name) in stopped]
+    return Experiment(spec, tuple(runs))
+
+
+def changed_cells(committed: list[Cell], again: list[Cell]) -> list[tuple[Cell, Cell]]:
+    """(committed, again) pairs whose reading (fitted, holding 4x and 16x) differs."""
+    by = {(c.model, c.task): c for c in committed}
+    return [
+        (by[(c.model, c.task)], c) for c in again if (c.model, c.task) in by and by[(c.model, c.task)].text != c.text
+    ]
