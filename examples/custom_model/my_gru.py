@@ -23,6 +23,9 @@ import statetrack
 class MyGRU(nn.Module):
     """GRU (torch.nn.GRU, Cho et al. 2014) as a token mixer, projected back to d_model."""
 
+    # what its transition is, for theory's column of `statetrack table` (statetrack.theory.TRANSITION_CLASSES)
+    transition_class = "nonlinear"
+
     def __init__(self, d_model: int, hidden: int | None = None):
         super().__init__()
         self.d_model, self.hidden = d_model, hidden or d_model

@@ -224,8 +224,15 @@ def cmd_table(args) -> int:
         experiment = st.full_budget_experiment()
         if args.dry_run:
             return dry_run(args, experiment)
-        scored, _ = run_and_report(args, experiment, _run_options(args))
-        committed, titles = st.committed_cells()
+        started = time.time()
+        try:
+            scored, _ = run_and_report(args, experiment, _run_options(args))
+        finally:
+            record_part(
+                _store(args), experiment.name, None, started, args.workers, path=st.snapshot_file(st.FULL_BUDGET)
+            )
+        committed = st.cells(st.scored_snapshot(st.load_snapshot(st.snapshot_file())))
+        titles = st.titles_of(scored)
         again = st.cells(scored)
         changed = st.changed_cells(committed, again)
         print(
@@ -277,8 +284,8 @@ def cmd_table(args) -> int:
         cells, titles = mine, {}
     else:
         cells, titles = st.committed_cells() if st.snapshot_file().exists() else ([], {})
-        cells = cells + st.told_apart(mine, {c.model for c in cells})
-    titles = titles or st.titles_of(scored)
+        cells = cells + st.told_apart(mine, {(c.model, c.layers) for c in cells})
+    titles = {**titles, **st.titles_of(scored)}  # a user's own tasks too
     out = st.write_user_table(cells, titles, Path(args.results_dir) / "table")
     print()
     print(st.table_text(cells, titles))
@@ -918,7 +925,7 @@ TABLE_COMMAND = Command(
             default=[],
             metavar="key=value",
             help="with --models: change the table's settings, e.g. train.steps=200 to try the command (the rows "
-            "are then not under the table's protocol)",
+            "are then not under the table's protocol); give them before --models, which takes every word after it",
         ),
     ),
 )

@@ -88,6 +88,17 @@ def test_every_registered_model_has_a_prediction_on_every_rung():
             assert theory.predict(spec, task).verdict in (theory.CAN, theory.CANNOT, theory.UNKNOWN)
 
 
+def test_a_users_mixer_declares_its_transition_class(monkeypatch):
+    from statetrack.layers import registry
+
+    entry = type(registry.MODELS["lstm"])
+    declared = type("Declared", (), {"transition_class": "nonlinear"})
+    monkeypatch.setitem(registry.MODELS, "declared", entry("declared", declared, "x", lambda s: "D"))
+    monkeypatch.setitem(registry.MODELS, "undeclared", entry("undeclared", type("Plain", (), {}), "x", lambda s: "U"))
+    assert theory.predict({"name": "declared"}, LADDER["A5"]).verdict == theory.CAN
+    assert theory.predict({"name": "undeclared"}, LADDER["A5"]).verdict == theory.UNKNOWN
+
+
 def _cell(verdict, fitted, held16, seeds=3):
     held = {4: list(range(held16)), 16: list(range(held16))}
     return st.Cell("m", "t", 1, theory.Prediction(verdict, "x"), list(range(seeds)), list(range(fitted)), held, 0.0, 1e-3)
@@ -106,8 +117,10 @@ def test_a_cell_against_theory():
 def test_a_users_row_of_a_committed_model_shows_beside_it():
     mine = [_cell(theory.CAN, 3, 3), st.Cell("DeltaNet [-1,1] (num_layers=2)", "t", 2, theory.Prediction(theory.CAN, "x"),
                                              [0], [0], {4: [0], 16: [0]}, 1.0, 1e-3)]
-    renamed = [c.model for c in st.told_apart(mine, {"m", "DeltaNet [-1,1] (num_layers=2)"})]
+    renamed = [c.model for c in st.told_apart(mine, {("m", 1), ("DeltaNet [-1,1] (num_layers=2)", 2)})]
     assert renamed == ["m (this run)", "DeltaNet [-1,1] (this run) (num_layers=2)"]
+    other = st.Cell("DeltaNet [-1,1]", "t", 1, theory.Prediction(theory.CAN, "x"), [0], [0], {4: [], 16: []}, 0.0, 1e-3)
+    assert st.told_apart([other], {("DeltaNet [-1,1] (num_layers=1)", 1)})[0].model == "DeltaNet [-1,1] (this run)"
     assert st.model_title(renamed[1]) == "DeltaNet [-1,1] (this run)"
 
 
@@ -128,7 +141,9 @@ def test_the_committed_page_and_picture_equal_their_generation():
     differ = st.write_page(check=True, root=ROOT)
     assert differ == [], f"run `statetrack table --write` from the repository root: {differ} differ"
     cells, titles = st.committed_cells()
-    missing = st.unexplained(cells, titles, st.read_notes())
+    notes = st.read_notes()
+    assert len(notes["summary"].split()) <= 150
+    missing = st.unexplained(cells, titles, notes)
     assert missing == [], f"explain these cells in {st.notes_file().name}: {missing}"
     # the table covers every registered model and the six rungs, three seeds each
     names = {m["name"] for m in st.scored_snapshot(st.load_snapshot(st.snapshot_file())).spec["models"]}

@@ -90,19 +90,27 @@ def scored_snapshot(snapshot: dict) -> Scored:
     return score(snapshot["experiment"], plan, snapshot["runs"], snapshot["results"])
 
 
-def _models_and_tasks(spec: dict) -> tuple[dict, dict]:
-    """({model label: resolved model spec}, {task label: built task}) of a table spec."""
+def _models_and_tasks(spec: dict, plan: list[dict] | None = None) -> tuple[dict, dict]:
+    """({model label: resolved model spec}, {task label: built task}) of a table spec, under the
+    labels its plan's entries (`plan`, matched by run id) gave them where given."""
     from statetrack.experiments.spec import expand
     from statetrack.tasks import make_task
 
+    label_of = {p["id"]: (p["model"], p["task"]) for p in plan or []}
     models: dict[str, dict] = {}
     tasks: dict = {}
     for run in expand(spec, check=False):
-        models.setdefault(run.model_name, run.model)
-        if run.task_name not in tasks:
+        model_label, task_label = label_of.get(run.id, (run.model_name, run.task_name))
+        models.setdefault(model_label, run.model)
+        if task_label not in tasks:
             params = {k: v for k, v in run.task.items() if k != "name"}
-            tasks[run.task_name] = make_task(run.task["name"], **params)
+            tasks[task_label] = make_task(run.task["name"], **params)
     return models, tasks
+
+
+def labelled(scored: Scored) -> tuple[dict, dict]:
+    """`_models_and_tasks` of a scored table experiment, under its plan's labels."""
+    return _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"}, scored.plan.runs)
 
 
 def task_title(task) -> str:
@@ -110,7 +118,8 @@ def task_title(task) -> str:
     if task.name == "word_problem":
         return task.group
     if task.name == "fsm":
-        return f"automaton ({task.states} states)"
+        machine = f", machine {task.machine_seed}" if task.machine_seed else ""
+        return f"automaton ({task.states} states{machine})"
     return task.name
 
 
@@ -136,6 +145,7 @@ class Cell:
     collapsed: list[int] = field(default_factory=list)
     stopped: list[int] = field(default_factory=list)  # seeds that stopped before their budget
     task_index: int = 0  # the task's place in the spec's ladder
+    stopped_reading: str | None = None  # read at the full budget: what the stopped runs read (`text`)
 
     @property
     def extrapolates(self) -> bool:
@@ -176,7 +186,7 @@ def _reading(entry, length: int) -> tuple[list[int], dict[int, list[int]], float
 
 def cells(scored: Scored) -> list[Cell]:
     """The table's cells of a scored table experiment, in the plan's order of models and tasks."""
-    models, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    models, tasks = labelled(scored)
     plan_order = {label: i for i, label in enumerate(models)}
     task_order = {label: i for i, label in enumerate(tasks)}
     stored = {r["id"]: r for r in scored.runs}
@@ -363,7 +373,8 @@ def draw_heatmap(cells_: list[Cell], titles: dict[str, str], path: Path) -> Path
     ax.xaxis.tick_top()
     ax.set_xlabel(
         f"cell: fitted seeds; colour: scaled accuracy at {FACTORS[-1]}x the training length (mean over seeds)\n"
-        "×: theory says one such layer cannot; frame: can, but not learned (orange) / cannot, but extrapolates (red)",
+        "×: theory says one such layer cannot; frame: theory says can, but not learned or not extrapolating (orange); "
+        "cannot, but extrapolates (red)",
         fontsize=7,
     )
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
@@ -413,7 +424,7 @@ def _settings(spec: dict) -> str:
 def theory_markdown(scored: Scored) -> str:
     """One row per transition class present: its models, and per task what one layer (or two) of
     the class can represent, with the statement."""
-    models, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    models, tasks = labelled(scored)
     keys: dict[str, str] = {}
     rows: dict[tuple, list[str]] = {}
     for label, model in models.items():
@@ -492,12 +503,11 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
 
     notes = notes or {}
     scored = scored_snapshot(table)
-    cells_ = cells(scored)
-    _, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
-    titles = {label: task_title(t) for label, t in tasks.items()}
+    cells_, titles = committed_cells()
+    full = load_snapshot(snapshot_file(FULL_BUDGET)) if snapshot_file(FULL_BUDGET).exists() else None
     kinds = (AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED)
     counts = {a: sum(1 for c in cells_ if c.agreement == a) for a in kinds}
-    parts = [p for s in (table, pilot) if s for p in s.get("parts", [])]
+    parts = [p for s in (table, pilot, full) if s for p in s.get("parts", [])]
     machines = {describe_machine(p["machine"]) for p in parts if p.get("machine")}
     lines = [
         "# The state-tracking table",
@@ -515,7 +525,8 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
         "Each model's learning rate is chosen on the training lengths by a pilot (below), never on the test lengths.",
         "",
         f"Wall time (2 workers): the table {duration(_wall(table))} ({len(table['plan'])} runs), its pilot "
-        f"{duration(_wall(pilot))} ({len((pilot or {}).get('plan', []))} runs)"
+        f"{duration(_wall(pilot))} ({len((pilot or {}).get('plan', []))} runs), the full-budget check "
+        f"{duration(_wall(full))} ({len((full or {}).get('plan', []))} runs)"
         + (f", on {'; '.join(sorted(machines))}" if machines else "")
         + f"; measured at {table.get('git_rev') or 'an unknown revision'}.",
         "",
@@ -554,6 +565,23 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
         lines.append("")
     if not differ:
         lines.append("None.")
+    retrained = [c for c in cells_ if c.stopped_reading is not None]
+    changed = [c for c in retrained if c.stopped_reading != c.text]
+    lines += [
+        "",
+        "## Early stopping",
+        "",
+        f"{len(retrained)} cells had a run that stopped early (fit and converged at three validations in a row); "
+        "`statetrack table --full-budget` trained every run of those cells again at the full budget with no stop, "
+        "and the table reads them from that measurement, so no cell rests on a stopped run. "
+        + (
+            f"{len(changed)} of them read otherwise than their stopped runs:"
+            if changed
+            else "Every one reads as its stopped runs did."
+        ),
+        "",
+    ]
+    lines += [f"- {cell_key(c, titles)}: stopped {c.stopped_reading}, full budget {c.text}" for c in changed]
     lines += ["", "## Learning rates: the pilot", ""]
     if pilot is not None:
         lines += [
@@ -619,11 +647,12 @@ def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrid
     return resolve(str(spec_file()), "quick", [*overrides, _models_override(models)], name, imports)
 
 
-def told_apart(mine: list[Cell], committed: set[str]) -> list[Cell]:
-    """A user's cells, each model that the committed table also has renamed `<model> (this run)`,
-    so that both rows show."""
+def told_apart(mine: list[Cell], committed: set[tuple[str, int]]) -> list[Cell]:
+    """A user's cells, each model that the committed table also has (the same name and number of
+    layers, `committed`: (label, layers) pairs) renamed `<model> (this run)`, so that both rows show."""
+    known = {(model_title(m), layers) for m, layers in committed}
     for c in mine:
-        if c.model in committed:
+        if (model_title(c.model), c.layers) in known:
             c.model = re.sub(r"( \(num_layers=\d+\))?$", lambda m: " (this run)" + (m.group(1) or ""), c.model, count=1)
     return mine
 
@@ -635,10 +664,19 @@ def user_table_name(models: list[dict], overrides=()) -> str:
 
 
 def committed_cells() -> tuple[list[Cell], dict[str, str]]:
-    """The committed zoo table's cells and task titles."""
+    """The committed zoo table's cells and task titles. A cell where a run stopped early is read
+    from the full-budget snapshot (`statetrack table --full-budget`) where there is one, so that no
+    cell rests on a stopped run; its stopped reading is kept beside it."""
     scored = scored_snapshot(load_snapshot(snapshot_file()))
-    _, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
-    return cells(scored), {label: task_title(t) for label, t in tasks.items()}
+    _, tasks = labelled(scored)
+    out = cells(scored)
+    if snapshot_file(FULL_BUDGET).exists():
+        again = {(c.model, c.task): c for c in cells(scored_snapshot(load_snapshot(snapshot_file(FULL_BUDGET))))}
+        for i, c in enumerate(out):
+            if c.stopped and (c.model, c.task) in again:
+                out[i] = again[(c.model, c.task)]
+                out[i].stopped_reading = c.text
+    return out, {label: task_title(t) for label, t in tasks.items()}
 
 
 def write_page(check: bool = False, root: Path = Path(".")) -> list[Path]:
@@ -680,7 +718,7 @@ LEGEND = (
 
 
 def titles_of(scored: Scored) -> dict[str, str]:
-    _, tasks = _models_and_tasks({**scored.spec, "scale": scored.scale or "quick"})
+    _, tasks = labelled(scored)
     return {label: task_title(t) for label, t in tasks.items()}
 
 
