@@ -42,6 +42,7 @@ def test_the_table_declares_every_command_and_action():
         "run",
         "reproduce",
         "book",
+        "table",
         "tasks",
         "models",
         "experiments",
@@ -106,6 +107,7 @@ def test_shared_options_are_on_exactly_the_commands_that_name_them(group, flags)
             STORE.name: {
                 "run",
                 "reproduce",
+                "table",
                 "report",
                 "results",
                 "export",
@@ -114,7 +116,7 @@ def test_shared_options_are_on_exactly_the_commands_that_name_them(group, flags)
                 "analyze signs",
                 "analyze heads",
             },
-            RUN_OPTIONS.name: {"run", "reproduce"},
+            RUN_OPTIONS.name: {"run", "reproduce", "table"},
             BOOK.name: {"reproduce", "book"},
         }[group.name]
     )
