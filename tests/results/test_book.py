@@ -248,3 +248,11 @@ def test_notes_are_short_and_every_open_quick_claim_says_why():
         for verdict in book.scored(snapshot).verdicts if snapshot else []:
             if verdict["verdict"] in (FAIL, INCONCLUSIVE):
                 assert verdict["claim"]["note"].startswith("Reason: "), f"{name}: {verdict['claim']['text']!r}"
+
+
+def test_the_book_says_how_many_runs_stopped_early():
+    plan = [{"id": "a", "steps": 100}, {"id": "b", "steps": 100}]
+    runs = [{"id": "a", "status": "done", "steps": 100}, {"id": "b", "status": "done", "steps": 40}]
+    assert book.stopped_line({"plan": plan, "runs": runs}).startswith("Early stopping: 1 of 2 runs stopped")
+    runs[1]["steps"] = 100
+    assert "none of the 2 runs stopped" in book.stopped_line({"plan": plan, "runs": runs})

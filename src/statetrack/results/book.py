@@ -337,6 +337,17 @@ def probes_table(probes: list[dict]) -> str:
     return markdown_table(header, body)
 
 
+def stopped_line(snapshot: dict) -> str:
+    """How many of the snapshot's runs stopped before their budget: where none did, no verdict
+    can rest on early stopping; where some did, the notes' probes compare the full budget."""
+    plan = {p["id"]: p for p in snapshot["plan"]}
+    runs = [r for r in snapshot["runs"] if r["id"] in plan and r["status"] == "done"]
+    stopped = sum(1 for r in runs if r.get("steps") and r["steps"] < (plan[r["id"]].get("steps") or 0))
+    if not stopped:
+        return f"Early stopping: none of the {len(runs)} runs stopped before its budget, so no verdict rests on a stop."
+    return f"Early stopping: {stopped} of {len(runs)} runs stopped before their budget."
+
+
 def experiment_title(name: str, paper: dict | None) -> str:
     return f"`{name}`" + (f": {paper['source']}" if paper else "")
 
@@ -389,7 +400,7 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
             f"Measured at git {snapshot['git_rev']}: {done} of {len(snapshot['plan'])} runs done"
             + (f" ({diverged} diverged, scored as chance)" if diverged else "")
             + (f", {failed} failed" if failed else "")
-            + f"; {wall}.",
+            + f"; {wall}. {stopped_line(snapshot)}",
             "",
         ]
         if s.paper:
