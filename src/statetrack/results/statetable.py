@@ -175,7 +175,7 @@ class Cell:
 def _reading(entry, length: int) -> tuple[list[int], dict[int, list[int]], float]:
     per_seed = entry["per_seed"]
     fitted = [s for s in per_seed if (fit_figure(per_seed[s], "scaled", length) or 0.0) >= FIT_THRESHOLD - 1e-9]
-    held, at_last = {}, []
+    held = {}
     for factor in FACTORS:
         test = factor * length
         held[factor] = [s for s in fitted if (per_seed[s]["scaled"].get(test) or 0.0) >= HOLD - 1e-9]
@@ -445,7 +445,7 @@ def theory_markdown(scored: Scored) -> str:
     return markdown_table(header, body, left=3) + "\n\n" + "\n".join(f"- {line}" for line in legend)
 
 
-def pilot_markdown(pilot: Scored, table_spec: dict) -> str:
+def pilot_markdown(pilot: Scored) -> str:
     choice = pilot_choice(pilot)
     rates = sorted({lr for c in choice.values() for lr in c["means"]})
     header = ["model", *(f"{lr:g}" for lr in rates), "trained"]
@@ -503,8 +503,8 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
 
     notes = notes or {}
     scored = scored_snapshot(table)
-    cells_, titles = committed_cells()
     full = load_snapshot(snapshot_file(FULL_BUDGET)) if snapshot_file(FULL_BUDGET).exists() else None
+    cells_, titles = committed_cells(table, full)
     kinds = (AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED)
     counts = {a: sum(1 for c in cells_ if c.agreement == a) for a in kinds}
     parts = [p for s in (table, pilot, full) if s for p in s.get("parts", [])]
@@ -589,7 +589,7 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
             f"longest training length. Bold: the rate trained (the best and any within {TIE:g} of it, each then read "
             "as the cell's: a cell shows the weakest reading over its tied rates, marked `(tie)` where they differ).",
             "",
-            pilot_markdown(scored_snapshot(pilot), scored.spec),
+            pilot_markdown(scored_snapshot(pilot)),
         ]
     else:
         lines.append("No pilot snapshot.")
@@ -663,15 +663,18 @@ def user_table_name(models: list[dict], overrides=()) -> str:
     return overrides_name(TABLE, ["models=" + "-".join(m["name"] for m in models), *overrides])
 
 
-def committed_cells() -> tuple[list[Cell], dict[str, str]]:
-    """The committed zoo table's cells and task titles. A cell where a run stopped early is read
-    from the full-budget snapshot (`statetrack table --full-budget`) where there is one, so that no
-    cell rests on a stopped run; its stopped reading is kept beside it."""
-    scored = scored_snapshot(load_snapshot(snapshot_file()))
+def committed_cells(table: dict | None = None, full: dict | None = None) -> tuple[list[Cell], dict[str, str]]:
+    """The table's cells and task titles (`table`, `full`: snapshots; default the committed ones). A
+    cell where a run stopped early is read from the full-budget snapshot (`statetrack table
+    --full-budget`) where there is one, so that no cell rests on a stopped run; its stopped reading
+    is kept beside it."""
+    scored = scored_snapshot(table or load_snapshot(snapshot_file()))
     _, tasks = labelled(scored)
     out = cells(scored)
-    if snapshot_file(FULL_BUDGET).exists():
-        again = {(c.model, c.task): c for c in cells(scored_snapshot(load_snapshot(snapshot_file(FULL_BUDGET))))}
+    if full is None and snapshot_file(FULL_BUDGET).exists():
+        full = load_snapshot(snapshot_file(FULL_BUDGET))
+    if full is not None:
+        again = {(c.model, c.task): c for c in cells(scored_snapshot(full))}
         for i, c in enumerate(out):
             if c.stopped and (c.model, c.task) in again:
                 out[i] = again[(c.model, c.task)]
@@ -687,7 +690,7 @@ def write_page(check: bool = False, root: Path = Path(".")) -> list[Path]:
     pilot = load_snapshot(pilot_path) if pilot_path.exists() else None
     text = page(table, pilot, read_notes())
     page_path, picture = root / PAGE, root / PICTURE
-    cells_, titles = committed_cells()
+    cells_, titles = committed_cells(table)
     differ = []
     if not page_path.exists() or page_path.read_text() != text:
         differ.append(page_path)
