@@ -278,6 +278,32 @@ def test_bad_settings_are_one_line_errors(params, match):
             mixer({"name": "bedouin", **params}, 8)
 
 
+def test_bedouin_zero_delta_init_starts_delta_input_independent():
+    """delta_init="zero" (Movahedi et al. 2025, Sec. 4.5): at init Delta_t is the same at every input,
+    so lambda_t does not vary with the input, while the default's Delta_t does; the rest of the
+    initialisation is the default's draw, and the Delta weights still learn."""
+    torch.manual_seed(0)
+    default = Bedouin(8, d_state=4, reflections=2)
+    torch.manual_seed(0)
+    zero = Bedouin(8, d_state=4, reflections=2, delta_init="zero")
+    rows = slice(sum(zero.x_sizes[:4]), sum(zero.x_sizes[:5]))
+    assert torch.count_nonzero(zero.x_proj.weight[rows]) == 0
+    assert torch.count_nonzero(default.x_proj.weight[rows]) > 0
+    others = torch.ones(zero.x_proj.weight.shape[0], dtype=torch.bool)
+    others[rows] = False
+    torch.testing.assert_close(zero.x_proj.weight[others], default.x_proj.weight[others])
+    torch.testing.assert_close(zero.x_proj.bias, default.x_proj.bias)
+    x = torch.randn(2, 6, 8)
+    with torch.no_grad():
+        delta_zero, delta_default = (m._inputs_joint(x)[2] for m in (zero, default))
+    assert (delta_zero - delta_zero[:1, :1]).abs().max() == 0
+    assert (delta_default - delta_default[:1, :1]).abs().max() > 0
+    zero(x)[0].sum().backward()
+    assert torch.count_nonzero(zero.x_proj.weight.grad[rows]) > 0
+    with pytest.raises(StatetrackError, match="delta_init"):
+        mixer({"name": "bedouin", "delta_init": "ones"}, 8)
+
+
 def test_display_names():
     assert zoo.display_name({"name": "fixedpoint", "reflections": 4}) == "FP-RNN r=4"
     assert zoo.display_name({"name": "bedouin"}) == "Bedouin r=1"

@@ -74,6 +74,7 @@ from statetrack.ops.fixed_point import gated_decay, householder_matrix, relative
 
 LAMBDA_C = 8.0  # Griffin's c (De et al. 2024), the paper's choice
 INPUT_SCALES = ("lambda", "delta", "none")
+DELTA_INITS = ("linear", "zero")  # Bedouin's x_t -> Delta_t weights: torch's init or 0 (Movahedi et al. 2025, 4.5)
 
 
 def _check_settings(reflections, width: int, width_name: str, max_iter, eval_max_iter, tol) -> None:
@@ -331,7 +332,11 @@ class FixedPointRNN(_FixedPoint):
 )
 class Bedouin(_FixedPoint):
     """Bedouin: the fixed-point Mamba, a matrix-state dense RNN found by iterating a diagonal scan
-    (Movahedi et al. 2025, Sec. 5)."""
+    (Movahedi et al. 2025, Sec. 5).
+
+    `delta_init="zero"` starts the weights mapping x_t to Delta_t at 0, which the paper prescribes
+    for copying (Sec. 4.5, from Thm 4.1: selectivity costs memory); the default keeps torch's
+    Linear init, as the shipped specs were measured with."""
 
     departures = (
         "no short convolution (as the paper); the input branch keeps Mamba's SiLU; "
@@ -347,9 +352,12 @@ class Bedouin(_FixedPoint):
         max_iter: int | str = 16,
         eval_max_iter: int = 100,
         tol: float = 0.1,
+        delta_init: str = "linear",
     ):
         super().__init__()
         inner = expand * d_model
+        if delta_init not in DELTA_INITS:
+            raise StatetrackError(f"unknown delta_init {delta_init!r}; expected one of: {', '.join(DELTA_INITS)}")
         for name, value in (("d_state", d_state), ("expand", expand)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StatetrackError(f"{name} must be an integer >= 1, got {value!r}")
@@ -370,8 +378,11 @@ class Bedouin(_FixedPoint):
         # input's gain through the scan, Delta / (1 - lambda) ~ 1 / (n + 1), is at most about 1: the
         # iteration contracts at init (with Griffin's init of omega the gain reaches 1000 and it diverges)
         self.omega = nn.Parameter(_mamba_rate_init(inner, d_state))  # [E, N]
+        delta_rows = slice(sum(self.x_sizes[:4]), sum(self.x_sizes[:5]))
         with torch.no_grad():
-            _mamba_delta_bias(self.x_proj.bias[sum(self.x_sizes[:4]) : sum(self.x_sizes[:5])])
+            _mamba_delta_bias(self.x_proj.bias[delta_rows])
+            if delta_init == "zero":  # Delta_t starts input-independent, lambda_t near 1: no recency bias (Sec. 4.5)
+                self.x_proj.weight[delta_rows].zero_()
         self.D = nn.Parameter(torch.ones(inner))
         self.out_proj = nn.Linear(inner, d_model, bias=False)
 
