@@ -253,6 +253,12 @@ def test_notes_are_short_and_every_open_quick_claim_says_why():
 def test_the_book_says_how_many_runs_stopped_early():
     plan = [{"id": "a", "steps": 100}, {"id": "b", "steps": 100}]
     runs = [{"id": "a", "status": "done", "steps": 100}, {"id": "b", "status": "done", "steps": 40}]
-    assert book.stopped_line({"plan": plan, "runs": runs}).startswith("Early stopping: 1 of 2 runs stopped")
+    snapshot = {"plan": plan, "runs": runs}
+    assert book.stopped_line(snapshot).startswith("Early stopping: 1 of 2 runs stopped")
+    assert book.stopped_line(snapshot).endswith("no probe compares the full budget yet.")
+    other = [{"command": "statetrack run x 'seeds=[0]'"}, {"command": "statetrack run x train.early_stop_fit=0.99"}]
+    assert book.stopped_line(snapshot, other).endswith("no probe compares the full budget yet.")
+    full = other + [{"command": "statetrack run x train.early_stop_fit=null train.early_stop_loss=null"}]
+    assert book.stopped_line(snapshot, full).endswith("the probes above compare runs with the stop turned off.")
     runs[1]["steps"] = 100
     assert "none of the 2 runs stopped" in book.stopped_line({"plan": plan, "runs": runs})

@@ -337,15 +337,23 @@ def probes_table(probes: list[dict]) -> str:
     return markdown_table(header, body)
 
 
-def stopped_line(snapshot: dict) -> str:
+FULL_BUDGET = re.compile(r"\btrain\.early_stop_\w+=null\b")  # a probe's command that turns a stop off
+
+
+def stopped_line(snapshot: dict, probes: list[dict] | None = None) -> str:
     """How many of the snapshot's runs stopped before their budget: where none did, no verdict
-    can rest on early stopping; where some did, the notes' probes compare the full budget."""
+    can rest on early stopping; where some did, whether one of the notes' `probes` trains them with
+    the stop turned off (its command sets a `train.early_stop_*` rule to null)."""
     plan = {p["id"]: p for p in snapshot["plan"]}
     runs = [r for r in snapshot["runs"] if r["id"] in plan and r["status"] == "done"]
     stopped = sum(1 for r in runs if r.get("steps") and r["steps"] < (plan[r["id"]].get("steps") or 0))
     if not stopped:
         return f"Early stopping: none of the {len(runs)} runs stopped before its budget, so no verdict rests on a stop."
-    return f"Early stopping: {stopped} of {len(runs)} runs stopped before their budget."
+    compared = any(FULL_BUDGET.search(p.get("command") or "") for p in probes or [])
+    said = "the probes above compare runs with the stop turned off"
+    if not compared:
+        said = "no probe compares the full budget yet"
+    return f"Early stopping: {stopped} of {len(runs)} runs stopped before their budget; {said}."
 
 
 def experiment_title(name: str, paper: dict | None) -> str:
@@ -400,7 +408,7 @@ def experiment_section(name: str, description: str, snapshots: dict) -> list[str
             f"Measured at git {snapshot['git_rev']}: {done} of {len(snapshot['plan'])} runs done"
             + (f" ({diverged} diverged, scored as chance)" if diverged else "")
             + (f", {failed} failed" if failed else "")
-            + f"; {wall}. {stopped_line(snapshot)}",
+            + f"; {wall}. {stopped_line(snapshot, paper['probes'] if paper else None)}",
             "",
         ]
         if s.paper:
