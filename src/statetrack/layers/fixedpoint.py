@@ -342,6 +342,7 @@ class Bedouin(_FixedPoint):
         "no short convolution (as the paper); the input branch keeps Mamba's SiLU; "
         "the skip D x_t is added to y* inside the gate's SiLU, as Mamba adds it before gating"
     )
+    unnamed_defaults = ("delta_init",)  # left out of the resolved spec while "linear" (run ids unchanged)
 
     def __init__(
         self,
