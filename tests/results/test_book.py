@@ -255,9 +255,9 @@ def test_the_book_says_how_many_runs_stopped_early():
     runs = [{"id": "a", "status": "done", "steps": 100}, {"id": "b", "status": "done", "steps": 40}]
     snapshot = {"plan": plan, "runs": runs}
     assert book.stopped_line(snapshot).startswith("Early stopping: 1 of 2 runs stopped")
-    assert book.stopped_line(snapshot).endswith("no probe compares the full budget yet.")
+    assert book.stopped_line(snapshot).endswith("no probe turns the stop off yet.")
     other = [{"command": "statetrack run x 'seeds=[0]'"}, {"command": "statetrack run x train.early_stop_fit=0.99"}]
-    assert book.stopped_line(snapshot, other).endswith("no probe compares the full budget yet.")
+    assert book.stopped_line(snapshot, other).endswith("no probe turns the stop off yet.")
     full = other + [{"command": "statetrack run x train.early_stop_fit=null train.early_stop_loss=null"}]
     assert book.stopped_line(snapshot, full).endswith("the probes above compare runs with the stop turned off.")
     runs[1]["steps"] = 100

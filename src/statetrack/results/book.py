@@ -352,7 +352,7 @@ def stopped_line(snapshot: dict, probes: list[dict] | None = None) -> str:
     compared = any(FULL_BUDGET.search(p.get("command") or "") for p in probes or [])
     said = "the probes above compare runs with the stop turned off"
     if not compared:
-        said = "no probe compares the full budget yet"
+        said = "no probe turns the stop off yet"
     return f"Early stopping: {stopped} of {len(runs)} runs stopped before their budget; {said}."
 
 
