@@ -38,7 +38,7 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 test-cuda: $(STAMP)
-	$(PY) -m pytest -q -m cuda tests/test_cuda.py
+	$(PY) -m pytest -q -m cuda tests/test_cuda.py tests/ops/test_fla_kernels.py
 
 test-fuzz: $(STAMP)
 	$(PY) -m pytest -q -m fuzz tests/test_fuzz.py

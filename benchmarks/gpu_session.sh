@@ -5,6 +5,8 @@
 #   OUT=/path/to/out bash benchmarks/gpu_session.sh [SECONDS]    # default 540
 #
 # In order, each bounded by what is left of SECONDS:
+#   0. fla-core's kernels behind the delta-rule ops against our references (`-m cuda
+#      tests/ops/test_fla_kernels.py`; skipped unless fla-core is installed) -> $OUT/fla_kernels.txt
 #   1. the batching lever: each model's step time with the quick batch x 1, 8 and 64
 #      (benchmarks/train_step.py --batch-scaling) -> $OUT/train_step_batch_cuda.json
 #   2. the paper scale's device hours, cheapest experiments first, a third of the time left
@@ -12,8 +14,9 @@
 #   3. a slice of the cheapest paper-scale experiment (`statetrack reproduce --scale paper
 #      --stop-after`) into results/paper, copied to $OUT/results: put it back in place (and carry
 #      it) in the next session and the same command resumes it.
-# Wheels the machine lacks go in wheels/ (pip download on a machine with a network); they are
-# installed from there, without the network. DEVICE=cpu runs the same steps on a CPU (a rehearsal:
+# Wheels the machine lacks go in wheels/ (pip download on a machine with a network, e.g.
+# `pip download fla-core einops --no-deps -d wheels`, and carry wheels/); they are installed from
+# there, without the network. DEVICE=cpu runs the same steps on a CPU (a rehearsal:
 # DEVICE=cpu HOURS="pfsa-belief demo" OUT=/tmp/out bash benchmarks/gpu_session.sh 300; some paper-scale
 # settings do not fit a 24 GiB CPU machine).
 set -u
@@ -31,6 +34,13 @@ if [ -d wheels ]; then
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" STATETRACK_NO_SIZE_LIMIT=1
 "$PYTHON" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+
+if [ "$DEVICE" = cuda ]; then
+    echo "== fla-core's kernels ($(left) s left)"
+    timeout $(($(left) / 6)) "$PYTHON" -m pytest -q -m cuda tests/ops/test_fla_kernels.py -p no:cacheprovider \
+        > "$OUT/fla_kernels.txt" 2>&1 || echo "fla kernels: exit $? (see fla_kernels.txt)"
+    tail -3 "$OUT/fla_kernels.txt"
+fi
 
 echo "== batch scaling ($(left) s left)"
 timeout $(($(left) / 4)) "$PYTHON" benchmarks/train_step.py --device "$DEVICE" --batch-scaling 1 8 64 --lengths 64 \

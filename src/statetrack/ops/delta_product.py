@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack.ops import fla_kernels
 from statetrack.ops.delta_chunk import DeltaRuleChunk
 from statetrack.ops.delta_rule import DEFAULT_CHUNK_SIZE, chunk_layout, delta_rule_chunk
 
@@ -87,11 +88,14 @@ def delta_product(
 ):
     """DeltaProduct_{n_h} through the chunkwise delta rule on the interleaved micro-steps.
 
-    Same arguments and results as `delta_product_reference`; chunk_size counts micro-steps.
+    Same arguments and results as `delta_product_reference`; chunk_size counts micro-steps. On CUDA
+    with fla-core installed, fla's gated delta rule computes it on the micro-steps (`fla_kernels`).
     """
     _check(q, k, v, beta, g, initial_state, num_householder)
     B, T, H, Dk = q.shape
     n_h = num_householder
+    if T > 0 and fla_kernels.ready(q):
+        return fla_kernels.delta_product(q, k, v, beta, g, initial_state, output_final_state, n_h)
     if n_h == 1:
         return delta_rule_chunk(q, k, v, beta, g, initial_state, output_final_state, chunk_size)
     S0 = q.new_zeros(B, H, Dk, v.shape[-1]) if initial_state is None else initial_state

@@ -28,6 +28,7 @@ import math
 
 import torch
 
+from statetrack.ops import fla_kernels
 from statetrack.ops.delta_chunk import DeltaRuleChunk
 
 DEFAULT_CHUNK_SIZE = 32  # timed against 16 and 64 for heads of 16..32 rows: 16..32 beat 64 at every T
@@ -112,5 +113,9 @@ def delta_rule(q, k, v, beta, g=None, initial_state=None, output_final_state=Tru
     q, k: [B, T, H, Dk]; v: [B, T, H, Dv]; beta: [B, T, H] in (0, 2); g: [B, T, H] log-gate or None;
     initial_state: [B, H, Dk, Dv] or None. Returns (o [B, T, H, Dv], S_T or None). Differentiable
     in every tensor argument; feeding a sequence in pieces with the state carried equals one call.
+    On CUDA with fla-core installed, fla's chunked kernel computes it (`fla_kernels`; chunk_size unused).
     """
+    _check(q, k, v, beta, g, initial_state)
+    if q.shape[1] > 0 and fla_kernels.ready(q):
+        return fla_kernels.delta_rule(q, k, v, beta, g, initial_state, output_final_state)
     return delta_rule_chunk(q, k, v, beta, g, initial_state, output_final_state, chunk_size)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack.ops import fla_kernels
 from statetrack.ops.delta_chunk import from_chunks, to_chunks
 from statetrack.ops.delta_rule import chunk_layout
 from statetrack.ops.triangular import unit_lower_inverse
@@ -84,12 +85,15 @@ def dplr(q, k, v, a, b, gk, scale=None, initial_state=None, output_final_state=T
 
     Padding steps (q = k = v = a = b = gk = 0) are identity transitions, so T need not divide by the
     chunk. Differentiable in every tensor argument; feeding a sequence in pieces with the state
-    carried equals one call.
+    carried equals one call. On CUDA with fla-core installed, fla's `chunk_dplr_delta_rule` computes it
+    (`fla_kernels`; chunk_size unused).
     """
     _check(q, k, v, a, b, gk, initial_state)
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     scale = Dk**-0.5 if scale is None else scale
+    if T > 0 and fla_kernels.ready(q):
+        return fla_kernels.dplr(q, k, v, a, b, gk, scale, initial_state, output_final_state)
     S = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state
     if T == 0:
         return v.new_zeros(B, 0, H, Dv), (S if output_final_state else None)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 
+from statetrack.ops import fla_kernels
 from statetrack.ops.delta_chunk import from_chunks, to_chunks
 from statetrack.ops.delta_rule import chunk_layout
 from statetrack.ops.triangular import unit_lower_inverse
@@ -112,11 +113,14 @@ def kda(
     """KDA through the chunkwise WY/UT form (module docstring); same arguments and results as
     `kda_reference`, differentiable in every tensor argument. Padding steps (k = v = q = beta = g = 0)
     are identity transitions, so T need not divide by the chunk; feeding a sequence in pieces with the
-    state carried equals one call."""
+    state carried equals one call. On CUDA with fla-core installed, fla's `chunk_kda` computes it
+    (`fla_kernels`; chunk_size unused)."""
     _check(q, k, v, beta, g, initial_state)
     B, T, H, Dk = q.shape
     Dv = v.shape[-1]
     scale = _scale(scale, Dk)
+    if T > 0 and fla_kernels.ready(q):
+        return fla_kernels.kda(q, k, v, beta, g, scale, initial_state, output_final_state)
     S = q.new_zeros(B, H, Dk, Dv) if initial_state is None else initial_state
     if T == 0:
         return v.new_zeros(B, 0, H, Dv), (S if output_final_state else None)
