@@ -12,8 +12,10 @@
 #   2. the paper scale's device hours, cheapest experiments first, a third of the time left
 #      (benchmarks/paper_hours.py --budget) -> $OUT/paper_hours_cuda.json
 #   3. a slice of the cheapest paper-scale experiment (`statetrack reproduce --scale paper
-#      --stop-after`) into results/paper, copied to $OUT/results: put it back in place (and carry
-#      it) in the next session and the same command resumes it.
+#      --stop-after`) into results/paper, packed by benchmarks/pack_slice.py into
+#      $OUT/$EXPERIMENT.tar.gz (the store, the reports, the paused runs' checkpoints; at most 16 MiB).
+#      Commit that archive as benchmarks/slices/$EXPERIMENT.tar.gz: the next session unpacks it into
+#      results/paper (when that has no store) and the same command resumes the slice.
 # Wheels the machine lacks go in wheels/ (pip download on a machine with a network, e.g.
 # `pip download fla-core einops --no-deps -d wheels`, and carry wheels/); they are installed from
 # there, without the network. DEVICE=cpu runs the same steps on a CPU (a rehearsal:
@@ -51,10 +53,13 @@ echo "== paper hours ($(left) s left)"
     || echo "paper hours: exit $?"
 
 echo "== a paper-scale slice of $EXPERIMENT ($(left) s left)"
+if [ -f "benchmarks/slices/$EXPERIMENT.tar.gz" ] && [ ! -f results/paper/statetrack.db ]; then
+    "$PYTHON" benchmarks/pack_slice.py --unpack "benchmarks/slices/$EXPERIMENT.tar.gz" results/paper
+fi
 slice=$(($(left) - 60))  # the report and the copy after it
 if [ "$slice" -gt 30 ]; then
     "$PYTHON" -c "from statetrack.cli import main; raise SystemExit(main())" reproduce --scale paper "$EXPERIMENT" --device "$DEVICE" --stop-after "$slice" \
         --results-dir results/paper --book-dir "$OUT/book" --readme "$OUT/README.md" --no-progress || echo "slice: exit $?"
 fi
-cp -r results/paper "$OUT/results" 2>/dev/null
+[ -f results/paper/statetrack.db ] && "$PYTHON" benchmarks/pack_slice.py results/paper "$OUT/$EXPERIMENT.tar.gz"
 echo "== done in $(($(date +%s) - start)) s"

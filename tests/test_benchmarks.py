@@ -124,3 +124,34 @@ def test_paper_hours_times_each_setting_once_and_adds_up_the_runs():
                          capture_output=True, text=True, check=True, timeout=300).stdout
     (row,) = json.loads(out)["rows"]
     assert row["hours"] is None and row["untimed_runs"] == 9 and row["settings"] == []  # out of time before the first
+
+
+def test_pack_slice_keeps_the_store_and_the_paused_runs_checkpoints_within_its_limit(tmp_path):
+    """A store with a done and a paused run: the archive holds the store (still a statetrack store),
+    the paused run's checkpoint and the report, not the done run's checkpoint; over the limit, nothing."""
+    import sqlite3
+
+    from statetrack.store import Store
+
+    results = tmp_path / "paper"
+    Store(results / "statetrack.db")
+    with sqlite3.connect(results / "statetrack.db") as db:
+        for run_id, status in (("done0", "done"), ("paused0", "running")):
+            db.execute("INSERT INTO runs (id, experiment, model, task, seed, lr, config, status) "
+                       "VALUES (?, 'exp', 'lstm', 'parity', 0, 0.001, '{}', ?)", (run_id, status))
+    checkpoints = results / "exp" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    for run_id in ("done0", "paused0"):
+        (checkpoints / f"{run_id}.pt").write_bytes(b"x" * 1000)
+    (results / "exp" / "report.md").write_text("report")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pack_slice.py"
+    archive = tmp_path / "slice.tar.gz"
+    subprocess.run([sys.executable, str(script), str(results), str(archive)], check=True, capture_output=True)
+    back = tmp_path / "back"
+    subprocess.run([sys.executable, str(script), "--unpack", str(archive), str(back)], check=True, capture_output=True)
+    files = {str(p.relative_to(back)) for p in back.rglob("*") if p.is_file()}
+    assert files == {"statetrack.db", "exp/report.md", "exp/checkpoints/paused0.pt"}
+    assert Store(back / "statetrack.db", read_only=True).status("done0") == "done"
+    refused = subprocess.run([sys.executable, str(script), str(results), str(archive), "--limit-mib", "0.0001"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and "over the limit" in refused.stderr and not archive.exists()
