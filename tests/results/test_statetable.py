@@ -197,3 +197,10 @@ def test_bad_table_requests_fail_naming_what_is_valid(capsys):
     assert "no_such_model" in capsys.readouterr().err
     assert main(["table", "--zoo", "--models", "lstm"]) == 2
     assert main(["table", "--scale", "paper"]) == 2
+
+
+def test_the_page_names_each_snapshots_revision_where_they_differ():
+    same = {"git_rev": "abc1234"}
+    assert st._revisions(same, dict(same), dict(same)) == "measured at abc1234"
+    assert st._revisions(same, {"git_rev": "def5678"}, dict(same)) == "measured at abc1234 (its pilot at def5678)"
+    assert st._revisions(same, None, {"git_rev": "x+dirty"}) == "measured at abc1234 (the full-budget check at x+dirty)"

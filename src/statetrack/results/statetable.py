@@ -411,6 +411,17 @@ def _wall(snapshot: dict | None) -> float:
     return sum(p["seconds"] for p in (snapshot or {}).get("parts", []))
 
 
+def _revisions(table: dict, pilot: dict | None, full: dict | None) -> str:
+    """The words "measured at REV", naming the pilot's and the full-budget check's revisions where they differ."""
+    rev = table.get("git_rev") or "an unknown revision"
+    others = [
+        f"{what} at {snap.get('git_rev') or 'an unknown revision'}"
+        for what, snap in (("its pilot", pilot), ("the full-budget check", full))
+        if snap and snap.get("git_rev") != table.get("git_rev")
+    ]
+    return f"measured at {rev}" + (f" ({', '.join(others)})" if others else "")
+
+
 def _settings(spec: dict) -> str:
     from statetrack.experiments.spec import train_lengths_text
 
@@ -528,7 +539,7 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
         f"{duration(_wall(pilot))} ({len((pilot or {}).get('plan', []))} runs), the full-budget check "
         f"{duration(_wall(full))} ({len((full or {}).get('plan', []))} runs)"
         + (f", on {'; '.join(sorted(machines))}" if machines else "")
-        + f"; measured at {table.get('git_rev') or 'an unknown revision'}.",
+        + f"; {_revisions(table, pilot, full)}.",
         "",
         f"![models x tasks: fitted seeds, extrapolation colour, theory's cannot]({picture})",
         "",
