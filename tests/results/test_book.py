@@ -205,6 +205,19 @@ def test_the_revision_is_dirty_for_changes_to_the_package_only(tmp_path):
     assert clean != "unknown" and not clean.endswith("+dirty")
     (docs / "snapshot.json").write_text('{"measured": true}\n')
     assert git_revision(package) == clean
+    # the state table's snapshots live in the package; writing one leaves it clean, its spec does not
+    tables = package / "experiments" / "tables"
+    tables.mkdir(parents=True)
+    (tables / "state-table.quick.json").write_text("{}\n")
+    (tables / "state-table.yaml").write_text("steps: 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
+    clean = git_revision(package)
+    (tables / "state-table.quick.json").write_text('{"measured": true}\n')
+    assert git_revision(package) == clean
+    (tables / "state-table.yaml").write_text("steps: 2\n")
+    assert git_revision(package) == clean + "+dirty"
+    git("checkout", "--", ".")
     (package / "code.py").write_text("x = 2\n")
     assert git_revision(package) == clean + "+dirty"
 

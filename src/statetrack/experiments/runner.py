@@ -42,13 +42,17 @@ from statetrack.store import Outcome, Plan, RunClaim, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
 from statetrack.training.train import now
 
+SNAPSHOTS_IN_PACKAGE = ":(exclude)experiments/tables/*.json"  # a git pathspec, relative to the package
+
 
 def git_revision(here: Path | None = None) -> str:
     """The git revision of the package's source (with '+dirty' for uncommitted changes to the
     package, shipped specs included, under `here`: the statetrack folder), or 'unknown'. Only the
     package counts: what `reproduce` writes beside it (the snapshots, the book, the README's blocks)
     changes no result, so an experiment measured after another one's snapshot was written still
-    names a clean revision."""
+    names a clean revision. The state table's snapshots, which live in the package
+    (experiments/tables/*.json), do not count either: `table --zoo` writes its pilot's before it
+    trains the table."""
     here = here or Path(__file__).resolve().parents[1]
     try:
         rev = subprocess.run(
@@ -57,7 +61,7 @@ def git_revision(here: Path | None = None) -> str:
         if rev.returncode != 0:
             return "unknown"
         dirty = subprocess.run(
-            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--", "."],
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--", ".", SNAPSHOTS_IN_PACKAGE],
             capture_output=True,
             text=True,
             timeout=10,
