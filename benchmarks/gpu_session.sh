@@ -13,7 +13,7 @@
 #      (benchmarks/paper_hours.py --budget) -> $OUT/paper_hours_cuda.json
 #   3. a slice of the cheapest paper-scale experiment (`statetrack reproduce --scale paper
 #      --stop-after`) into results/paper, packed by benchmarks/pack_slice.py into
-#      $OUT/$EXPERIMENT.tar.gz (the store, the reports, the paused runs' checkpoints; at most 16 MiB).
+#      $OUT/$EXPERIMENT.tar.gz (the store and the paused runs' checkpoints; at most 16 MiB).
 #      Commit that archive as benchmarks/slices/$EXPERIMENT.tar.gz: the next session unpacks it into
 #      results/paper (when that has no store) and the same command resumes the slice.
 # Wheels the machine lacks go in wheels/ (pip download on a machine with a network, e.g.

@@ -3,9 +3,10 @@
     python benchmarks/pack_slice.py RESULTS_DIR ARCHIVE.tar.gz [--limit-mib 16]
     python benchmarks/pack_slice.py --unpack ARCHIVE.tar.gz RESULTS_DIR
 
-The archive holds the store (a consistent copy, through SQLite's backup), every report, and the
-checkpoints of the runs that are not done (the paused ones a resumed command continues from); a done
-run's checkpoint is left out, its results being in the store. It refuses to write an archive over
+The archive holds the store (a consistent copy, through SQLite's backup) and the checkpoints of the
+runs that are not done (the paused ones a resumed command continues from). A done run's checkpoint
+and the reports are left out: the store holds their results, and the resumed command writes the
+reports again. It refuses to write an archive over
 `--limit-mib` (exit 1), naming the size, so that a session never ships one it cannot bring back.
 """
 
@@ -42,14 +43,14 @@ def pack(results: Path, archive: Path, limit_mib: float) -> int:
             for path in sorted(results.rglob("*")):
                 if not path.is_file() or path.name.startswith(STORE):
                     continue
-                if path.suffix == ".pt" and path.parent.name == "checkpoints" and path.stem in done:
+                if path.suffix != ".pt" or path.parent.name != "checkpoints" or path.stem in done:
                     skipped += 1
                     continue
                 tar.add(path, arcname=str(path.relative_to(results)))
-                kept += path.suffix == ".pt"
+                kept += 1
     mib = archive.stat().st_size / 2**20
     print(f"pack_slice: {archive} {mib:.1f} MiB ({len(done)} runs done, {kept} paused checkpoints kept, "
-          f"{skipped} done runs' checkpoints left out)")
+          f"{skipped} other files left out)")
     if mib > limit_mib:
         archive.unlink()
         print(f"pack_slice: {mib:.1f} MiB is over the limit of {limit_mib} MiB; nothing written", file=sys.stderr)

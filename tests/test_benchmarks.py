@@ -127,8 +127,8 @@ def test_paper_hours_times_each_setting_once_and_adds_up_the_runs():
 
 
 def test_pack_slice_keeps_the_store_and_the_paused_runs_checkpoints_within_its_limit(tmp_path):
-    """A store with a done and a paused run: the archive holds the store (still a statetrack store),
-    the paused run's checkpoint and the report, not the done run's checkpoint; over the limit, nothing."""
+    """A store with a done and a paused run: the archive holds the store (still a statetrack store)
+    and the paused run's checkpoint, not the done run's checkpoint nor the report; over the limit, nothing."""
     import sqlite3
 
     from statetrack.store import Store
@@ -150,7 +150,7 @@ def test_pack_slice_keeps_the_store_and_the_paused_runs_checkpoints_within_its_l
     back = tmp_path / "back"
     subprocess.run([sys.executable, str(script), "--unpack", str(archive), str(back)], check=True, capture_output=True)
     files = {str(p.relative_to(back)) for p in back.rglob("*") if p.is_file()}
-    assert files == {"statetrack.db", "exp/report.md", "exp/checkpoints/paused0.pt"}
+    assert files == {"statetrack.db", "exp/checkpoints/paused0.pt"}
     assert Store(back / "statetrack.db", read_only=True).status("done0") == "done"
     refused = subprocess.run([sys.executable, str(script), str(results), str(archive), "--limit-mib", "0.0001"],
                              capture_output=True, text=True)
