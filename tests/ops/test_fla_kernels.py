@@ -125,9 +125,9 @@ def test_no_op_on_a_cpu_imports_fla_or_triton():
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-def test_float64_and_the_cpu_never_go_to_fla():
+def test_cpu_tensors_never_go_to_fla():
     x = torch.zeros(1, 2, 1, 4)
-    assert not fla_kernels.ready(x) and not fla_kernels.ready(x.double())
+    assert not fla_kernels.ready(x) and not fla_kernels.ready(x.half())
 
 
 cuda = pytest.mark.skipif(
@@ -156,6 +156,14 @@ def test_fla_kernels_on_cuda_equal_the_reference(case, T, eig):
     rel = {k: float((a.double().cpu() - b).norm() / b.norm()) for k, (a, b) in errors.items()}
     bad = {k: e for k, e in rel.items() if not e <= 5e-3}
     assert not bad, f"relative errors above 5e-3: {bad}"
+
+
+@pytest.mark.cuda
+@cuda
+def test_float64_and_wide_heads_keep_our_forms_on_cuda():
+    x = torch.zeros(1, 2, 1, 4, device="cuda")
+    assert fla_kernels.ready(x) and not fla_kernels.ready(x.double())
+    assert not fla_kernels.ready(torch.zeros(1, 2, 1, fla_kernels.MAX_HEAD_DIM + 1, device="cuda"))
 
 
 @pytest.mark.cuda

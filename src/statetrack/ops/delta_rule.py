@@ -115,7 +115,7 @@ def delta_rule(q, k, v, beta, g=None, initial_state=None, output_final_state=Tru
     in every tensor argument; feeding a sequence in pieces with the state carried equals one call.
     On CUDA with fla-core installed, fla's chunked kernel computes it (`fla_kernels`; chunk_size unused).
     """
-    _check(q, k, v, beta, g, initial_state)
-    if q.shape[1] > 0 and fla_kernels.ready(q):
+    if q.dim() == 4 and q.shape[1] > 0 and fla_kernels.ready(q):
+        _check(q, k, v, beta, g, initial_state)  # delta_rule_chunk checks on the other path
         return fla_kernels.delta_rule(q, k, v, beta, g, initial_state, output_final_state)
     return delta_rule_chunk(q, k, v, beta, g, initial_state, output_final_state, chunk_size)
