@@ -2,6 +2,7 @@
 committed book equal to its generation, and `statetrack reproduce` end to end on a tiny grid."""
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,14 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
     book.write_snapshot(store, "demo", "book", {"seconds": 1.0, "runs": 0, "workers": 1})  # trained nothing: no part
     snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
     assert book.wall_seconds(snapshot) == 8.0 and book.duration(8.0) == "8 s" and book.duration(3725) == "1 h 2 min"
+    # the snapshot names the revisions its runs were trained at, the most runs' first
+    trained_at = {r["git_rev"] for r in snapshot["runs"]}
+    assert len(trained_at) == 1 and snapshot["git_rev"] == trained_at.pop()
+    with sqlite3.connect(tmp_path / "results/statetrack.db") as db:
+        db.execute("UPDATE runs SET git_rev = 'abc1234' WHERE id = (SELECT min(id) FROM runs)")
+    book.write_snapshot(store, "demo", "book")
+    assert json.loads((tmp_path / "book/results/demo.quick.json").read_text())["git_rev"] == f"{snapshot['git_rev']} and abc1234"
+    assert book.runs_revision([]) == "" and book.runs_revision([{"git_rev": "a"}, {"git_rev": "b"}, {"git_rev": "b"}]) == "b and a"
     # another plan (other seeds): the parts start afresh
     runner.run_experiment(resolve("demo", "quick", TINY[:2] + ["seeds=[1]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
     book.write_snapshot(store, "demo", "book", {"seconds": 2.0, "runs": 3, "workers": 1})

@@ -204,3 +204,10 @@ def test_the_page_names_each_snapshots_revision_where_they_differ():
     assert st._revisions(same, dict(same), dict(same)) == "measured at abc1234"
     assert st._revisions(same, {"git_rev": "def5678"}, dict(same)) == "measured at abc1234 (its pilot at def5678)"
     assert st._revisions(same, None, {"git_rev": "x+dirty"}) == "measured at abc1234 (the full-budget check at x+dirty)"
+
+
+def test_the_page_says_how_many_runs_its_wall_time_covers():
+    part = {"seconds": 120.0, "runs": 2}
+    assert st._wall({"plan": [{}, {}], "parts": [part]}) == "2 min 00 s (2 runs)"
+    assert st._wall({"plan": [{}, {}, {}], "parts": [part]}) == "2 min 00 s for 2 of its 3 runs"
+    assert st._wall(None) == "0 s (0 runs)"

@@ -19,6 +19,7 @@ the figures only from the snapshots: editing a claim re-scores it without re-run
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import platform
@@ -89,6 +90,14 @@ def describe_machine(info: dict) -> str:
     return (f"{info['gpu']}, " if info.get("gpu") else "") + f"{cpu}, torch {info['torch']}, Python {info['python']}"
 
 
+def runs_revision(runs: list[dict]) -> str:
+    """The revisions `runs` were trained at, the most runs' first ("b213846 and 173eddd"), or '' for
+    none: a snapshot names what measured it, not the code that exported it (a resumed measurement
+    spans revisions; a snapshot written again from a store names its runs' revision still)."""
+    counts = collections.Counter(r["git_rev"] for r in runs if r.get("git_rev"))
+    return " and ".join(rev for rev, _ in counts.most_common())
+
+
 def write_snapshot(
     store, experiment: str, book_dir: str | Path | None, part: dict | None = None, path: Path | None = None
 ) -> Path:
@@ -156,7 +165,7 @@ def write_snapshot(
         "version": SNAPSHOT_VERSION,
         "experiment": experiment,
         "scale": scale,
-        "git_rev": git_revision(),
+        "git_rev": runs_revision(runs) or git_revision(),
         "spec": plan.spec,
         "plan": plan.runs,
         "runs": runs,

@@ -407,8 +407,16 @@ def picture_digest(path: Path) -> str | None:
 
 
 # ---- the page ----------------------------------------------------------------------------------------
-def _wall(snapshot: dict | None) -> float:
-    return sum(p["seconds"] for p in (snapshot or {}).get("parts", []))
+def _wall(snapshot: dict | None) -> str:
+    """The snapshot's wall time and its runs ("42 min 17 s (1008 runs)"), saying how many of them its
+    parts timed where a part went unrecorded (a slice trained in a store whose snapshot was lost)."""
+    from statetrack.results.book import duration
+
+    snapshot = snapshot or {}
+    parts, planned = snapshot.get("parts", []), len(snapshot.get("plan", []))
+    timed = sum(p["runs"] for p in parts)
+    seconds = duration(sum(p["seconds"] for p in parts))
+    return f"{seconds} ({planned} runs)" if timed >= planned else f"{seconds} for {timed} of its {planned} runs"
 
 
 def _revisions(table: dict, pilot: dict | None, full: dict | None) -> str:
@@ -510,7 +518,7 @@ def cell_key(c: Cell, titles: dict[str, str]) -> str:
 
 def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: str = "state-table.png") -> str:
     """docs/state-table.md from the table's snapshot, the pilot's and the notes."""
-    from statetrack.results.book import describe_machine, duration, probes_table
+    from statetrack.results.book import describe_machine, probes_table
 
     notes = notes or {}
     scored = scored_snapshot(table)
@@ -535,9 +543,8 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
         "once it has fit and converged at three validations in a row, else trains its budget. "
         "Each model's learning rate is chosen on the training lengths by a pilot (below), never on the test lengths.",
         "",
-        f"Wall time (2 workers): the table {duration(_wall(table))} ({len(table['plan'])} runs), its pilot "
-        f"{duration(_wall(pilot))} ({len((pilot or {}).get('plan', []))} runs), the full-budget check "
-        f"{duration(_wall(full))} ({len((full or {}).get('plan', []))} runs)"
+        f"Wall time (2 workers): the table {_wall(table)}, its pilot {_wall(pilot)}, the full-budget check "
+        f"{_wall(full)}"
         + (f", on {'; '.join(sorted(machines))}" if machines else "")
         + f"; {_revisions(table, pilot, full)}.",
         "",
