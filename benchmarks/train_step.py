@@ -22,15 +22,18 @@ for every model at the first width and depth (gradients drawn once): one tensor 
 choice on CPU), every tensor at once (`foreach`, what the trainer uses) and torch's fused kernel,
 round-robin, and says whether the foreach and fused weights equal the one-at-a-time ones to the
 last bit after 20 steps. `--batch-scaling K...` times every model at the first shape with the
-batch K times `--batch` instead, and the gain of folding K runs into one step. malloc keeps freed memory for reuse, as
+batch K times `--batch` instead, and the gain of folding K runs into one step; a SIGTERM (`timeout`) ends it
+with the models measured at every K so far (`stopped` in the JSON). malloc keeps freed memory for reuse, as
 `statetrack` runs do (`--malloc system` for glibc's defaults). Figures only, no assertions: timings
 are noisy on shared machines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import signal
 import statistics
 import sys
 import time
@@ -209,10 +212,17 @@ def batch_scaling(args) -> list[dict]:
     length, layers = args.lengths[0], args.layers[0]
     names = args.models or list(zoo.MODELS)
     per_step = {(name, k): [] for name in names for k in args.batch_scaling}
-    for _ in range(args.repeat):  # round-robin, each figure the median: every model sees the same machine load
-        for name, k in per_step:
-            per_step[name, k].append(step_ms(name, task, length, layers, args.width, args.batch * k, args.warmup,
-                                             args.steps, args.min_length, device=args.device))
+    try:
+        with _stop_on_sigterm():
+            for _ in range(args.repeat):  # round-robin, each figure the median: every model sees the same machine load
+                for name, k in per_step:
+                    per_step[name, k].append(step_ms(name, task, length, layers, args.width, args.batch * k, args.warmup,
+                                                     args.steps, args.min_length, device=args.device))
+                    print(f"measured {name} at {k}x", file=sys.stderr, flush=True)
+    except _Stopped:  # a time limit (`timeout`) ended it: the models measured at every k so far
+        names = [name for name in names if all(per_step[name, k] for k in args.batch_scaling)]
+        args._stopped = f"stopped by SIGTERM with {len(names)} models measured at every k"
+        print(f"batch scaling: {args._stopped}", file=sys.stderr)
     rows = []
     for name in names:
         ms = {k: statistics.median(per_step[name, k]) for k in args.batch_scaling}
@@ -222,7 +232,26 @@ def batch_scaling(args) -> list[dict]:
     return rows
 
 
+class _Stopped(Exception):
+    """SIGTERM arrived (the `timeout` a time-limited session wraps a benchmark in)."""
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """Within: SIGTERM raises `_Stopped`, so a measurement cut short still reports what it has."""
+    def stop(signum, frame):
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def batch_table(rows: list[dict], args) -> str:
+    if not rows:
+        return getattr(args, "_stopped", "no model measured")
     ks = list(dict.fromkeys(r["k"] for r in rows))
     first = rows[0]
     head = (f"{_device_name(args.device)}: ms per training step (median of {args.repeat}) at T {first['T']}, {first['layers']} layer(s), d_model "
@@ -323,8 +352,9 @@ def main() -> None:
         return
     if args.batch_scaling:
         rows = batch_scaling(args)
-        print(json.dumps(report(rows, args, device=_device_name(args.device)), indent=1) if args.json
-              else batch_table(rows, args))
+        stopped = getattr(args, "_stopped", None)
+        print(json.dumps(report(rows, args, device=_device_name(args.device), **({"stopped": stopped} if stopped else {})),
+                         indent=1) if args.json else batch_table(rows, args))
         return
     rows, args.info = measure(args)
     if args.json:

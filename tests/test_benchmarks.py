@@ -1,6 +1,7 @@
 """The benchmarks run end to end and print the JSON that benchmarks/common.py describes (figures unchecked)."""
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,24 @@ def test_train_step_benchmark_json_has_every_model_shape_and_key():
     assert all(r["ms"] > 0 and r["gflop"] > 0 and r["arith_ms"] > 0 and r["x_lstm"] > 0 for r in rows)
     assert report["matmul_gflops"] > 0 and len(report["profiles"]) == 1
     assert all(0 <= op["share"] <= 1 for ops in report["profiles"].values() for op in ops)
+
+
+def test_train_step_batch_scaling_cut_short_by_sigterm_reports_the_models_it_measured():
+    """`timeout` (what a time-limited GPU session wraps it in) sends SIGTERM: the JSON still comes out,
+    with every model measured at each k so far and `stopped` saying why the rest are missing."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "train_step.py"
+    command = [sys.executable, str(script), "--batch-scaling", "1", "2", "--json", "--batch", "2", "--width", "8", "--lengths", "4",
+               "--layers", "1", "--repeat", "2", "--warmup", "1", "--steps", "1", "--models", "lstm", "deltanet", "gru"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        for line in proc.stderr:
+            if line.startswith("measured deltanet at 2x"):  # lstm and deltanet have their first figures at both k
+                proc.send_signal(signal.SIGTERM)
+                break
+        out, _ = proc.communicate(timeout=300)
+    report = json.loads(out)
+    assert report["stopped"].startswith("stopped by SIGTERM")
+    assert sorted({r["model"] for r in report["rows"]}) == ["deltanet", "lstm"]
+    assert all(r["ms"] > 0 for r in report["rows"]) and all(r["gain"] == 1.0 for r in report["rows"] if r["k"] == 1)
 
 
 def test_train_step_benchmark_times_the_three_adamw_forms():
