@@ -46,7 +46,9 @@ fi
 
 echo "== batch scaling ($(left) s left)"
 timeout $(($(left) / 4)) "$PYTHON" benchmarks/train_step.py --device "$DEVICE" --batch-scaling 1 8 64 --lengths 64 \
-    --layers 1 --steps 5 --warmup 2 --json > "$OUT/train_step_batch_cuda.json" || echo "batch scaling: stopped (exit $?)"
+    --layers 1 --steps 5 --warmup 2 --json > "$OUT/train_step_batch_cuda.json" 2> "$OUT/train_step_batch_cuda.log" \
+    || echo "batch scaling: stopped (exit $?; the JSON holds the models measured at every k)"
+tail -1 "$OUT/train_step_batch_cuda.log"
 
 echo "== paper hours ($(left) s left)"
 "$PYTHON" benchmarks/paper_hours.py $HOURS --device "$DEVICE" --budget $(($(left) / 3)) --json > "$OUT/paper_hours_cuda.json" \
