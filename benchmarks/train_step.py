@@ -221,7 +221,7 @@ def batch_scaling(args) -> list[dict]:
                     print(f"measured {name} at {k}x", file=sys.stderr, flush=True)
     except _Stopped:  # a time limit (`timeout`) ended it: the models measured at every k so far
         names = [name for name in names if all(per_step[name, k] for k in args.batch_scaling)]
-        args._stopped = f"stopped by SIGTERM with {len(names)} models measured at every k"
+        args._stopped = f"stopped by SIGTERM with {len(names)} model{'' if len(names) == 1 else 's'} measured at every k"
         print(f"batch scaling: {args._stopped}", file=sys.stderr)
     rows = []
     for name in names:
