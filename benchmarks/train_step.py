@@ -203,15 +203,16 @@ def optimizer_table(rows: list[dict], args) -> str:
     return "\n".join(lines)
 
 
-def batch_scaling(args) -> list[dict]:
+def batch_scaling(args) -> tuple[list[dict], str | None]:
     """Milliseconds per step (the median of `args.repeat` round-robin measurements) of every model at
     the first shape with the batch `args.batch` x k for each k of `args.batch_scaling`, and `gain` = k x ms(batch) / ms(k x batch): how much faster k runs
     would train folded into one step of k times the batch than one after another (k at most, the
-    same wall time per step at k)."""
+    same wall time per step at k); and why the measurement stopped early (None when it did not)."""
     task = make_task(**TASK)
     length, layers = args.lengths[0], args.layers[0]
     names = args.models or list(zoo.MODELS)
     per_step = {(name, k): [] for name in names for k in args.batch_scaling}
+    stopped = None
     try:
         with _stop_on_sigterm():
             for _ in range(args.repeat):  # round-robin, each figure the median: every model sees the same machine load
@@ -221,15 +222,15 @@ def batch_scaling(args) -> list[dict]:
                     print(f"measured {name} at {k}x", file=sys.stderr, flush=True)
     except _Stopped:  # a time limit (`timeout`) ended it: the models measured at every k so far
         names = [name for name in names if all(per_step[name, k] for k in args.batch_scaling)]
-        args._stopped = f"stopped by SIGTERM with {len(names)} model{'' if len(names) == 1 else 's'} measured at every k"
-        print(f"batch scaling: {args._stopped}", file=sys.stderr)
+        stopped = f"stopped by SIGTERM with {len(names)} model{'' if len(names) == 1 else 's'} measured at every k"
+        print(f"batch scaling: {stopped}", file=sys.stderr)
     rows = []
     for name in names:
         ms = {k: statistics.median(per_step[name, k]) for k in args.batch_scaling}
         base = ms[args.batch_scaling[0]] / args.batch_scaling[0]  # ms per step of one batch's worth of runs
         rows += [{"model": name, "T": length, "layers": layers, "d_model": args.width, "batch": args.batch * k, "k": k,
                   "ms": ms[k], "gain": k * base / ms[k]} for k in args.batch_scaling]
-    return rows
+    return rows, stopped
 
 
 class _Stopped(Exception):
@@ -249,9 +250,9 @@ def _stop_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def batch_table(rows: list[dict], args) -> str:
+def batch_table(rows: list[dict], args, stopped: str | None = None) -> str:
     if not rows:
-        return getattr(args, "_stopped", "no model measured")
+        return stopped or "no model measured"
     ks = list(dict.fromkeys(r["k"] for r in rows))
     first = rows[0]
     head = (f"{_device_name(args.device)}: ms per training step (median of {args.repeat}) at T {first['T']}, {first['layers']} layer(s), d_model "
@@ -262,7 +263,7 @@ def batch_table(rows: list[dict], args) -> str:
     for model in sorted({r["model"] for r in rows}, key=lambda m: _sort_key(by[(m, ks[0])]["ms"])):
         cells = [f"{_fmt(by[(model, k)]['ms'], '.1f')} ({_fmt(by[(model, k)]['gain'], '.1f')})" for k in ks]
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + ([f"\n{stopped}"] if stopped else []))
 
 
 def _fmt(value, spec: str) -> str:
@@ -351,10 +352,9 @@ def main() -> None:
         print(json.dumps(report(rows, args), indent=1) if args.json else optimizer_table(rows, args))
         return
     if args.batch_scaling:
-        rows = batch_scaling(args)
-        stopped = getattr(args, "_stopped", None)
+        rows, stopped = batch_scaling(args)
         print(json.dumps(report(rows, args, device=_device_name(args.device), **({"stopped": stopped} if stopped else {})),
-                         indent=1) if args.json else batch_table(rows, args))
+                         indent=1) if args.json else batch_table(rows, args, stopped))
         return
     rows, args.info = measure(args)
     if args.json:
