@@ -23,8 +23,11 @@ import statetrack
 class MyGRU(nn.Module):
     """GRU (torch.nn.GRU, Cho et al. 2014) as a token mixer, projected back to d_model."""
 
-    # what its transition is, for theory's column of `statetrack table` (statetrack.theory.TRANSITION_CLASSES)
-    transition_class = "nonlinear"
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        """What one layer's state transition is, as a function of the model's resolved spec, for
+        theory's column of `statetrack table` (one of statetrack.theory.TRANSITION_CLASSES)."""
+        return "nonlinear"
 
     def __init__(self, d_model: int, hidden: int | None = None):
         super().__init__()

@@ -34,9 +34,10 @@ The rules, each with the statement it applies:
 - PD-SSM's transitions, a column one-hot matrix times a diagonal, emulate any automaton of at most
   `state_size` states in one layer (Terzić et al. 2025).
 
-A model outside these classes (a user's, or a mixer no work states a theorem for) is "not known".
-A user's layer can declare its class with a `transition_class` attribute naming one of
-`TRANSITION_CLASSES`.
+Each mixer declares its class in its own file, as a static method `transition_class(spec)` of its
+resolved spec (`layers.registry.DeclaresTransition`) naming one of `TRANSITION_CLASSES`; a user's
+mixer declares it the same way. A model that declares none (a mixer no work states a theorem for)
+is "not known".
 """
 
 from __future__ import annotations
@@ -46,25 +47,22 @@ from functools import cache
 
 import torch
 
-CAN, CANNOT, UNKNOWN = "can", "cannot", "not known"
+from statetrack.layers.registry import MODELS, TRANSITION_CLASSES, declared_transition
 
-# transition classes: what A(x_t) one layer applies (see the module docstring)
-TRANSITION_CLASSES = {
-    "nonlinear": "a nonlinear recurrence (h_t = f(h_{t-1}, x_t))",
-    "dense": "a dense input-dependent matrix, linear in the input (full bilinear)",
-    "diagonal-positive": "diagonal, eigenvalues in [0, 1]",
-    "diagonal-real": "diagonal, eigenvalues in [-1, 1]",
-    "diagonal-complex": "diagonal complex (rotations) in one eigenbasis, no input term (the pure bilinear rotation)",
-    "diagonal-complex-affine": "diagonal complex, input-dependent, plus an input term (h_t = a_t * h_{t-1} + b_t)",
-    "time-invariant": "one diagonal complex matrix for every input",
-    "householder-positive": "generalized Householders with eigenvalues in [0, 1], real spectrum",
-    "householder-real": "one generalized Householder with eigenvalues in [-1, 1] (real spectrum)",
-    "householder-products": "products of n_h >= 2 generalized Householders, eigenvalues in [-1, 1]",
-    "real-spectrum": "similar to a symmetric matrix: real eigenvalues, some possibly negative",
-    "real-spectrum-signed": "similar to a symmetric matrix: real eigenvalues, -1 among them",
-    "automaton": "a column one-hot matrix times a diagonal (any automaton of `state_size` states)",
-    "attention": "no recurrence: causal softmax attention",
-}
+__all__ = [
+    "CAN",
+    "CANNOT",
+    "TRANSITION_CLASSES",
+    "UNKNOWN",
+    "Prediction",
+    "Structure",
+    "predict",
+    "predict_class",
+    "structure",
+    "transition_class",
+]
+
+CAN, CANNOT, UNKNOWN = "can", "cannot", "not known"
 
 
 @dataclass(frozen=True)
@@ -174,52 +172,11 @@ def structure(task) -> Structure | None:
 
 # ---- the model's transition class ----------------------------------------------------------------
 def transition_class(model: dict) -> str | None:
-    """The transition class of a resolved model spec (`statetrack.models.zoo.resolve`), or None
-    where no work states one (the model's layer may declare `transition_class` itself)."""
+    """The transition class of a resolved model spec (`statetrack.models.zoo.resolve`): what its
+    mixer declares (`layers.registry.DeclaresTransition`), None where it declares none."""
     name = model.get("name")
-    positive = model.get("eig_range", "[0,1]") == "[0,1]"
-    if name in ("rnn", "lstm", "gru", "nru", "slstm"):
-        return "nonlinear"
-    if name == "bilinear":
-        structure_ = model.get("structure", "full")
-        if model.get("additive", "none") != "none":
-            return None
-        return {"full": "dense", "rotation": "diagonal-complex", "diagonal": "diagonal-real"}.get(structure_)
-    if name in ("mamba", "mamba2"):
-        return "diagonal-positive" if positive else "diagonal-real"
-    if name in ("gla", "mlstm"):
-        return "diagonal-positive"
-    if name in ("mamba3", "ids4"):
-        return "diagonal-complex-affine"
-    if name == "s4d":
-        return "diagonal-complex-affine" if model.get("input_dependent") else "time-invariant"
-    if name in ("deltanet", "gated_deltanet", "kda") or (
-        name in ("deltaproduct", "gated_deltaproduct") and model.get("n_h") == 1
-    ):
-        return "householder-positive" if positive else "householder-real"
-    if name in ("deltaproduct", "gated_deltaproduct"):
-        # two generalized Householders in [0, 1]: a product of two symmetric positive semi-definite
-        # matrices, whose eigenvalues are real and >= 0; three or more: no statement
-        if positive:
-            return "householder-positive" if model.get("n_h") == 2 else None
-        return "householder-products"
-    if name == "rwkv7":
-        # diag(w) - kappa (iclr * kappa)^T is similar to a symmetric matrix (iclr > 0): real eigenvalues;
-        # its [0, 1] range can still reach negative ones (a small decay beside a large removal)
-        return "real-spectrum-signed" if not positive else "real-spectrum"
-    if name == "fixedpoint" and model.get("reflections") == 1:
-        # A_t = (Lambda_t + D_t Q_t)^-1 Lambda_t with one symmetric reflection Q_t: similar to a
-        # symmetric matrix, real eigenvalues; -1 is reached along the reflection (lambda_t = 1/3)
-        return "real-spectrum-signed"
-    if name == "pdssm":
-        return "automaton"
-    if name == "transformer":
-        return "attention"
-    from statetrack.layers.registry import MODELS
-
     entry = MODELS.get(name) if isinstance(name, str) else None
-    declared = getattr(entry.mixer, "transition_class", None) if entry is not None else None
-    return declared if declared in TRANSITION_CLASSES else None
+    return declared_transition(entry.mixer, model) if entry is not None else None
 
 
 # ---- the prediction --------------------------------------------------------------------------------
@@ -248,8 +205,13 @@ def _odd_cycle(s: Structure) -> bool:
 
 def predict(model: dict, task, layers: int = 1) -> Prediction:
     """What `layers` layers of `model` (a resolved spec) can represent on `task` (a built task)."""
+    return predict_class(transition_class(model), model, task, layers)
+
+
+def predict_class(kind: str | None, model: dict, task, layers: int = 1) -> Prediction:
+    """What `layers` layers of transition class `kind` can represent on `task` (a built task);
+    `model` gives the class's own parameters where a rule counts them (`n_h`, `state_size`)."""
     s = structure(task)
-    kind = transition_class(model)
     if s is None:
         return Prediction(UNKNOWN, "no rule covers this task")
     if kind is None:

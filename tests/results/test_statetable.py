@@ -37,66 +37,52 @@ def test_the_ladders_algebra():
     assert theory.structure(make_task("copy")) is None
 
 
-# (model, task, layers, verdict): one case per rule, each against the statement it applies
+# (transition class, its parameters, task, layers, verdict): one case per rule, each against the
+# statement it applies; which models have each class, their layer files declare (tests/models/test_transition_classes.py)
 CASES = [
-    ({"name": "deltanet", "eig_range": "[0,1]"}, "Z2", 1, theory.CANNOT),  # Thm. 1
-    ({"name": "mamba", "eig_range": "[0,1]"}, "fsm", 2, theory.CANNOT),  # Thm. 1 at every layer
-    ({"name": "deltanet", "eig_range": "[-1,1]"}, "Z2", 1, theory.CAN),
-    ({"name": "deltanet", "eig_range": "[-1,1]"}, "Z3", 1, theory.CANNOT),  # Thm. 2, one layer
-    ({"name": "deltanet", "eig_range": "[-1,1]"}, "Z5", 2, theory.CAN),  # two layers count modulo m
-    ({"name": "deltanet", "eig_range": "[-1,1]"}, "S3", 2, theory.UNKNOWN),
-    ({"name": "mamba", "eig_range": "[-1,1]"}, "Z2", 1, theory.CAN),
-    ({"name": "mamba", "eig_range": "[-1,1]"}, "Z3", 2, theory.CANNOT),  # real diagonals at any depth
-    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]"}, "S3", 1, theory.CAN),  # Thm. 3
-    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]"}, "A5", 1, theory.CAN),  # rotations of R^3
-    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[-1,1]"}, "fsm", 1, theory.UNKNOWN),
-    ({"name": "deltaproduct", "n_h": 2, "eig_range": "[0,1]"}, "Z2", 1, theory.CANNOT),  # PSD x PSD
-    ({"name": "deltaproduct", "n_h": 3, "eig_range": "[0,1]"}, "Z2", 1, theory.UNKNOWN),
-    ({"name": "bilinear", "structure": "rotation"}, "Z5", 1, theory.CAN),
-    ({"name": "bilinear", "structure": "rotation"}, "S3", 1, theory.CANNOT),  # commutative only
-    ({"name": "bilinear"}, "fsm", 1, theory.CAN),
-    ({"name": "bilinear", "additive": "input"}, "Z2", 1, theory.UNKNOWN),
-    ({"name": "mamba3"}, "Z3", 1, theory.CAN),
-    ({"name": "mamba3"}, "A5", 1, theory.CANNOT),  # no non-solvable group
-    ({"name": "mamba3"}, "S3", 1, theory.UNKNOWN),
-    ({"name": "s4d"}, "Z3", 1, theory.UNKNOWN),
-    ({"name": "lstm"}, "A5", 1, theory.CAN),
-    ({"name": "transformer"}, "Z2", 1, theory.CANNOT),
-    ({"name": "pdssm"}, "fsm", 1, theory.CAN),
-    ({"name": "pdssm"}, "A5", 1, theory.UNKNOWN),  # 60 states > state_size 16
-    ({"name": "fixedpoint"}, "Z3", 1, theory.CANNOT),  # one reflection: a real spectrum
-    ({"name": "rwkv7", "eig_range": "[0,1]"}, "Z2", 1, theory.UNKNOWN),
-    ({"name": "rwkv7", "eig_range": "[-1,1]"}, "Z2", 1, theory.CAN),
-    ({"name": "path_attention"}, "S3", 1, theory.UNKNOWN),
+    ("householder-positive", {}, "Z2", 1, theory.CANNOT),  # Thm. 1
+    ("diagonal-positive", {}, "fsm", 2, theory.CANNOT),  # Thm. 1 at every layer
+    ("householder-real", {}, "Z2", 1, theory.CAN),
+    ("householder-real", {}, "Z3", 1, theory.CANNOT),  # Thm. 2, one layer
+    ("householder-real", {}, "Z5", 2, theory.CAN),  # two layers count modulo m
+    ("householder-real", {}, "S3", 2, theory.UNKNOWN),
+    ("diagonal-real", {}, "Z2", 1, theory.CAN),
+    ("diagonal-real", {}, "Z3", 2, theory.CANNOT),  # real diagonals at any depth
+    ("householder-products", {"n_h": 2}, "S3", 1, theory.CAN),  # Thm. 3
+    ("householder-products", {"n_h": 2}, "A5", 1, theory.CAN),  # rotations of R^3
+    ("householder-products", {"n_h": 2}, "fsm", 1, theory.UNKNOWN),
+    ("diagonal-complex", {}, "Z5", 1, theory.CAN),
+    ("diagonal-complex", {}, "S3", 1, theory.CANNOT),  # commutative only
+    ("dense", {}, "fsm", 1, theory.CAN),
+    (None, {}, "Z2", 1, theory.UNKNOWN),  # no class declared
+    ("diagonal-complex-affine", {}, "Z3", 1, theory.CAN),
+    ("diagonal-complex-affine", {}, "A5", 1, theory.CANNOT),  # no non-solvable group
+    ("diagonal-complex-affine", {}, "S3", 1, theory.UNKNOWN),
+    ("time-invariant", {}, "Z3", 1, theory.UNKNOWN),
+    ("nonlinear", {}, "A5", 1, theory.CAN),
+    ("attention", {}, "Z2", 1, theory.CANNOT),
+    ("automaton", {"state_size": 16}, "fsm", 1, theory.CAN),
+    ("automaton", {"state_size": 16}, "A5", 1, theory.UNKNOWN),  # 60 states > state_size 16
+    ("real-spectrum-signed", {}, "Z3", 1, theory.CANNOT),  # a real spectrum
+    ("real-spectrum", {}, "Z2", 1, theory.UNKNOWN),
+    ("real-spectrum-signed", {}, "Z2", 1, theory.CAN),
 ]
 
 
-@pytest.mark.parametrize("model, task, layers, verdict", CASES)
-def test_theory_per_transition_class(model, task, layers, verdict):
-    prediction = theory.predict(zoo.resolve({**model, "num_layers": layers}), LADDER[task], layers)
+@pytest.mark.parametrize("kind, params, task, layers, verdict", CASES)
+def test_theory_per_transition_class(kind, params, task, layers, verdict):
+    prediction = theory.predict_class(kind, params, LADDER[task], layers)
     assert prediction.verdict == verdict, prediction
     if verdict != theory.UNKNOWN:
         assert " 20" in prediction.why  # a statement cited by author and year
 
 
-def test_every_registered_model_has_a_prediction_on_every_rung():
+def test_every_rule_is_tested_and_every_registered_model_has_a_prediction_on_every_rung():
+    assert {kind for kind, *_ in CASES} == {*theory.TRANSITION_CLASSES, None}
     for name in MODELS:
         spec = zoo.resolve(name)
-        kind = theory.transition_class(spec)
-        assert kind is None or kind in theory.TRANSITION_CLASSES, (name, kind)
         for task in LADDER.values():
             assert theory.predict(spec, task).verdict in (theory.CAN, theory.CANNOT, theory.UNKNOWN)
-
-
-def test_a_users_mixer_declares_its_transition_class(monkeypatch):
-    from statetrack.layers import registry
-
-    entry = type(registry.MODELS["lstm"])
-    declared = type("Declared", (), {"transition_class": "nonlinear"})
-    monkeypatch.setitem(registry.MODELS, "declared", entry("declared", declared, "x", lambda s: "D"))
-    monkeypatch.setitem(registry.MODELS, "undeclared", entry("undeclared", type("Plain", (), {}), "x", lambda s: "U"))
-    assert theory.predict({"name": "declared"}, LADDER["A5"]).verdict == theory.CAN
-    assert theory.predict({"name": "undeclared"}, LADDER["A5"]).verdict == theory.UNKNOWN
 
 
 def _cell(verdict, fitted, held16, seeds=3):

@@ -106,6 +106,12 @@ class Bilinear(Spectral, nn.Module):
         "LayerNorm of a learned embedding"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str | None:
+        if spec["additive"] != "none":  # an input term beside A(x_t) h: no statement
+            return None
+        return {"full": "dense", "rotation": "diagonal-complex", "diagonal": "diagonal-real"}.get(spec["structure"])
+
     def __init__(
         self,
         d_model: int,

@@ -83,6 +83,15 @@ class DeltaProduct(Spectral, nn.Module):
     )
     unnamed_defaults = ("short_conv",)  # left out of the resolved spec while 0 (run ids unchanged)
 
+    @staticmethod
+    def transition_class(spec: dict) -> str | None:
+        positive = spec["eig_range"] == "[0,1]"
+        if spec.get("n_h", 1) == 1:  # DeltaNet, Gated DeltaNet, KDA: one Householder per token
+            return "householder-positive" if positive else "householder-real"
+        if positive:  # two in [0, 1]: a product of two symmetric PSD matrices, real eigenvalues >= 0; more: none
+            return "householder-positive" if spec["n_h"] == 2 else None
+        return "householder-products"
+
     def __init__(
         self,
         d_model: int,

@@ -233,6 +233,12 @@ class FixedPointRNN(_FixedPoint):
         "1 - lambda_t (Thm 3.2; input_scale), which makes the iteration contract"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str | None:
+        # A_t = (Lambda_t + D_t Q_t)^-1 Lambda_t with one symmetric reflection Q_t: similar to a
+        # symmetric matrix, real eigenvalues; -1 is reached along the reflection (lambda_t = 1/3)
+        return "real-spectrum-signed" if spec["reflections"] == 1 else None
+
     def __init__(
         self,
         d_model: int,

@@ -31,6 +31,10 @@ class GLA(Spectral, nn.Module):
         "width); the per-head output RMSNorm uses the dtype's machine epsilon."
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "diagonal-positive"
+
     def __init__(self, d_model: int, num_heads: int = 2, gate_rank: int = 16, gate_temperature: float = 16.0):
         super().__init__()
         self.d_model = d_model

@@ -55,6 +55,10 @@ class Mamba(Spectral, nn.Module):
         '(Grazzi et al. 2025); with the default "[0,1]", none.'
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "diagonal-positive" if spec["eig_range"] == "[0,1]" else "diagonal-real"
+
     def __init__(
         self,
         d_model: int,
@@ -129,6 +133,10 @@ class Mamba2(Spectral, nn.Module):
         'eig_range "[-1,1]" makes the per-head decay 2 exp(dt A) - 1 in (-1, 1) instead of exp(dt A) '
         '(Grazzi et al. 2025); with the default "[0,1]", none.'
     )
+
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "diagonal-positive" if spec["eig_range"] == "[0,1]" else "diagonal-real"
 
     def __init__(
         self,

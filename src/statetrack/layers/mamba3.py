@@ -70,6 +70,10 @@ class Mamba3(Spectral, nn.Module):
         'eig_range "[-1,1]" makes the decay 2 exp(dt A) - 1 (Grazzi et al. 2025), which Mamba-3 does not have'
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "diagonal-complex-affine"
+
     def __init__(
         self,
         d_model: int,

@@ -43,6 +43,10 @@ class PDSSM(Spectral, nn.Module):
         "state_size 16 by default (the paper's runs: the model width, 128)"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "automaton"
+
     def __init__(self, d_model: int, state_size: int = 16, dictionary_size: int = 8):
         super().__init__()
         limits.check_int(state_size, "state_size", 1, limits.MAX_WIDTH)

@@ -5,8 +5,8 @@ A mixer is an `nn.Module` whose first constructor argument is `d_model`, with
 are the model's parameters. `statetrack.models.zoo` wraps a registered mixer in the SequenceModel stack.
 
 A mixer may also have the optional features declared below as protocols; callers ask for one with
-`isinstance(mixer, Feature)` (a mixer class, for the class attribute `departures`), never by probing
-attribute names.
+`isinstance(mixer, Feature)` (a mixer class, for the class attributes `departures` and
+`transition_class`), never by probing attribute names.
 """
 
 from __future__ import annotations
@@ -21,6 +21,26 @@ import torch
 from torch import nn
 
 from statetrack.errors import StatetrackError
+from statetrack.layers.common import EIG_RANGES
+
+# The transition classes a mixer declares (`DeclaresTransition`): what kind of matrix A(x_t) one layer
+# applies to its state. `statetrack.theory` knows what each can represent; this is its vocabulary.
+TRANSITION_CLASSES = {
+    "nonlinear": "a nonlinear recurrence (h_t = f(h_{t-1}, x_t))",
+    "dense": "a dense input-dependent matrix, linear in the input (full bilinear)",
+    "diagonal-positive": "diagonal, eigenvalues in [0, 1]",
+    "diagonal-real": "diagonal, eigenvalues in [-1, 1]",
+    "diagonal-complex": "diagonal complex (rotations) in one eigenbasis, no input term (the pure bilinear rotation)",
+    "diagonal-complex-affine": "diagonal complex, input-dependent, plus an input term (h_t = a_t * h_{t-1} + b_t)",
+    "time-invariant": "one diagonal complex matrix for every input",
+    "householder-positive": "generalized Householders with eigenvalues in [0, 1], real spectrum",
+    "householder-real": "one generalized Householder with eigenvalues in [-1, 1] (real spectrum)",
+    "householder-products": "products of n_h >= 2 generalized Householders, eigenvalues in [-1, 1]",
+    "real-spectrum": "similar to a symmetric matrix: real eigenvalues, some possibly negative",
+    "real-spectrum-signed": "similar to a symmetric matrix: real eigenvalues, -1 among them",
+    "automaton": "a column one-hot matrix times a diagonal (any automaton of `state_size` states)",
+    "attention": "no recurrence: causal softmax attention",
+}
 
 
 # ---- optional features of a mixer ----------------------------------------------------------------
@@ -30,6 +50,17 @@ class Departures(Protocol):
     model (the catalogue's column)."""
 
     departures: str
+
+
+@runtime_checkable
+class DeclaresTransition(Protocol):
+    """`transition_class(spec: dict) -> str | None` (a static method): the class of the state
+    transition one layer applies (a key of `TRANSITION_CLASSES`), given the model's resolved spec
+    with every parameter present; None where no work states what the transition represents.
+    `statetrack.theory` predicts from it; a mixer without it gets no prediction."""
+
+    @staticmethod
+    def transition_class(spec: dict) -> str | None: ...
 
 
 @runtime_checkable
@@ -105,6 +136,7 @@ def register_model(
 
     def decorate(mixer):
         parameters = _check_mixer(name, mixer)
+        _check_transition(name, mixer)
         entry = ModelEntry(
             name,
             mixer,
@@ -140,6 +172,51 @@ def _check_mixer(name: str, mixer) -> list[str]:
             f"register_model({name!r}) expects {expected}; {mixer.__qualname__}.__init__ takes {first} first"
         )
     return [p.name for p in parameters]
+
+
+def declared_transition(mixer: type, spec: dict) -> str | None:
+    """The transition class `mixer` declares for `spec` (a resolved spec; the constructor's defaults
+    fill in any parameter it leaves out), None where it declares none; a class outside
+    `TRANSITION_CLASSES` is a one-line error naming them."""
+    if not isinstance(mixer, DeclaresTransition):
+        return None
+    defaults = {
+        p.name: p.default
+        for p in inspect.signature(mixer).parameters.values()
+        if p.default is not inspect.Parameter.empty
+    }
+    kind = mixer.transition_class({**defaults, **spec})
+    if kind is not None and kind not in TRANSITION_CLASSES:
+        raise StatetrackError(
+            f"{_qualified(mixer)}.transition_class gives {kind!r} for {spec.get('name', spec)!r}; "
+            f"expected None or one of: {', '.join(TRANSITION_CLASSES)}"
+        )
+    return kind
+
+
+def _check_transition(name: str, mixer: type) -> None:
+    """A declared transition class is a static method of the spec whose value at the defaults (at
+    each eig_range where the mixer has one) is None or one of `TRANSITION_CLASSES`."""
+    if not isinstance(mixer, DeclaresTransition):
+        return
+    declared = inspect.getattr_static(mixer, "transition_class")
+    if not isinstance(declared, staticmethod):
+        raise StatetrackError(
+            f"register_model({name!r}): {mixer.__qualname__}.transition_class must be a static method "
+            f"spec -> one of {', '.join(TRANSITION_CLASSES)} (or None), got {declared!r}"
+        )
+    has_range = "eig_range" in inspect.signature(mixer).parameters
+    for eig_range in EIG_RANGES if has_range else (None,):
+        spec = {"name": name} if eig_range is None else {"name": name, "eig_range": eig_range}
+        try:
+            declared_transition(mixer, spec)
+        except StatetrackError as error:
+            raise StatetrackError(f"register_model({name!r}): {error}") from None
+        except Exception as error:  # the user's function, at its own defaults
+            raise StatetrackError(
+                f"register_model({name!r}): {mixer.__qualname__}.transition_class fails for {spec}: "
+                f"{type(error).__name__}: {error}"
+            ) from None
 
 
 def _summary(name: str, mixer: type, summary: str | None) -> str:

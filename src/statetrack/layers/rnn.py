@@ -23,6 +23,10 @@ class _TorchRNN(nn.Module):
 
     cell: type[nn.LSTM | nn.GRU | nn.RNN]
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "nonlinear"
+
     def __init__(self, d_model: int, hidden: int | None = None):
         super().__init__()
         self.d_model = d_model
@@ -127,6 +131,10 @@ class NRU(nn.Module):
         "heads summed, not averaged; no layer norm option; the weights reading m_{t-1} start at zero; "
         "a linear map back to d_model when hidden differs"
     )
+
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "nonlinear"
 
     def __init__(
         self, d_model: int, hidden: int | None = None, memory: int = 256, heads: int = 1, normalize: bool = True

@@ -61,6 +61,12 @@ class RWKV7(Spectral, nn.Module):
         "eig_range [-1,1] widens iclr to (0, 1 + w), which the paper does not offer"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        # diag(w) - kappa (iclr * kappa)^T is similar to a symmetric matrix (iclr > 0): real eigenvalues;
+        # its [0, 1] range can still reach negative ones (a small decay beside a large removal)
+        return "real-spectrum" if spec["eig_range"] == "[0,1]" else "real-spectrum-signed"
+
     def __init__(
         self,
         d_model: int,

@@ -43,6 +43,10 @@ class S4D(Spectral, nn.Module):
         "unit complex normal of Gu et al. 2022's reference S4D; the equations are as published."
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "diagonal-complex-affine" if spec["input_dependent"] else "time-invariant"
+
     def __init__(self, d_model: int, d_state: int = 32, input_dependent: bool = False):
         super().__init__()
         if d_state < 2 or d_state % 2:
@@ -202,6 +206,10 @@ class IDS4(S4D):
         "softplus(W x_t + b) per channel (as Mamba, Gu & Dao 2023) and a rotation W_phi x_t added to "
         "Im(lambda) per mode, discretised by zero-order hold at every step; C initialised as in S4D."
     )
+
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "diagonal-complex-affine"
 
     def __init__(self, d_model: int, d_state: int = 32):
         super().__init__(d_model, d_state, input_dependent=True)

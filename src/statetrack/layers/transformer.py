@@ -66,6 +66,10 @@ class CausalSelfAttention(nn.Module):
         "not (2j, 2j + 1) (Su et al. 2021): the same up to a fixed permutation of head dimensions"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "attention"
+
     def __init__(self, d_model: int, num_heads: int = 2, positional: str = "none"):
         super().__init__()
         if positional not in POSITIONAL:

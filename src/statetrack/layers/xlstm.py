@@ -44,6 +44,10 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
         "a per-head RMSNorm on h~ before the output gate, where the block has a head-wise GroupNorm"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "diagonal-positive"
+
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()
         self.d_model = d_model
@@ -138,6 +142,10 @@ class sLSTM(nn.Module):  # noqa: N801
         "i, f gates and no gated MLP after; sigmoid forget gate (one of the paper's two choices); "
         "a per-head RMSNorm on h before the output projection, where the block has a head-wise GroupNorm"
     )
+
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "nonlinear"
 
     def __init__(self, d_model: int, num_heads: int = 2):
         super().__init__()
