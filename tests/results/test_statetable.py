@@ -100,6 +100,50 @@ def test_a_cell_against_theory():
     assert _cell(theory.CAN, 3, 2).text == "3·2·2" and _cell(theory.CAN, 0, 0).text == "did not fit"
 
 
+def test_the_headline_reading_is_4x_and_a_cannot_cell_holding_either_ratio_contradicts():
+    def cell(verdict, held4, held16, fitted=3):
+        return st.Cell("m", "t", 1, theory.Prediction(verdict, "x"), [0, 1, 2], list(range(fitted)),
+                       {4: held4, 16: held16}, 0.0, 1e-3)
+
+    assert cell(theory.CAN, [0, 1], []).agreement == st.AGREES  # 4x is the reading; 16x is beside it
+    assert cell(theory.CAN, [0], [0]).agreement == st.SHORTCUT
+    assert cell(theory.CANNOT, [], [0, 1]).agreement == st.CONTRADICTS
+    assert cell(theory.CANNOT, [0], [0]).agreement == st.AGREES
+    unread = cell(theory.CAN, None, None)
+    assert unread.agreement == st.UNREAD and unread.text == "3·–·–" and not unread.extrapolates
+
+
+def test_a_cell_is_read_only_at_lengths_that_were_evaluated():
+    def seed(scaled):
+        return {"scaled": scaled, "sequence": {}, "measured": {}}
+
+    entry = {"per_seed": {0: seed({2: 1.0, 8: 0.95}), 1: seed({2: 1.0, 8: 0.5}), 2: seed({2: 0.1})}}
+    fitted, held, extrapolation = st._reading(entry, 2)
+    assert fitted == [0, 1] and held == {4: [0], 16: None}
+    assert extrapolation == pytest.approx((0.95 + 0.5) / 3)
+
+
+def test_undecided_cells_train_again_with_a_larger_budget_whatever_theory_says():
+    scored = st.scored_snapshot(st.load_snapshot(st.snapshot_file()))
+    first = st.cells(scored)
+    undecided = {(c.model, c.task) for c in first if not c.decided}
+    assert undecided and len(undecided) < len(first)
+    assert {c.prediction.verdict for c in first if not c.decided} >= {theory.CAN, theory.CANNOT}
+    larger = st.larger_budget_experiment(scored)
+    label = {p["id"]: (p["model"], p["task"]) for p in scored.plan.runs}
+    steps = scored.spec["train"]["steps"] * st.GROWTH
+    assert all(r.train["steps"] == steps and r.train.get("early_stop_fit") is None for r in larger.runs)
+    trained = {(r.model_name, r.task_name) for r in larger.runs}
+    assert trained == undecided or {label.get(r.id) for r in larger.runs} == undecided
+    per_cell = len(larger.runs) / len(undecided)
+    assert per_cell >= len(scored.spec["seeds"])  # every seed (and every tied rate) of the cell
+    # the table reads the larger budget, keeping the first reading beside it
+    grown = st.Cell(first[0].model, first[0].task, 1, first[0].prediction, [0, 1, 2], [0, 1, 2],
+                    {4: [0, 1, 2], 16: [0]}, 1.0, 1e-3)
+    read = st.read_larger_budget(first, [grown])
+    assert read[0] is grown and grown.first_reading == first[0].text and read[1:] == first[1:]
+
+
 def test_a_users_row_of_a_committed_model_shows_beside_it():
     mine = [_cell(theory.CAN, 3, 3), st.Cell("DeltaNet [-1,1] (num_layers=2)", "t", 2, theory.Prediction(theory.CAN, "x"),
                                              [0], [0], {4: [0], 16: [0]}, 1.0, 1e-3)]
@@ -187,9 +231,13 @@ def test_bad_table_requests_fail_naming_what_is_valid(capsys):
 
 def test_the_page_names_each_snapshots_revision_where_they_differ():
     same = {"git_rev": "abc1234"}
-    assert st._revisions(same, dict(same), dict(same)) == "measured at abc1234"
-    assert st._revisions(same, {"git_rev": "def5678"}, dict(same)) == "measured at abc1234 (its pilot at def5678)"
-    assert st._revisions(same, None, {"git_rev": "x+dirty"}) == "measured at abc1234 (the full-budget check at x+dirty)"
+    pilot, full = "its pilot", "the full-budget check"
+    assert st._revisions(same, {pilot: dict(same), full: dict(same)}) == "measured at abc1234"
+    assert st._revisions(same, {pilot: {"git_rev": "def5678"}}) == "measured at abc1234 (its pilot at def5678)"
+    assert (
+        st._revisions(same, {pilot: None, full: {"git_rev": "x+dirty"}})
+        == "measured at abc1234 (the full-budget check at x+dirty)"
+    )
 
 
 def test_the_page_says_how_many_runs_its_wall_time_covers():
