@@ -193,8 +193,8 @@ class Cell:
         `did not fit` where no seed fits."""
         if not self.fitted:
             return "did not fit"
-        held = ("–" if self.held.get(f) is None else str(len(self.held[f])) for f in FACTORS)
-        return "·".join((str(len(self.fitted)), *held))
+        counts = _counts(self.fitted, self.held)
+        return "·".join(str(n) if n >= 0 else "–" for n in counts)
 
 
 def _reading(entry, length: int) -> tuple[list[int], dict[int, list[int] | None], float]:
@@ -214,8 +214,9 @@ def _reading(entry, length: int) -> tuple[list[int], dict[int, list[int] | None]
     return fitted, held, sum(at_headline) / max(len(at_headline), 1)
 
 
-def _counts(fitted: list[int], held: dict[int, list[int] | None]) -> tuple:
-    return (len(fitted), *(-1 if held[f] is None else len(held[f]) for f in FACTORS))
+def _counts(fitted: list[int], held: dict[int, list[int] | None]) -> tuple[int, ...]:
+    """(fitted seeds, seeds holding each factor, -1 where that length was not evaluated)."""
+    return (len(fitted), *(len(seeds) if (seeds := held.get(f)) is not None else -1 for f in FACTORS))
 
 
 def cells(scored: Scored) -> list[Cell]:
