@@ -1,18 +1,32 @@
 """DeltaFormer attention (Zhong et al. 2025), layout [B, T, H, D].
 
-Softmax attention over values u that are themselves written by a delta rule in the kernel's
-feature space: each token's u is its value minus beta times what the memory already recalls at
-its key, and the output attends over the u's:
+Softmax attention over values u that are themselves written by a delta rule in a kernel's feature
+space: each token's u is its value minus beta times what the memory already recalls at its key,
+and the output attends over the u's:
 
-    u_t = v_t - beta_t sum_{j<t}  w_{tj} u_j,    w_{tj} = exp(s k_t.k_j) / sum_{i<t}  exp(s k_t.k_i)
+    u_t = v_t - beta_t sum_{j<t}  w_{tj} u_j,
     o_t =       sum_{j<=t} a_{tj} u_j,            a_{tj} = exp(s q_t.k_j) / sum_{i<=t} exp(s q_t.k_i)
 
-with s = `scale` (1/sqrt(D) by default). The write kernel compares keys with keys, as fla's
-DeltaFormer layer does; its first token has nothing to attend to, so u_0 = v_0. Written as a
-state, S_t = sum_j u_j phi(k_j)^T in the exponential kernel's feature space phi, the u-update is the
-delta rule S_t = S_{t-1} (I - beta_t phi~_t phi_t^T) + v_t phi_t^T with phi~_t = phi_t / Z_t the
-softmax-normalised key: the state grows with the sequence, so the "state" carried across calls is
-a cache of the keys and u's seen so far, (k [B, P, H, D], u [B, P, H, Dv]).
+with s = `scale` (1/sqrt(D) by default) and the write kernel w compares keys with keys, as fla's
+DeltaFormer layer does; the first token has nothing to recall, so u_0 = v_0. `write_kernel`
+chooses w:
+
+- "gaussian" (the default): w_{tj} = exp(-s |k_t - k_j|^2 / 2) = exp(s k_t.k_j) / (|phi(k_t)| |phi(k_j)|),
+  the exponential kernel exp(s x.y) = phi(x).phi(y) with its feature vectors scaled to unit norm;
+- "softmax" (fla's op): w_{tj} = exp(s k_t.k_j) / sum_{i<t} exp(s k_t.k_i).
+
+In the feature space the u-update is a delta rule on
+the state S_t = sum_{j<=t} u_j f_j^T: u_t = v_t - beta_t S_{t-1} f_t / n_t, so
+
+    S_t = S_{t-1} (I - beta_t f_t f_t^T / n_t) + v_t f_t^T,
+
+with f_t = phi(k_t) / |phi(k_t)| and n_t = 1 for "gaussian" (unit-norm features), and f_t = phi(k_t)
+and n_t = Z_t, the softmax normaliser, for "softmax". For "gaussian" the transition is a
+generalized Householder, eigenvalue 1 - beta_t along f_t and 1 elsewhere, so beta in [0, 2]
+bounds every eigenvalue by 1 and the u's grow at most linearly with the length; for "softmax" the
+eigenvalue along f_t is 1 - beta_t |phi(k_t)|^2 / Z_t, which no bound on beta bounds. The state
+grows with the sequence, so the "state" carried across calls is a cache of the keys and u's seen
+so far, (k [B, P, H, D], u [B, P, H, Dv]).
 
 The fast form solves for the u's a block of C rows at a time, as fla's parallel form does: with
 W the block's strictly lower-triangular write weights against itself and W_past against every
@@ -28,9 +42,12 @@ import torch
 import torch.nn.functional as F
 
 DEFAULT_CHUNK_SIZE = 128  # rows of the write weights per block
+WRITE_KERNELS = ("gaussian", "softmax")
 
 
-def _check(q, k, v, beta, initial_state):
+def _check(q, k, v, beta, initial_state, write_kernel):
+    if write_kernel not in WRITE_KERNELS:
+        raise ValueError(f"write_kernel must be one of {', '.join(WRITE_KERNELS)}, got {write_kernel!r}")
     if q.dim() != 4:
         raise ValueError(f"q must be [B, T, H, Dk], got {tuple(q.shape)}")
     B, T, H, Dk = q.shape
@@ -63,21 +80,27 @@ def _past(k, v, initial_state):
     return k.new_zeros(B, 0, H, Dk), v.new_zeros(B, 0, H, v.shape[-1])
 
 
-def deltaformer_reference(q, k, v, beta, scale=None, initial_state=None, output_final_state=True):
+def deltaformer_reference(
+    q, k, v, beta, scale=None, initial_state=None, output_final_state=True, write_kernel: str = "gaussian"
+):
     """The definition: a loop over tokens, each writing its u and then reading the u's so far.
 
     q, k [B, T, H, Dk]; v [B, T, H, Dv]; beta [B, T, H]; scale default 1/sqrt(Dk);
-    initial_state: the cache (k [B, P, H, Dk], u [B, P, H, Dv]) of earlier tokens, or None.
+    initial_state: the cache (k [B, P, H, Dk], u [B, P, H, Dv]) of earlier tokens, or None;
+    write_kernel: "gaussian" or "softmax" (the module docstring).
     Returns (o [B, T, H, Dv], the cache extended by these T tokens, or None).
     """
-    _check(q, k, v, beta, initial_state)
+    _check(q, k, v, beta, initial_state, write_kernel)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     k_past, u_past = _past(k, v, initial_state)
     keys, us, outputs = list(k_past.unbind(1)), list(u_past.unbind(1)), []
     for q_t, k_t, v_t, b_t in zip(q.unbind(1), k.unbind(1), v.unbind(1), beta.unbind(1)):
         if keys:  # recall at k_t from the tokens before t
             K, U = torch.stack(keys, 1), torch.stack(us, 1)  # [B, t, H, D]
-            w = torch.softmax(scale * torch.einsum("bhd,bjhd->bjh", k_t, K), dim=1)
+            if write_kernel == "gaussian":
+                w = torch.exp(-0.5 * scale * (k_t[:, None] - K).square().sum(-1))
+            else:
+                w = torch.softmax(scale * torch.einsum("bhd,bjhd->bjh", k_t, K), dim=1)
             u_t = v_t - b_t[..., None] * torch.einsum("bjh,bjhd->bhd", w, U)
         else:
             u_t = v_t
@@ -93,14 +116,22 @@ def deltaformer_reference(q, k, v, beta, scale=None, initial_state=None, output_
 
 
 def deltaformer(
-    q, k, v, beta, scale=None, initial_state=None, output_final_state=True, chunk_size: int = DEFAULT_CHUNK_SIZE
+    q,
+    k,
+    v,
+    beta,
+    scale=None,
+    initial_state=None,
+    output_final_state=True,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    write_kernel: str = "gaussian",
 ):
     """DeltaFormer by a blocked triangular solve for the u's and one softmax attention over them.
 
     Same arguments and results as `deltaformer_reference`; `chunk_size` rows of the write weights
     at a time, so memory is chunk_size x T per head, not T x T.
     """
-    _check(q, k, v, beta, initial_state)
+    _check(q, k, v, beta, initial_state, write_kernel)
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
     B, T, H, Dk = q.shape
@@ -116,10 +147,13 @@ def deltaformer(
         e = min(s + chunk_size, T)
         rows = torch.arange(P + s, P + e, device=q.device)[:, None]
         cols = torch.arange(P + e, device=q.device)[None, :]
-        # token 0 has no earlier token: its row may read itself, on the diagonal the solve never reads
-        before = cols < rows.clamp_min(1)
-        scores = (scale * kh[:, :, s:e] @ k_all[:, :, : P + e].transpose(-1, -2)).masked_fill(~before, float("-inf"))
-        w = torch.softmax(scores, dim=-1)  # [B, H, e - s, P + e]
+        scores = scale * kh[:, :, s:e] @ k_all[:, :, : P + e].transpose(-1, -2)  # [B, H, e - s, P + e]
+        if write_kernel == "gaussian":  # s k_t.k_j - s |k_t|^2 / 2 - s |k_j|^2 / 2 <= 0, rounding aside
+            half = 0.5 * scale * k_all[:, :, : P + e].square().sum(-1)  # [B, H, P + e]
+            scores = (scores - half[..., P + s : P + e, None] - half[..., None, :]).clamp_max(0)
+            w = scores.masked_fill(cols >= rows, float("-inf")).exp()
+        else:  # token 0 has no earlier token: its row may read itself, on the diagonal the solve never reads
+            w = torch.softmax(scores.masked_fill(cols >= rows.clamp_min(1), float("-inf")), dim=-1)
         b = bh[:, :, s:e]
         rhs = vh[:, :, s:e] - b * (w[..., : P + s] @ u_all) if P + s else vh[:, :, s:e]
         # unit lower-triangular: the solve reads the strictly lower part of diag(beta) W and takes 1 on the diagonal
