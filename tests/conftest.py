@@ -43,3 +43,32 @@ def registry():
     yield MODELS
     MODELS.clear()
     MODELS.update(saved)
+
+
+@pytest.fixture
+def added_model(registry):
+    """A model added to the package after the state table was measured, as a new file under
+    src/statetrack/layers/ would register it ("added", with an eig_range), and a user's model
+    registered from outside the package ("users"); both leave the registry afterwards."""
+    import torch
+    from torch import nn
+
+    from statetrack.layers.registry import register_model
+
+    class Added(nn.Module):
+        def __init__(self, d_model: int, eig_range: str = "[0,1]"):
+            super().__init__()
+            self.proj = nn.Linear(d_model, d_model)
+
+        def forward(self, x: torch.Tensor, state=None):
+            return self.proj(x), state
+
+        @staticmethod
+        def transition_class(spec: dict) -> str:
+            return "diagonal-positive" if spec["eig_range"] == "[0,1]" else "diagonal-real"
+
+    Added.__module__ = "statetrack.layers.added"
+    register_model("added", display="Added {eig_range}")(Added)
+    users = type("Users", (Added,), {"__module__": "my_models"})
+    register_model("users", display="Users {eig_range}")(users)
+    return registry

@@ -20,6 +20,7 @@ from statetrack.layers.common import EIG_RANGES
 from statetrack.layers.registry import Departures
 from statetrack.layers.transformer import POSITIONAL
 from statetrack.models import zoo
+from statetrack.models.zoo import packaged_models
 from statetrack.tasks.registry import TASKS
 
 COMMAND = "python -m statetrack.catalog --write"
@@ -29,12 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # parameters with a fixed set of values: each value can give a different display name
 CHOICES = {"eig_range": tuple(EIG_RANGES), "positional": POSITIONAL}
-
-
-def packaged_models() -> list[str]:
-    """Names of the models defined in this package, sorted; user models registered from outside
-    (`imports:`, `--import`) are not part of its documentation."""
-    return sorted(name for name, entry in zoo.MODELS.items() if entry.mixer.__module__.startswith("statetrack.layers."))
 
 
 def display_names(name: str) -> list[str]:

@@ -26,6 +26,7 @@ __all__ = [
     "display_name",
     "get_entry",
     "mixer_parameters",
+    "packaged_models",
     "register_model",
     "resolve",
 ]
@@ -46,6 +47,12 @@ def mixer_parameters(name: str) -> dict:
     """Mixer parameters of model `name` (all but d_model) with their defaults."""
     sig = inspect.signature(get_entry(name).mixer.__init__)
     return {p.name: p.default for p in sig.parameters.values() if p.name not in ("self", "d_model")}
+
+
+def packaged_models() -> list[str]:
+    """Names of the models defined in this package, sorted; user models registered from outside
+    (`imports:`, `--import`) are not part of its documentation or its state table."""
+    return sorted(name for name, entry in MODELS.items() if entry.mixer.__module__.startswith("statetrack.layers."))
 
 
 def get_entry(name: str) -> ModelEntry:

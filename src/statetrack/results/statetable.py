@@ -51,13 +51,14 @@ PAGE = Path("docs") / "state-table.md"
 PICTURE = Path("docs") / "state-table.png"
 
 # the agreement of a cell with theory
-AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED, UNREAD = (
+AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED, UNREAD, NOT_MEASURED = (
     "agrees",
     "can, not learned at this budget",
     "can, fits but does not extrapolate",
     "cannot, but extrapolates",
     "no prediction",
     "extrapolation not measured",
+    "not measured yet",  # a model the table has, its committed snapshot not (no seeds)
 )
 
 
@@ -178,6 +179,8 @@ class Cell:
 
     @property
     def agreement(self) -> str:
+        if not self.seeds:
+            return NOT_MEASURED
         verdict = self.prediction.verdict
         if self.fits and self.held.get(HEADLINE) is None:
             return UNREAD
@@ -191,6 +194,8 @@ class Cell:
     def text(self) -> str:
         """`fitted · held at 4x · held at 16x`, e.g. `3·3·2` (`–` where a length was not evaluated);
         `did not fit` where no seed fits."""
+        if not self.seeds:
+            return NOT_MEASURED
         if not self.fitted:
             return "did not fit"
         counts = _counts(self.fitted, self.held)
@@ -357,7 +362,11 @@ def table_text(cells_: list[Cell], titles: dict[str, str]) -> str:
 def cells_digest(cells_: list[Cell]) -> str:
     """A digest of what the picture shows, written into it and onto the page, so that `--check` can
     tell a picture drawn from other figures."""
-    data = [(c.model, c.task, c.text, round(c.extrapolation, 3), c.prediction.verdict, c.agreement) for c in cells_]
+    data = [
+        (c.model, c.task, c.text, round(c.extrapolation, 3), c.prediction.verdict, c.agreement)
+        for c in cells_
+        if c.seeds
+    ]
     return hashlib.sha1(json.dumps(data).encode()).hexdigest()[:16]
 
 
@@ -372,7 +381,7 @@ def draw_heatmap(cells_: list[Cell], titles: dict[str, str], path: Path) -> Path
 
     from statetrack.results.plots import save_figure
 
-    rows, tasks, by = grid(cells_)
+    rows, tasks, by = grid([c for c in cells_ if c.seeds])  # the measured cells
     values = [[float("nan")] * len(tasks) for _ in rows]
     for (row, task), c in by.items():
         values[rows.index(row)][tasks.index(task)] = c.extrapolation
@@ -481,6 +490,7 @@ def theory_markdown(scored: Scored) -> str:
     """One row per transition class present: its models, and per task what one layer (or two) of
     the class can represent, with the statement."""
     models, tasks = labelled(scored)
+    models = {**models, **unmeasured(models, scored.spec)}
     keys: dict[str, str] = {}
     rows: dict[tuple, list[str]] = {}
     for label, model in models.items():
@@ -641,7 +651,7 @@ def _pilot_rates(pilot: dict | None) -> str:
 
 
 def _table_section(cells_: list[Cell], titles: dict[str, str]) -> list[str]:
-    kinds = (AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED, UNREAD)
+    kinds = (AGREES, NOT_LEARNED, SHORTCUT, CONTRADICTS, MEASURED, UNREAD, NOT_MEASURED)
     counts = {a: sum(1 for c in cells_ if c.agreement == a) for a in kinds}
     return [
         "## The table",
@@ -649,6 +659,12 @@ def _table_section(cells_: list[Cell], titles: dict[str, str]) -> list[str]:
         f"A cell reads `fitted · holding {HEADLINE}x · holding {STRICT}x` (seeds of three; `did not fit` where "
         "none fits), then what theory says one such layer (or two) can represent: ✓ can, ✗ cannot, ? not known "
         "(the statements: next section). Bold: measurement and theory differ (the cell is explained below). "
+        + (
+            f"`{NOT_MEASURED}`: a model the table has and its committed snapshot lacks (a model added since; "
+            "`statetrack table --zoo` measures it). "
+            if counts[NOT_MEASURED]
+            else ""
+        )
         + ", ".join(f"{n} cells {a}" for a, n in counts.items() if n)
         + ".",
         "",
@@ -783,9 +799,10 @@ def committed_cells(
     ones). A cell where a run stopped early is read from the full-budget snapshot (`statetrack table
     --full-budget`) where there is one, so that no cell rests on a stopped run (its stopped reading
     kept beside it); a cell the first budget left undecided is read from the larger budget's snapshot
-    where it has the cell (its first reading kept beside it)."""
+    where it has the cell (its first reading kept beside it). A model the table has and its snapshot
+    not (`unmeasured`) reads "not measured yet" in every cell."""
     scored = scored_snapshot(table or load_snapshot(snapshot_file()))
-    _, tasks = labelled(scored)
+    models, tasks = labelled(scored)
     out = cells(scored)
     if full is None and snapshot_file(FULL_BUDGET).exists():
         full = load_snapshot(snapshot_file(FULL_BUDGET))
@@ -799,7 +816,40 @@ def committed_cells(
         larger = load_snapshot(snapshot_file(LARGER_BUDGET))
     if larger is not None:
         out = read_larger_budget(out, cells(scored_snapshot(larger)))
+    order = {label: i for i, label in enumerate(tasks)}
+    for label, model in unmeasured(models, scored.spec).items():
+        layers = int(model.get("num_layers", 1))
+        for task_label, task in tasks.items():
+            prediction = theory.predict(model, task, layers)
+            out.append(Cell(label, task_label, layers, prediction, [], [], {f: [] for f in FACTORS}, 0.0, 0.0))
+            out[-1].task_index = order[task_label]
+    out.sort(key=lambda c: c.layers)  # stable: the unmeasured rows after the measured ones of their depth
     return out, {label: task_title(t) for label, t in tasks.items()}
+
+
+def unmeasured(measured: dict[str, dict], spec: dict) -> dict[str, dict]:
+    """{label: resolved model} of each model the table has that a snapshot (its models `measured`, by
+    label; its spec `spec`) lacks: the table spec's models and every packaged registered model the
+    spec does not name (at each eig_range), each under the snapshot's settings. `statetrack table
+    --zoo` measures them."""
+    from statetrack.experiments.spec import model_entry, model_labels
+    from statetrack.layers.common import EIG_RANGES
+    from statetrack.models import zoo
+
+    listed = [model_entry(m, spec)[0] for m in yamlio.load(spec_file().read_text())["models"]]
+    named = {m["name"] for m in listed}
+    registered = [
+        model_entry({"name": name, **({"eig_range": r} if r else {})}, spec)[0]
+        for name in zoo.packaged_models()
+        if name not in named
+        for r in (EIG_RANGES if "eig_range" in zoo.mixer_parameters(name) else (None,))
+    ]
+    missing: list[dict] = []
+    for model in listed + registered:
+        if model not in measured.values() and model not in missing:
+            missing.append(model)
+    labels = model_labels([*measured.values(), *missing])[len(measured) :]
+    return dict(zip(labels, missing))
 
 
 def read_larger_budget(first: list[Cell], larger: list[Cell]) -> list[Cell]:
@@ -844,7 +894,8 @@ LEGEND = (
     f"cell: seeds fitted · holding {HEADLINE}x · holding {STRICT}x the training length (of three; "
     "'did not fit' where none fits, – where a length was not evaluated; a cell extrapolates when most seeds "
     f"hold {HEADLINE}x); "
-    "theory: ✓ can, ✗ cannot, ? not known (docs/state-table.md cites each statement)"
+    "theory: ✓ can, ✗ cannot, ? not known (docs/state-table.md cites each statement); "
+    f"'{NOT_MEASURED}': a model the committed table lacks"
 )
 
 
