@@ -32,7 +32,15 @@ The rules, each with the statement it applies:
   et al. 2024); Transformers cannot at arbitrary lengths (Grazzi et al. 2025, after Hahn 2020 and
   Merrill & Sabharwal 2023, Merrill et al. 2024);
 - PD-SSM's transitions, a column one-hot matrix times a diagonal, emulate any automaton of at most
-  `state_size` states in one layer (Terzić et al. 2025).
+  `state_size` states in one layer (Terzić et al. 2025);
+- one RWKV-7 layer solves an S5 state-tracking problem given as swaps of 5 elements (Peng et al.
+  2025), one PaTH layer with two heads decides whether a word of such swaps is the identity (Yang
+  et al. 2025b, Thm. 2.1), one DeltaFormer layer tracks swaps of n elements (Xu et al. 2025, Thm.
+  1): each an NC1-complete problem under AC0 reductions whose every token is a single swap. Of the
+  table's tasks only Z2's tokens are single swaps (or the identity), and each statement's
+  conditions, quoted with it, decide whether it reaches Z2 in the model's setting: only RWKV-7 with
+  eig_range [-1,1] meets them, where Grazzi et al. 2025 already predicts parity. PaTH's and
+  DeltaFormer's cells stay "not known", the statement quoted.
 
 Each mixer declares its class in its own file, as a static method `transition_class(spec)` of its
 resolved spec (`layers.registry.DeclaresTransition`) naming one of `TRANSITION_CLASSES`; a user's
@@ -196,6 +204,44 @@ NON_SOLVABLE = (
 )
 ROTATIONS = "Siems et al. 2025 (two reflections make a rotation; Z_m and A5 are rotation groups)"
 PDSSM = "Terzić et al. 2025 (one layer emulates any automaton of state_size states)"
+SIGN_FLIP = "an eigenvalue -1 per input, a sign flip (Grazzi et al. 2025)"
+RWKV7_SWAPS = (
+    "Peng et al. 2025: one RWKV-7 layer solves an S5 state-tracking problem, words of swaps of 5 elements, each "
+    "token one swap (NC1-complete under AC0 reductions)"
+)
+RWKV7_NO_REFLECTION = (
+    RWKV7_SWAPS + ", but a swap's matrix has eigenvalue -1, which this range does not reach (its eigenvalues stay "
+    "above w - iclr > -0.46): no statement"
+)
+PATH_REFLECTIONS = (
+    "Yang et al. 2025b, Thm. 2.1: one PaTH layer with two heads and log n precision decides whether a word of swaps "
+    "of 5 elements after a start token is the identity (NC1-complete under AC0 reductions), each swap a reflection "
+    "(beta = 2, which 2 sigmoid approaches); the table's words have no start token and ask for the element, not yes "
+    "or no, Z2's identity token (beta = 0) is not among the theorem's, and no token of Z3, Z5, S3, A5 or the "
+    "automaton is a single swap"
+)
+PATH_NO_REFLECTION = (
+    "Yang et al. 2025b, Thm. 2.1 makes each swap a reflection (beta = 2); with beta in (0, 1) no Householder "
+    "reflects: no statement"
+)
+DELTAFORMER_SWAPS = (
+    "Xu et al. 2025, Thm. 1: one DeltaFormer layer with head dimension O(log n) tracks swaps of n elements "
+    "(n >= 5: NC1-complete under AC0 reductions), each token one swap, after n tokens that write the initial "
+    "key-value pairs (the table's words have none), with a write kernel meeting its Assumption 2 (rounding the keys' "
+    "inner products is one; the paper builds another from four shared exponential heads); the kernels here "
+    "(gaussian, softmax: one positive kernel per head) are not shown to meet it, and no token of Z3, Z5, S3, A5 or "
+    "the automaton is a single swap"
+)
+
+
+# classes whose eigenvalues are real, some possibly negative: Thm. 2 of Grazzi et al. 2025 applies
+REAL_SPECTRA = (
+    "householder-real",
+    "real-spectrum",
+    "real-spectrum-signed",
+    "generalized-delta",
+    "generalized-delta-signed",
+)
 
 
 def _odd_cycle(s: Structure) -> bool:
@@ -223,6 +269,12 @@ def predict_class(kind: str | None, model: dict, task, layers: int = 1) -> Predi
         return Prediction(CAN, DENSE)
     if kind == "attention":
         return Prediction(CANNOT, ATTENTION)
+    if kind == "attention-householder-real":
+        return Prediction(UNKNOWN, PATH_REFLECTIONS)
+    if kind == "attention-householder-positive":
+        return Prediction(UNKNOWN, PATH_NO_REFLECTION)
+    if kind == "attention-delta-rule":
+        return Prediction(UNKNOWN, DELTAFORMER_SWAPS)
     if kind in ("diagonal-positive", "householder-positive"):
         return Prediction(CANNOT, THM1) if cycles else Prediction(UNKNOWN, "no cycle to track")
     if kind == "diagonal-real":
@@ -231,15 +283,20 @@ def predict_class(kind: str | None, model: dict, task, layers: int = 1) -> Predi
         if not s.abelian:
             return Prediction(CANNOT, ABELIAN)
         return Prediction(CAN, "a sign flip per input (Grazzi et al. 2025)") if s.group else Prediction(UNKNOWN, "")
-    if kind in ("householder-real", "real-spectrum", "real-spectrum-signed"):
+    if kind in REAL_SPECTRA:
         if _odd_cycle(s):
             if layers >= 2 and kind == "householder-real" and s.group and s.abelian:
                 return Prediction(CAN, TWO_LAYERS)
             if layers >= 2:
                 return Prediction(UNKNOWN, "Thm. 2 of Grazzi et al. 2025 is for one layer of these")
             return Prediction(CANNOT, THM2)
-        if s.group and s.degree is not None and s.degree <= 2 and kind != "real-spectrum":
-            return Prediction(CAN, "an eigenvalue -1 per input, a sign flip (Grazzi et al. 2025)")
+        swaps = s.group and s.degree is not None and s.degree <= 2  # each token a swap of two points or none
+        if swaps and kind == "generalized-delta-signed":
+            return Prediction(CAN, f"{SIGN_FLIP}; {RWKV7_SWAPS}")
+        if swaps and kind == "generalized-delta":
+            return Prediction(UNKNOWN, RWKV7_NO_REFLECTION)
+        if swaps and kind != "real-spectrum":
+            return Prediction(CAN, SIGN_FLIP)
         return Prediction(UNKNOWN, "real eigenvalues, some negative: no statement")
     if kind == "householder-products":
         n_h = int(model.get("n_h", 2))

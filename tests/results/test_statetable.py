@@ -67,6 +67,12 @@ CASES = [
     ("real-spectrum-signed", {}, "Z3", 1, theory.CANNOT),  # a real spectrum
     ("real-spectrum", {}, "Z2", 1, theory.UNKNOWN),
     ("real-spectrum-signed", {}, "Z2", 1, theory.CAN),
+    ("generalized-delta-signed", {}, "Z2", 1, theory.CAN),  # a swap per token (Peng et al. 2025)
+    ("generalized-delta-signed", {}, "S3", 1, theory.CANNOT),  # real eigenvalues, 3-cycles
+    ("generalized-delta", {}, "Z2", 1, theory.UNKNOWN),  # no eigenvalue -1 for the swap
+    ("attention-householder-real", {}, "Z2", 1, theory.UNKNOWN),  # Thm. 2.1 of PaTH: an identity test of swaps
+    ("attention-householder-positive", {}, "Z2", 1, theory.UNKNOWN),
+    ("attention-delta-rule", {}, "S3", 1, theory.UNKNOWN),  # DeltaFormer's Thm. 1: a kernel rounding to 0
 ]
 
 
@@ -74,7 +80,7 @@ CASES = [
 def test_theory_per_transition_class(kind, params, task, layers, verdict):
     prediction = theory.predict_class(kind, params, LADDER[task], layers)
     assert prediction.verdict == verdict, prediction
-    if verdict != theory.UNKNOWN:
+    if verdict != theory.UNKNOWN or kind and kind.startswith(("attention-", "generalized-")):
         assert " 20" in prediction.why  # a statement cited by author and year
 
 

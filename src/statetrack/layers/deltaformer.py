@@ -66,6 +66,10 @@ class DeltaFormer(nn.Module):
         "default)"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        return "attention-delta-rule"
+
     def __init__(
         self,
         d_model: int,

@@ -55,6 +55,11 @@ class PaTHAttention(Spectral, nn.Module):
         "RMSNorm option; eig_range [0,1] halves beta (PaTH's is [-1,1])"
     )
 
+    @staticmethod
+    def transition_class(spec: dict) -> str:
+        # beta = s sigmoid(.): s = 2 approaches beta = 2, the reflections Thm. 2.1 of Yang et al. 2025b builds on
+        return "attention-householder-positive" if spec["eig_range"] == "[0,1]" else "attention-householder-real"
+
     def __init__(
         self,
         d_model: int,

@@ -38,8 +38,16 @@ TRANSITION_CLASSES = {
     "householder-products": "products of n_h >= 2 generalized Householders, eigenvalues in [-1, 1]",
     "real-spectrum": "similar to a symmetric matrix: real eigenvalues, some possibly negative",
     "real-spectrum-signed": "similar to a symmetric matrix: real eigenvalues, -1 among them",
+    "generalized-delta": "the generalized delta rule diag(w) - kappa (a * kappa)^T: real eigenvalues, above -1",
+    "generalized-delta-signed": "the generalized delta rule diag(w) - kappa (a * kappa)^T: real eigenvalues, "
+    "-1 among them",
     "automaton": "a column one-hot matrix times a diagonal (any automaton of `state_size` states)",
     "attention": "no recurrence: causal softmax attention",
+    "attention-householder-positive": "causal softmax attention, logits through the product of the generalized "
+    "Householders I - beta w w^T between key and query, beta in (0, 1)",
+    "attention-householder-real": "causal softmax attention, logits through the product of the generalized "
+    "Householders I - beta w w^T between key and query, beta in (0, 2): reflections",
+    "attention-delta-rule": "causal softmax attention over values written by a delta rule in a kernel's feature space",
 }
 
 

@@ -64,8 +64,8 @@ class RWKV7(Spectral, nn.Module):
     @staticmethod
     def transition_class(spec: dict) -> str:
         # diag(w) - kappa (iclr * kappa)^T is similar to a symmetric matrix (iclr > 0): real eigenvalues;
-        # its [0, 1] range can still reach negative ones (a small decay beside a large removal)
-        return "real-spectrum" if spec["eig_range"] == "[0,1]" else "real-spectrum-signed"
+        # its [0, 1] range stays above -0.46, its [-1, 1] range reaches -1 along kappa
+        return "generalized-delta" if spec["eig_range"] == "[0,1]" else "generalized-delta-signed"
 
     def __init__(
         self,
