@@ -1,14 +1,17 @@
-"""The command line's table (`statetrack.cli.STATETRACK`): every command it declares has a handler, is
-listed in its parent's help, takes the shared options it names and no others, and refuses a bad
-command line with one line."""
+"""The command line's table (`statetrack.cli.program.STATETRACK`): every command it declares has a
+handler beside its declaration, is listed in its parent's help, takes the shared options it names and
+no others, and refuses a bad command line with one line."""
 
 import argparse
+import importlib
+import pkgutil
 
 import pytest
 
 from cli_helpers import run_cli
 from statetrack import cli
-from statetrack.cli import BOOK, RUN_OPTIONS, STATETRACK, STORE, UsageError, build_parser
+from statetrack.cli.common import BOOK, RUN_OPTIONS, STORE, Command, UsageError
+from statetrack.cli.program import STATETRACK, build_parser
 
 
 def _commands(command=STATETRACK, path=(), handler=None):
@@ -22,6 +25,24 @@ def _commands(command=STATETRACK, path=(), handler=None):
 
 COMMANDS = list(_commands())
 IDS = [" ".join(words) for words, _, _ in COMMANDS]
+
+
+def _declaring_modules():
+    """The command modules of `statetrack.cli` by the commands and actions each declares (every
+    module but the program, whose table gathers them all)."""
+    declared = {}
+    for info in pkgutil.iter_modules(cli.__path__):
+        if info.name in ("program", "__main__"):
+            continue
+        module = importlib.import_module(f"statetrack.cli.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, Command):
+                for command in (value, *(action for _, action, _ in _commands(value))):
+                    declared[id(command)] = module
+    return declared
+
+
+DECLARED = _declaring_modules()
 
 
 def _parser(words):
@@ -57,11 +78,20 @@ def test_the_table_declares_every_command_and_action():
     assert {"tasks list", "tasks show", "tasks export", "analyze spectrum", "analyze shortcut"} <= set(IDS)
 
 
+def test_each_analysis_has_its_own_handler():
+    analyze = next(a for a in STATETRACK.actions if a.name == "analyze")
+    handlers = [action.func for action in analyze.actions]
+    assert None not in handlers and len(set(handlers)) == len(handlers) == 6
+
+
 @pytest.mark.parametrize(("words", "command", "handler"), COMMANDS, ids=IDS)
 def test_every_command_has_a_handler_and_its_parser_sets_it(words, command, handler):
     if command.actions and not command.optional_action:
         return  # an action is required: its actions' handlers run
-    assert callable(handler) and handler.__name__.startswith("cmd_") and getattr(cli, handler.__name__) is handler
+    assert callable(handler) and handler.__name__.startswith("cmd_")
+    if command.func is not None:  # a handler lives beside the command it handles
+        module = DECLARED[id(command)]
+        assert handler.__module__ == module.__name__ and getattr(module, handler.__name__) is handler
     defaults = [_parser(words[:i]).get_default("func") for i in range(len(words) + 1)]
     assert [f for f in defaults if f is not None][-1] is handler
 

@@ -64,3 +64,20 @@ def test_no_import_runs_up():
             if target in RANK and target != me and RANK[target] >= RANK[me]:
                 upward.append(f"{path.relative_to(PACKAGE)}:{line} imports {module}")
     assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
+
+
+def too_long(folder: Path, most: int) -> list[str]:
+    """Every function (method, nested function) under `folder` longer than `most` lines, decorators aside."""
+    found = []
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > most:
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}: {lines} lines")
+    return found
+
+
+def test_the_command_line_has_short_handlers():
+    """Each command's module reads top to bottom: no function over 60 lines (split along a real seam)."""
+    assert not too_long(PACKAGE / "cli", 60), "functions over 60 lines:\n" + "\n".join(too_long(PACKAGE / "cli", 60))

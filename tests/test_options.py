@@ -5,7 +5,8 @@ from dataclasses import fields
 
 import pytest
 
-from statetrack.cli import UsageError, build_parser
+from statetrack.cli import build_parser
+from statetrack.cli.common import UsageError
 from statetrack.options import RunOptions
 
 
