@@ -248,7 +248,9 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
     # resumable: the same command trains nothing again
     assert main(argv) == 0
     counts = re.findall(r"(\d+) runs, (\d+) already done", capsys.readouterr().out)
-    assert len(counts) == 2 and all(total == done for total, done in counts)
+    # the pilot, the table, and the larger budget of the cells it left undecided (every one: Zeros fits nothing)
+    assert len(counts) == 3 and all(total == done for total, done in counts)
+    assert int(counts[2][0]) == 2 * 3  # two tasks, three seeds
 
 
 def test_bad_table_requests_fail_naming_what_is_valid(capsys):

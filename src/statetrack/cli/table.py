@@ -22,9 +22,9 @@ from statetrack.errors import StatetrackError
 
 def cmd_table(args) -> int:
     """`statetrack table`: the committed state-tracking table; `--models`: a user's rows trained under
-    the table's protocol (pilot, then three seeds) and rendered beside the zoo's; `--zoo`: the whole
-    table measured again (its snapshots rewritten); `--write` / `--check`: docs/state-table.md and its
-    picture from the committed snapshots."""
+    the table's protocol (pilot, three seeds, a larger budget where undecided) and rendered beside the
+    zoo's; `--zoo`: the whole table measured again (its snapshots rewritten); `--write` / `--check`:
+    docs/state-table.md and its picture from the committed snapshots."""
     from statetrack.results import statetable as st
 
     if args.scale != "quick":
@@ -84,8 +84,9 @@ def _full_budget(args) -> int:
 
 
 def _measure(args) -> int:
-    """`table --models` / `--zoo`: the pilot, then the table's seeds at the rate(s) it picks, rendered
-    beside the committed rows (`--zoo`: the committed table rewritten)."""
+    """`table --models` / `--zoo`: the pilot, the table's seeds at the rate(s) it picks, then the
+    undecided cells at the larger budget, rendered beside the committed rows (`--zoo`: the committed
+    table rewritten)."""
     from statetrack.experiments.runner import check_options
     from statetrack.results import statetable as st
     from statetrack.results.book import record_part
@@ -101,7 +102,10 @@ def _measure(args) -> int:
         raise StatetrackError("table --zoo measures the table as its spec sets it: no overrides")
     pilot = st.pilot_experiment(models, imports, args.overrides)
     if args.dry_run:
-        print("# step 1 of 2: the pilot (seed 0 at each rate); step 2 trains three seeds at the rate(s) it picks")
+        print(
+            "# step 1 of 3: the pilot (seed 0 at each rate); step 2 trains three seeds at the rate(s) it picks; "
+            f"step 3 trains every cell step 2 leaves undecided again with {st.GROWTH}x the steps"
+        )
         return dry_run(args, pilot)
     started = time.time()
 
@@ -121,15 +125,35 @@ def _measure(args) -> int:
         scored, _ = run_and_report(args, table, options)
     finally:
         record(table.name, st.snapshot_file(), started)
-    return _show_measured(args, scored)
+    mine, failed = _larger_budget(args, scored, table, options, record)
+    return _show_measured(args, scored, mine, failed)
 
 
-def _show_measured(args, scored) -> int:
+def _larger_budget(args, scored, table, options, record) -> tuple[list, list]:
+    """Step 3: every cell of the measured table that is undecided trained again with GROWTH times
+    the steps, whatever theory predicts; returns (the cells, each trained again read at the larger
+    budget, the failed runs of both steps)."""
+    from statetrack.results import statetable as st
+
+    mine = st.cells(scored)
+    failed = [r for r in scored.missing if r["status"] == "failed"]
+    larger = st.larger_budget_experiment(scored, st.larger_budget_name(table.name), table.imports)
+    if larger is None:
+        return mine, failed
+    started = time.time()
+    try:
+        grown, _ = run_and_report(args, larger, options)
+    finally:
+        record(larger.name, st.snapshot_file(st.LARGER_BUDGET), started)
+    failed += [r for r in grown.missing if r["status"] == "failed"]
+    return st.read_larger_budget(mine, st.cells(grown)), failed
+
+
+def _show_measured(args, scored, mine: list, failed: list) -> int:
     """The measured rows beside the committed ones (`--zoo`: the measured table, its page rewritten),
     written under RESULTS_DIR/table and printed."""
     from statetrack.results import statetable as st
 
-    mine = st.cells(scored)
     titles: dict[str, str]
     if args.zoo:
         for path in st.write_page():
@@ -144,7 +168,7 @@ def _show_measured(args, scored) -> int:
     print(st.table_text(cells, titles))
     print(st.LEGEND)
     print(f"\ntable: {out / 'state-table.md'} (and state-table.png)")
-    return 1 if any(r["status"] == "failed" for r in scored.missing) else 0
+    return 1 if failed else 0
 
 
 TABLE_COMMAND = Command(
@@ -159,9 +183,10 @@ TABLE_COMMAND = Command(
             nargs="+",
             default=None,
             metavar="MODEL",
-            help="train these models under the table's protocol (a learning-rate pilot on the training lengths, then "
-            "three seeds) and show their rows beside the committed ones: a registered name or preset, or a YAML "
-            "mapping such as '{name: deltanet, eig_range: \"[-1,1]\"}' (register your own with --import FILE.py)",
+            help="train these models under the table's protocol (a learning-rate pilot on the training lengths, three "
+            "seeds, then a larger budget for every undecided cell) and show their rows beside the committed ones: a "
+            "registered name or preset, or a YAML mapping such as '{name: deltanet, eig_range: \"[-1,1]\"}' "
+            "(register your own with --import FILE.py)",
         ),
         Arg("--zoo", action="store_true", help="measure the whole committed table again and rewrite its snapshots"),
         Arg(

@@ -41,7 +41,7 @@ from statetrack.schema import FIT_THRESHOLD
 from statetrack.store import Plan
 
 TABLE = "state-table"
-PILOT_RATES = (5.0e-4, 1.0e-3, 2.0e-3)  # the works' range (Delétang et al. 2023 to Terzić et al. 2025)
+PILOT_RATES = (5.0e-4, 1.0e-3, 2.0e-3)  # the works' range (Deletang et al. 2023 to Terzić et al. 2025)
 TIE = 0.005  # pilot means this close to the best tie with it
 HOLD = 0.9  # the scaled accuracy a fitted seed keeps to extrapolate
 FACTORS = (4, 16)  # extrapolation read at these multiples of the longest training length
@@ -753,17 +753,12 @@ def _models_override(models: list[dict]) -> str:
 def pilot_experiment(models: list[dict] | None = None, imports=(), overrides=()):
     """The pilot of the zoo (`models` None: the spec's, named PILOT_NAME) or of `models`: seed 0 at
     each pilot rate (`overrides`: other spec entries changed, e.g. a shorter budget to try the command)."""
-    from statetrack.experiments.spec import resolve
-
     given = ([_models_override(models)] if models else []) + list(overrides) + list(PILOT_OVERRIDES)
-    name = None if models or overrides else PILOT_NAME
-    return resolve(str(spec_file()), "quick", given, name, imports)
+    return _resolve(given, None if models or overrides else PILOT_NAME, imports)
 
 
 def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrides=()):
     """The table's experiment: each model of the pilot at the rate(s) the pilot chose."""
-    from statetrack.experiments.spec import resolve
-
     choice = pilot_choice(pilot_scored)
     models, seen = [], set()
     for run in pilot.runs:
@@ -773,7 +768,24 @@ def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrid
         if run.model_name not in choice:
             raise StatetrackError(f"the pilot has no finished runs of {run.model_name}: run it to the end first")
         models.append({**run.model, "lrs": choice[run.model_name]["chosen"]})
-    return resolve(str(spec_file()), "quick", [*overrides, _models_override(models)], name, imports)
+    return _resolve([*overrides, _models_override(models)], name, imports)
+
+
+def _resolve(given: list[str], name: str | None, imports=()):
+    """The table's spec under the overrides `given`. The reading's lengths follow the training
+    lengths: unless `given` sets eval.lengths, the table evaluates at 1, HEADLINE and STRICT times the
+    longest training length (a user's `train.max_length=8` is read at 8, 32 and 128)."""
+    from statetrack.experiments.spec import load_spec, resolve, train_range
+    from statetrack.plugins import load_imports
+
+    if not any(g.split("=", 1)[0].strip() == "eval.lengths" for g in given):
+        load_imports(imports, origin="--import")
+        spec = load_spec(str(spec_file()), "quick", given, name)
+        longest = train_range(spec["train"])[1]
+        lengths = [longest * f for f in (1, *FACTORS)]
+        if not set(lengths) <= set(spec["eval"]["lengths"]):
+            given = [*given, f"eval.lengths={lengths}"]
+    return resolve(str(spec_file()), "quick", given, name, imports)
 
 
 def told_apart(mine: list[Cell], committed: set[tuple[str, int]]) -> list[Cell]:
@@ -949,18 +961,26 @@ def full_budget_experiment():
 LARGER_BUDGET = f"{TABLE}-larger-budget"
 
 
-def larger_budget_experiment(scored: Scored, name: str = LARGER_BUDGET):
+def larger_budget_name(table: str) -> str:
+    """The larger budget's experiment name for the table experiment `table` (the zoo's: LARGER_BUDGET)."""
+    from statetrack.experiments.spec import overrides_name
+
+    return LARGER_BUDGET if table == TABLE else overrides_name(table, ["larger-budget"])
+
+
+def larger_budget_experiment(scored: Scored, name: str = LARGER_BUDGET, imports: tuple[str, ...] = ()):
     """Step 3 of the protocol: every cell of a measured table (`scored`) that is undecided (most seeds
     do not fit, or fit but do not hold at the headline ratio), all its seeds and rates, trained again
     with GROWTH times the steps and the warm-up and no early stop. Theory has no say in who trains
     again. None where every cell is decided."""
     undecided = {(c.model, c.task) for c in cells(scored) if not c.decided}
-    return _again(scored, name, undecided, growth=GROWTH) if undecided else None
+    return _again(scored, name, undecided, growth=GROWTH, imports=imports) if undecided else None
 
 
-def _again(scored: Scored, name: str, which: set[tuple[str, str]], growth: int):
+def _again(scored: Scored, name: str, which: set[tuple[str, str]], growth: int, imports: tuple[str, ...] = ()):
     """The runs of the cells `which` ((model, task) labels) of a measured table, under its spec with
-    `growth` times the steps and the warm-up and no early stop, as experiment `name`."""
+    `growth` times the steps and the warm-up and no early stop, as experiment `name` (importing the
+    user's modules `imports`, as the table's runs did)."""
     import copy
 
     from statetrack.experiments.spec import Experiment, expand
@@ -980,7 +1000,7 @@ def _again(scored: Scored, name: str, which: set[tuple[str, str]], growth: int):
     for run, again in zip(first.values(), expand(spec, check=False), strict=True):
         if label_of.get(run.id, (run.model_name, run.task_name)) in which:
             runs.append(again)
-    return Experiment(spec, tuple(runs))
+    return Experiment(spec, tuple(runs), tuple(imports))
 
 
 def changed_cells(committed: list[Cell], again: list[Cell]) -> list[tuple[Cell, Cell]]:
