@@ -7,10 +7,8 @@ loaded, eval mode), task and configuration (statetrack.results.trained). All loa
 `import statetrack` stays light.
 """
 
-import statetrack.analysis.checks  # noqa: E402, F401  (registers the shipped checks; it imports nothing heavy)
 from statetrack.errors import StatetrackError
-
-__version__ = "0.1.0"
+from statetrack.version import __version__
 
 __all__ = ["StatetrackError", "__version__", "load_run", "load_runs", "register_model", "register_task"]
 

@@ -708,7 +708,7 @@ class Claim(Section):
     measure: Measure | None = Field(
         default=None,
         description="what is measured (default: paper.measure); check:NAME reads a figure the library computes "
-        "without training (statetrack.analysis.checks) in place of the runs",
+        "without training (statetrack.checks) in place of the runs",
     )
     lengths: LengthRange | None = Field(
         default=None, description="one test length or [shortest, longest] (default: paper.lengths)"

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from cli_helpers import run_cli
-from statetrack.analysis.belief import NEVER, belief_decay, first_length, format_decay
+from statetrack.analysis.belief import format_decay
+from statetrack.checks.belief import NEVER, belief_decay, first_length
 from statetrack.tasks import make_task
 
 

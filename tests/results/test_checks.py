@@ -6,9 +6,8 @@ import math
 import pytest
 import torch
 
-from statetrack.analysis import checks
-from statetrack.analysis.checks import burst_inputs, expected_memory, s4d_burst_accuracy
-from statetrack.checks import CHECKS, Check, check_value
+from statetrack.checks import CHECKS, Check, check_value, shipped
+from statetrack.checks.shipped import burst_inputs, expected_memory, s4d_burst_accuracy
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of
 from statetrack.results.claims import FAIL, PASS, claim_verdicts
@@ -35,7 +34,7 @@ def test_s4d_construction_predicts_every_offset_and_a_wrong_period_does_not():
         h = a * h + (1 - a) * tokens[0, t].item()
         if not onset[0, t]:
             scored += 1
-            right += (abs(h - 1) < checks.AT_ONE) == (tokens[0, t + 1].item() == 1)
+            right += (abs(h - 1) < shipped.AT_ONE) == (tokens[0, t + 1].item() == 1)
     assert right < scored
 
 
@@ -43,7 +42,7 @@ def test_expected_memory_matches_the_geometric_closed_form():
     # the first stretch of open gates is geometric: E[T] = p / (1 - p), p = P(omega x + b > logit 0.99)
     threshold = math.log(0.99 / 0.01)
     for omega in (0.5, 1.0):
-        p = 0.5 * (1 + math.erf((checks.GATE_BIAS - threshold) / omega / math.sqrt(2)))
+        p = 0.5 * (1 + math.erf((shipped.GATE_BIAS - threshold) / omega / math.sqrt(2)))
         assert expected_memory(omega) == pytest.approx(p / (1 - p), rel=0.1)
 
 
@@ -53,7 +52,7 @@ def test_every_shipped_check_is_deterministic_and_holds_its_claimed_side():
     assert check_value("belief_float32_underflow") == 1.0
     assert check_value("belief_renormalised_error") < 1e-5
     assert check_value("gate_memory_falls_with_omega") < 1
-    assert checks.gate_memory_falls_with_omega() == check_value("gate_memory_falls_with_omega")
+    assert shipped.gate_memory_falls_with_omega() == check_value("gate_memory_falls_with_omega")
 
 
 def _paper(claims):

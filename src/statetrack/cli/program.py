@@ -7,7 +7,6 @@ import argparse
 import sys
 import warnings
 
-from statetrack import __version__
 from statetrack.allocator import keep_freed_memory
 from statetrack.cli.analyze import ANALYZE
 from statetrack.cli.book import BOOK_COMMAND
@@ -27,6 +26,7 @@ from statetrack.cli.tasks import TASKS
 from statetrack.errors import StatetrackError
 from statetrack.plugins import load_imports
 from statetrack.store import StoreDamaged
+from statetrack.version import __version__
 
 # the command line: the program (its help is the parser's description), its commands and their actions
 STATETRACK = Command(

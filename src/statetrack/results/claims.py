@@ -576,7 +576,7 @@ def _verdict(results: list[dict], missing: list[str], unplanned: list[str], plan
 
 
 def check_verdict(claim: dict) -> dict:
-    """The verdict of a claim on a check (`measure: check:NAME`, `statetrack.analysis.checks`): the
+    """The verdict of a claim on a check (`measure: check:NAME`, `statetrack.checks`): the
     check's figure, computed here without training, against the claim's bound; ✓ or ✗, whatever the
     runs. Its one result has the figure as `value`, no seeds (`of` 1) and the claim's models as `model`."""
     value = check_value(claim["measure"].removeprefix("check:"))

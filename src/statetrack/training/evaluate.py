@@ -214,7 +214,7 @@ def evaluate_lengths(
             "sampling must be a Sampling(samples=..., batch_size=..., seed=..., chunk_size=...), "
             f"got {limits.shown(sampling)}"
         )
-    samples, batch_size, chunk_size = sampling.samples, sampling.batch_size, sampling.chunk_size
+    samples, batch_size = sampling.samples, sampling.batch_size
     limits.check_int(traces, "traces", 0)
     if not lengths or not isinstance(lengths, (list, tuple)):
         raise StatetrackError(f"lengths must be a non-empty list of integers, got {limits.shown(lengths)}")
@@ -227,62 +227,71 @@ def evaluate_lengths(
     results = LengthScores()
     diagnostics.drain(model)  # nothing recorded before this call counts
     for length in tqdm(lengths, desc="evaluate", disable=not progress, leave=False):
-        g = eval_generator(sampling.seed, length)
-        correct: float = 0  # counts, summed from .item() (int | float to the checker)
-        total: float = 0
-        whole: float = 0
-        examples: float = 0
-        per_position: tuple[torch.Tensor, torch.Tensor] | None = None  # (right answers, supervised) per position
-        records: dict[str, list[float]] = {}
-        task_sums: dict[str, float] = {}
-        classes: set[int] = set()  # the classes predicted at the supervised positions
-        row: dict = {}
-        for start in range(0, samples, batch_size):
-            batch = task.sample(min(batch_size, samples - start), length, g).to(device)
-            if traces and start == 0:
-                row["traces"] = trace(model, batch, traces, chunk_size)
-                diagnostics.drain(model)
-            if task.has_metrics:  # the task's own metrics read the predicted distributions
-                probabilities = predict(model, batch.inputs, chunk_size, probabilities=True)
-                predicted = probabilities.argmax(-1)
-                weight = batch.mask.sum().item()
-                for name, mean in task.metrics(probabilities, batch).items():
-                    task_sums[name] = task_sums.get(name, 0.0) + mean * weight
-            else:
-                predicted = predict(model, batch.inputs, chunk_size)
-            classes.update(predicted[batch.mask].unique().tolist())
-            hits, counts = count_right(predicted, batch)
-            correct, total = correct + counts["correct"], total + counts["total"]
-            whole, examples = whole + counts["whole"], examples + counts["examples"]
-            counted = _by_position(hits, batch.mask, task.position_unit) if positions else None
-            if counted is not None:
-                per_position = (
-                    counted
-                    if per_position is None
-                    else (_add_padded(per_position[0], counted[0]), _add_padded(per_position[1], counted[1]))
-                )
-            diagnostics.merge(records, diagnostics.drain(model))
-        accuracy = correct / total
-        metrics = {
-            **diagnostics.summarize(records),
-            **{name: value / total for name, value in task_sums.items()},
-            PREDICTED_CLASSES: float(len(classes)),
-        }
-        row = {
-            "length": length,
-            "accuracy": accuracy,
-            "scaled_accuracy": scaled_accuracy(accuracy, task.chance),
-            "samples": samples,
-            "sequence_accuracy": whole / examples,
-            "metrics": metrics,
-            **row,
-        }
-        if per_position is not None:
-            row["position_accuracy"] = [
-                None if n == 0 else h / n for h, n in zip(per_position[0].tolist(), per_position[1].tolist())
-            ]
-        results.append(row)
+        results.append(_length_row(model, task, length, sampling, device, traces, positions))
     return results
+
+
+def _length_row(
+    model, task: Task, length: int, sampling: Sampling, device: torch.device, traces: int, positions: bool
+) -> dict:
+    """`evaluate_lengths`' row at one length: the model's answers on `sampling.samples` examples of the
+    test generator of (seed, length), counted batch by batch."""
+    samples, batch_size, chunk_size = sampling.samples, sampling.batch_size, sampling.chunk_size
+    g = eval_generator(sampling.seed, length)
+    correct: float = 0  # counts, summed from .item() (int | float to the checker)
+    total: float = 0
+    whole: float = 0
+    examples: float = 0
+    per_position: tuple[torch.Tensor, torch.Tensor] | None = None  # (right answers, supervised) per position
+    records: dict[str, list[float]] = {}
+    task_sums: dict[str, float] = {}
+    classes: set[int] = set()  # the classes predicted at the supervised positions
+    row: dict = {}
+    for start in range(0, samples, batch_size):
+        batch = task.sample(min(batch_size, samples - start), length, g).to(device)
+        if traces and start == 0:
+            row["traces"] = trace(model, batch, traces, chunk_size)
+            diagnostics.drain(model)
+        if task.has_metrics:  # the task's own metrics read the predicted distributions
+            probabilities = predict(model, batch.inputs, chunk_size, probabilities=True)
+            predicted = probabilities.argmax(-1)
+            weight = batch.mask.sum().item()
+            for name, mean in task.metrics(probabilities, batch).items():
+                task_sums[name] = task_sums.get(name, 0.0) + mean * weight
+        else:
+            predicted = predict(model, batch.inputs, chunk_size)
+        classes.update(predicted[batch.mask].unique().tolist())
+        hits, counts = count_right(predicted, batch)
+        correct, total = correct + counts["correct"], total + counts["total"]
+        whole, examples = whole + counts["whole"], examples + counts["examples"]
+        counted = _by_position(hits, batch.mask, task.position_unit) if positions else None
+        if counted is not None:
+            per_position = (
+                counted
+                if per_position is None
+                else (_add_padded(per_position[0], counted[0]), _add_padded(per_position[1], counted[1]))
+            )
+        diagnostics.merge(records, diagnostics.drain(model))
+    accuracy = correct / total
+    metrics = {
+        **diagnostics.summarize(records),
+        **{name: value / total for name, value in task_sums.items()},
+        PREDICTED_CLASSES: float(len(classes)),
+    }
+    row = {
+        "length": length,
+        "accuracy": accuracy,
+        "scaled_accuracy": scaled_accuracy(accuracy, task.chance),
+        "samples": samples,
+        "sequence_accuracy": whole / examples,
+        "metrics": metrics,
+        **row,
+    }
+    if per_position is not None:
+        row["position_accuracy"] = [
+            None if n == 0 else h / n for h, n in zip(per_position[0].tolist(), per_position[1].tolist())
+        ]
+    return row
 
 
 def count_right(predicted: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, dict[str, int]]:

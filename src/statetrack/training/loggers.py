@@ -344,7 +344,7 @@ def run_loggers(run, log_to: dict, tags: dict | None = None) -> list[Logger]:
     `tags`: what identifies the run beyond its settings (default: the experiment, statetrack's
     version, `log_to['context']['git_rev']` and this host). MLflow comes first: a tracker that
     fails to open a run leaves no empty run in the others."""
-    from statetrack import __version__
+    from statetrack.version import __version__
 
     context = log_to.get("context") or {}
     tags = tags or {
@@ -471,7 +471,7 @@ def _export_folders(kind: str, target: str) -> list[Path]:
 def _export(store, experiment: str, kind: str, target: str, rows: list[dict]) -> tuple[int, str]:
     import csv
 
-    from statetrack import __version__
+    from statetrack.version import __version__
 
     if kind != "csv":
         from statetrack.schema import selection_of

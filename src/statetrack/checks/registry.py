@@ -1,7 +1,7 @@
 """The registry of checks: figures the library computes without training (a construction evaluated
 on fixed inputs, a Monte Carlo from a fixed seed, a recurrence iterated exactly), which a claim reads
-with `measure: check:NAME` (statetrack.results.claims). The shipped checks are registered by
-`statetrack.analysis.checks`, imported with the package; `register_check` adds one of a user's own."""
+with `measure: check:NAME` (statetrack.results.claims). The shipped checks (`statetrack.checks.shipped`)
+register when `statetrack.checks` is imported; `register_check` adds one of a user's own."""
 
 from __future__ import annotations
 

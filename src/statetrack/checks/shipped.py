@@ -1,4 +1,4 @@
-"""Checks: the papers' claims that need no training, each one number the library computes.
+"""The shipped checks: the papers' claims that need no training, each one number the library computes.
 
 A paper's point is sometimes a construction (weights written down by hand), a probability (a
 Monte Carlo estimate) or the behaviour of a recurrence in floating point, not a trained model's
@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import math
 
-from statetrack.checks import register_check
+from statetrack.checks.registry import register_check
 
 # ---- Anonymous 2025, App. I: offset prediction by one complex S4D mode --------------------------
 BURSTS = (2, 3, 4, 8)  # the burst lengths n the construction is checked at
@@ -77,7 +77,7 @@ BELIEF_SAMPLES, BELIEF_LENGTH = 8, 600
 def _belief_decay():
     import torch
 
-    from statetrack.analysis.belief import belief_decay
+    from statetrack.checks.belief import belief_decay
     from statetrack.tasks import make_task
 
     task = make_task("pfsa", **BELIEF_TASK)
