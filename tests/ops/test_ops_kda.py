@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ops_helpers import TOL, assert_same, load_fla_naive, randomised, rel_error
+from statetrack.errors import StatetrackError
 from statetrack.layers.kda import KDA
 from statetrack.ops import delta_rule_reference
 from statetrack.ops.kda import SAFE_SPAN, kda, kda_reference
@@ -161,3 +162,18 @@ def test_layer_eig_range_bounds_the_transition_spectrum(eig_range, low):
     assert ev.real.min() >= low - 1e-9 and ev.real.max() <= 1 + 1e-9
     if low < 0:
         assert ev.real.min() < -0.5
+
+
+def test_layer_decay_bias_starts_at_the_dt_init_or_at_flas_zero():
+    """"dt": softplus(b) log-uniform in [1e-3, 1e-1] (Mamba's dt init); "zero": fla's KDA layer's b = 0;
+    the same seed gives the same weights otherwise."""
+    layers = {}
+    for decay_bias in ("dt", "zero"):
+        torch.manual_seed(0)
+        layers[decay_bias] = KDA(8, num_heads=2, decay_bias=decay_bias)
+    dt = F.softplus(layers["dt"].f_proj[1].bias)
+    assert dt.min() >= 1e-3 - 1e-9 and dt.max() <= 1e-1 + 1e-9 and dt.max() / dt.min() > 3
+    assert torch.equal(layers["zero"].f_proj[1].bias, torch.zeros(8))
+    assert torch.equal(layers["dt"].A_log, layers["zero"].A_log)
+    with pytest.raises(StatetrackError, match="unknown decay_bias 'one'; expected one of: dt, zero"):
+        KDA(8, decay_bias="one")
