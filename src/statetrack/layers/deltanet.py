@@ -81,7 +81,7 @@ class DeltaProduct(Spectral, nn.Module):
         "short_conv is set; q unscaled (L2-normalised); per-head RMSNorm on the outputs before the output "
         "projection"
     )
-    unnamed_defaults = ("short_conv",)  # left out of the resolved spec while 0 (run ids unchanged)
+    unnamed_defaults: tuple[str, ...] = ("short_conv",)  # left out of the resolved spec while 0 (run ids unchanged)
 
     @staticmethod
     def transition_class(spec: dict) -> str | None:
