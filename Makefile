@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORE := $(VENV)/.statetrack-core
 STAMP := $(VENV)/.statetrack-installed
 
-.PHONY: test lint test-slow test-fuzz test-cuda demo bench clean
+.PHONY: test lint test-slow test-fuzz test-cuda demo clean
 
 # the package alone: what `make demo` needs
 $(CORE): pyproject.toml
@@ -29,10 +29,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/ruff format --check src
 	$(VENV)/bin/mypy
-
-# the performance page against the committed benchmark output (re-measuring: docs/performance.md)
-bench: $(STAMP)
-	$(PY) benchmarks/tables.py --check
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

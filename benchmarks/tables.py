@@ -1,20 +1,16 @@
-"""The tables of docs/performance.md, rendered from the benchmarks' JSON output in benchmarks/results/.
+"""The tables of docs/performance.md, rendered from the benchmarks' JSON output in benchmarks/results/;
+`statetrack docs --write` fills the page's blocks with them and `statetrack docs --check` (a test)
+checks them.
 
-    python benchmarks/tables.py            # print every generated block
-    python benchmarks/tables.py --write    # fill the page's blocks
-    python benchmarks/tables.py --check    # exit 1 if a block differs from its generation
-
-Each block of the page between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->` holds the commands
-that re-measure it (read back from each JSON file: its arguments and environment, see
+Each generated block of the page (`<!-- generated:NAME -->` ... `<!-- /generated:NAME -->`) holds
+the commands that re-measure it (read back from each JSON file: its arguments and environment, see
 benchmarks/common.py) and the tables, rendered from those files by the benchmark's own Markdown
 renderer. Nothing is measured here, so the page changes only when a JSON file does.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import shlex
 import sys
 from argparse import Namespace
@@ -34,12 +30,13 @@ import train_step  # noqa: E402
 import zoo_ops  # noqa: E402
 
 import ops  # noqa: E402
+from statetrack.errors import StatetrackError  # noqa: E402
 
 
 def load(name: str, results: Path = RESULTS) -> dict:
     path = results / f"{name}.json"
     if not path.exists():
-        sys.exit(f"error: {path} is missing; measure it with the command its block in {PAGE.name} shows")
+        raise StatetrackError(f"{path} is missing; measure it with the command its block in {PAGE.name} shows")
     return json.loads(path.read_text())
 
 
@@ -175,64 +172,12 @@ BLOCKS = {
     "suite": suite_block,
 }
 
-BLOCK = re.compile(r"(<!-- bench:(?P<name>[a-z-]+) -->\n)(.*?)(<!-- /bench:(?P=name) -->)", re.S)
-
-
 def blocks(results: Path = RESULTS) -> dict[str, str]:
     """{block name: its generated text}."""
     return {name: render(results) for name, render in BLOCKS.items()}
 
 
-def fill(text: str, generated: dict[str, str]) -> str:
-    """`text` with every block replaced by its generation; a block with no generator is an error."""
-    unknown = sorted(set(m.group("name") for m in BLOCK.finditer(text)) - set(generated))
-    if unknown:
-        raise SystemExit(f"error: {PAGE.name} has blocks no generator renders: {', '.join(unknown)} "
-                         f"(known: {', '.join(generated)})")
-    return BLOCK.sub(lambda m: m.group(1) + generated[m.group("name")] + "\n" + m.group(4), text)
-
-
-def problems(text: str, generated: dict[str, str]) -> list[str]:
-    """What keeps `text` from being its own generation: blocks missing from the page, or stale."""
-    found = [m.group("name") for m in BLOCK.finditer(text)]
-    issues = [f"block {name!r} is missing from the page" for name in generated if name not in found]
-    issues += [f"block {name!r} appears {found.count(name)} times" for name in dict.fromkeys(found)
-               if found.count(name) > 1]
-    current = {m.group("name"): m.group(3) for m in BLOCK.finditer(text)}
-    issues += [f"block {name!r} has no generator (known: {', '.join(generated)})" for name in current
-               if name not in generated]
-    issues += [f"block {name!r} differs from its generation" for name in current
-               if name in generated and current[name] != generated[name] + "\n"]
-    return issues
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help=f"fill the generated blocks of {PAGE.relative_to(ROOT)}")
-    action.add_argument("--check", action="store_true", help="exit 1 if a generated block differs from its generation")
-    args = parser.parse_args(argv)
-    generated = blocks()
-    if not (args.write or args.check):
-        for name, text in generated.items():
-            print(f"<!-- bench:{name} -->\n{text}\n<!-- /bench:{name} -->\n")
-        return 0
-    text = PAGE.read_text()
-    if args.check:
-        issues = problems(text, generated)
-        for issue in issues:
-            print(f"{PAGE.relative_to(ROOT)}: {issue}", file=sys.stderr)
-        if issues:
-            print("re-render with: .venv/bin/python benchmarks/tables.py --write", file=sys.stderr)
-        return 1 if issues else 0
-    filled = fill(text, generated)
-    missing = [name for name in generated if f"<!-- bench:{name} -->" not in filled]
-    if filled != text:
-        PAGE.write_text(filled)
-    if missing:
-        print(f"note: {PAGE.relative_to(ROOT)} has no block for {', '.join(missing)}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def performance_files(root: Path = ROOT) -> tuple[dict[Path, str], dict[Path, dict[str, str]]]:
+    """What the benchmarks' JSON generates under the checkout `root`: no whole page, and the blocks of
+    docs/performance.md (the form `statetrack docs` reads from every generator)."""
+    return {}, {root / "docs" / "performance.md": blocks(root / "benchmarks" / "results")}

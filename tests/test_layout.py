@@ -22,6 +22,7 @@ RANK = {
     "errors": 0, "version": 0,
     "limits": 1, "paths": 1, "yamlio": 1, "diagnostics": 1, "plugins": 1, "allocator": 1, "labels": 1,
     "sqlite_header": 1,
+    "generated": 1.5,
     "ops": 2,
     "layers": 3,
     "tasks": 4,
@@ -32,6 +33,7 @@ RANK = {
     "experiments": 8,
     "results": 9,
     "analysis": 10, "catalog": 10,
+    "docs": 10.5,
     "completion": 11,
     "cli": 12, "__init__": 12, "__main__": 12,
 }

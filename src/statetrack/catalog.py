@@ -1,16 +1,14 @@
 """The catalogue, generated from the registries: the models tables of docs/models.md and README.md
-(between the markers below; rewrite both with `python -m statetrack.catalog --write`, a test fails
-when either is stale), and the JSON Schema of an experiment spec with every registered model's and
-task's parameters (`statetrack schema`).
+(their `models` blocks), the task catalogue docs/tasks.md (`statetrack.tasks.catalog`), all three
+written by `statetrack docs --write`, and the JSON Schema of an experiment spec with every
+registered model's and task's parameters (`statetrack schema`).
 """
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import itertools
 import json
-import sys
 import types
 import typing
 from pathlib import Path
@@ -21,12 +19,8 @@ from statetrack.layers.registry import Departures
 from statetrack.layers.transformer import POSITIONAL
 from statetrack.models import zoo
 from statetrack.models.zoo import packaged_models
+from statetrack.tasks import catalog as task_catalog
 from statetrack.tasks.registry import TASKS
-
-COMMAND = "python -m statetrack.catalog --write"
-BEGIN = f"<!-- generated: models table ({COMMAND}) -->"
-END = "<!-- end generated -->"
-ROOT = Path(__file__).resolve().parents[2]
 
 # parameters with a fixed set of values: each value can give a different display name
 CHOICES = {"eig_range": tuple(EIG_RANGES), "positional": POSITIONAL}
@@ -173,46 +167,9 @@ def spec_json_schema() -> dict:
     return schema.json_schema(models, tasks)
 
 
-def targets(root: Path = ROOT) -> dict[Path, str]:
-    """Each generated file and the table that belongs between its markers."""
-    return {root / "docs" / "models.md": docs_table(), root / "README.md": readme_table()}
-
-
-def render(text: str, table: str, path: Path) -> str:
-    """`text` with the block between the markers replaced by `table`."""
-    if text.count(BEGIN) != 1 or text.count(END) < 1:
-        raise SystemExit(f"{path}: expected one '{BEGIN}' ... '{END}' block")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
-
-
-def stale(root: Path = ROOT) -> list[Path]:
-    """The generated files whose tables differ from the registry."""
-    return [path for path, table in targets(root).items() if path.read_text() != render(path.read_text(), table, path)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m statetrack.catalog", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--write", action="store_true", help="rewrite the tables of docs/models.md and README.md in place"
-    )
-    parser.add_argument("--check", action="store_true", help="exit 1 if either file is stale")
-    parser.add_argument("--root", type=Path, default=ROOT, help="the repository root (default: %(default)s)")
-    args = parser.parse_args(argv)
-    if args.write:
-        for path, table in targets(args.root).items():
-            path.write_text(render(path.read_text(), table, path))
-        return 0
-    if args.check:
-        paths = stale(args.root)
-        for path in paths:
-            print(f"{path} is stale; regenerate: {COMMAND}", file=sys.stderr)
-        return 1 if paths else 0
-    for path, table in targets(args.root).items():
-        print(f"{path.name}:\n{table}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def catalogue_files(root: Path) -> tuple[dict[Path, str], dict[Path, dict[str, str]]]:
+    """What the registries generate under the checkout `root`: ({whole page: text}, {page: {block:
+    text}}): docs/tasks.md, and the `models` blocks of docs/models.md and README.md."""
+    pages = {root / "docs" / "tasks.md": task_catalog.markdown()}
+    blocks = {root / "docs" / "models.md": {"models": docs_table()}, root / "README.md": {"models": readme_table()}}
+    return pages, blocks

@@ -56,6 +56,9 @@ STOP_FIT = 0.99
 # at 4x the training length, bilinear models at 50x), which converging first does not.
 STOP_LOSS = 1e-3
 FIT_MEASURES = ("scaled", "sequence")  # what train.early_stop_fit reads
+# why a claim is ✗ or inconclusive: its `reason` starts with one of these
+REASONS = ("a genuine result at this scale", "the paper's protocol", "the budget")
+REASON_WORDS = 40  # a reason is one line of a table
 CLAIM_TESTS = ("at_least", "below", "beats")  # measured >= x; measured < x; measured > that model's on the same task
 # The evaluation settings every run's id holds; `variants` and `traces` are part of it only where given.
 EVAL_DEFAULTS: dict[str, Any] = {"lengths": [], "samples": 512, "batch_size": 256, "chunk_size": 1024, "seed": 0}
@@ -720,6 +723,12 @@ class Claim(Section):
         default=None, description=f"the scales it is tested at ({', '.join(SCALES)}; default: all)"
     )
     note: Text | None = Field(default=None, description="a sentence printed with the verdict")
+    reason: Text | None = Field(
+        default=None,
+        description="why the claim is ✗ or inconclusive where it is, in one line that starts with one of: "
+        + "; ".join(REASONS)
+        + " (then a colon and the figures); it ends the claim's row of the claims page",
+    )
     fit: Annotated[float, number(0, strict=False, high=1)] | None = Field(
         default=None, description="the fit threshold of this claim (default: paper.fit)"
     )
@@ -735,6 +744,13 @@ class Claim(Section):
         for scale in self.scale or []:
             if scale not in SCALES:
                 raise _rule(f"unknown scale {scale!r}; expected one of: {', '.join(SCALES)}")
+        if self.reason is not None and not (
+            self.reason.startswith(REASONS) and len(self.reason.split()) <= REASON_WORDS
+        ):
+            raise _rule(
+                f"reason: one line of at most {REASON_WORDS} words that starts with one of: {'; '.join(REASONS)}; "
+                f"got {self.reason[:60]!r}"
+            )
         if (self.measure or "").startswith("check:"):
             runs_only = sorted({"task", "dataset_size", "lengths", "seeds", "fit"} & self.model_fields_set)
             if runs_only:

@@ -1,29 +1,22 @@
-"""The models tables of docs/models.md and README.md are generated from the registry and current."""
+"""The models tables of docs/models.md and README.md are generated from the registry (that the
+committed pages are current: tests/test_docs.py)."""
 
 from pathlib import Path
 
 import pytest
 from torch import nn
 
-from statetrack.catalog import (
-    BEGIN,
-    COMMAND,
-    END,
-    display_names,
-    docs_table,
-    packaged_models,
-    readme_table,
-    render,
-    stale,
-    targets,
-)
+from statetrack.catalog import catalogue_files, display_names, docs_table, packaged_models, readme_table
+from statetrack.generated import fill_blocks
 from statetrack.models import zoo
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_docs_and_readme_tables_are_current():
-    assert not stale(ROOT), f"regenerate the models tables: {COMMAND}"
+def stale() -> set[str]:
+    """The names of the pages whose `models` block differs from the registry's table now."""
+    _, blocks = catalogue_files(ROOT)
+    return {path.name for path, named in blocks.items() if fill_blocks(path.read_text(), named, path, strict=False) != path.read_text()}
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -59,22 +52,19 @@ def test_a_new_layer_file_appears_in_the_tables_and_makes_them_stale(registry, m
     zoo.register_model("test_echo", display="Echo-{width}")(Echo)
     assert display_names("test_echo") == ["Echo-{width}"]
     assert "| `test_echo` | `Echo-{width}` | `width=3` | yes | Returns its input (a test mixer) | none stated |" in docs_table()
-    assert {path.name for path in stale(ROOT)} == {"models.md", "README.md"}
+    assert stale() == {"models.md", "README.md"}
 
 
 def test_user_models_are_not_documented(registry):
     zoo.register_model("test_echo", display="Echo")(Echo)  # defined in a test module: a user's model
-    assert "test_echo" not in packaged_models() and not stale(ROOT)
+    assert "test_echo" not in packaged_models() and not stale()
 
 
-def test_render_replaces_only_the_marked_block(tmp_path):
-    text = f"# Title\n\nprose before\n\n{BEGIN}\nold table\n{END}\n\nprose after\n"
-    out = render(text, "NEW", tmp_path / "x.md")
-    assert out == f"# Title\n\nprose before\n\n{BEGIN}\nNEW\n{END}\n\nprose after\n"
-    assert render(out, "NEW", tmp_path / "x.md") == out
-    assert set(targets(ROOT)) == {ROOT / "docs" / "models.md", ROOT / "README.md"}
-    with pytest.raises(SystemExit, match="expected one"):
-        render("no markers", "NEW", tmp_path / "x.md")
+def test_the_catalogue_fills_the_models_blocks_and_writes_the_task_page():
+    pages, blocks = catalogue_files(ROOT)
+    assert set(pages) == {ROOT / "docs" / "tasks.md"} and "## `parity`" in pages[ROOT / "docs" / "tasks.md"]
+    assert set(blocks) == {ROOT / "docs" / "models.md", ROOT / "README.md"}
+    assert blocks[ROOT / "README.md"] == {"models": readme_table()}
 
 
 def test_no_layer_module_imports_the_zoo():

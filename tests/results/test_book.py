@@ -14,6 +14,7 @@ from statetrack.experiments import spec as spec_module
 from statetrack.experiments.runner import RunOptions
 from statetrack.experiments.spec import resolve
 from statetrack.results import book
+from statetrack.schema import REASONS
 from statetrack.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,22 +24,36 @@ TINY_MODELS = ("models=[{name: deltanet, eig_range: '[-1,1]', num_heads: 1}, {na
 TINY = ["train.steps=20", TINY_MODELS, "seeds=[0,1,2]", "eval.samples=16", "eval.lengths=[40,64,128,256,1000]"]
 
 
-def test_the_committed_book_equals_its_generation_from_the_snapshots(added_model):
-    """docs/reproductions.md, docs/claims.md and the README's generated blocks are exactly what
-    `statetrack book` writes from docs/results/: regenerate them after changing a claim or a snapshot.
-    A model added to the package (`added_model`) changes none of them."""
+def test_a_model_added_to_the_package_changes_no_page_of_the_book(added_model):
+    """The book (its pages, claims.md and the README's book blocks) as `statetrack book --check` reads
+    it is its generation from the committed snapshots, with a model added to the package that no
+    snapshot has measured."""
     differ = book.write_book(ROOT / "docs", ROOT / "README.md", check=True)
-    assert differ == [], f"run `statetrack book` from the repository root: {', '.join(map(str, differ))} differ"
+    assert differ == [], f"run `statetrack docs --write` from the repository root: {', '.join(map(str, differ))} differ"
 
 
-def test_every_shipped_experiment_and_claim_is_in_the_book():
+@pytest.fixture(scope="module")
+def committed():
+    """The committed snapshots and each one scored (once for the tests that read them)."""
+    snapshots = book.read_snapshots(ROOT / "docs")
+    return snapshots, book.scored_snapshots(snapshots)
+
+
+def test_every_shipped_experiment_has_its_page_and_every_claim_its_row(committed):
     from statetrack.experiments.spec import shipped_specs
 
-    pages = book.book_pages(ROOT / "docs")
+    snapshots, scores = committed
+    pages = book.book_pages(snapshots, scores)
+    assert set(pages) == {"claims.md"} | {f"experiments/{name}.md" for name in shipped_specs()}
+    header, body, counts = book.claims_rows(snapshots, "quick", scores)
+    assert sum(counts.values()) == len(body) and {row[0] for row in body} == {
+        f"[`{n}`](experiments/{n}.md)" for n in shipped_specs()
+    }
+    # the rules are stated once, on the claims page; each experiment's page links to them
+    assert pages["claims.md"].count("## How a verdict is read") == 1
     for name in shipped_specs():
-        assert f"## `{name}`" in pages["reproductions.md"], name
-    header, body, counts = book.claims_rows(book.read_snapshots(ROOT / "docs"), "quick")
-    assert sum(counts.values()) == len(body) and {row[0] for row in body} == {f"`{n}`" for n in shipped_specs()}
+        page = pages[f"experiments/{name}.md"]
+        assert "seed rule decides" not in page and f"../claims.md#{book.RULES_ANCHOR}" in page
 
 
 def _fit_figures(snapshot: dict, entry: dict, claim: dict, length: int) -> dict:
@@ -54,7 +69,7 @@ def _fit_figures(snapshot: dict, entry: dict, claim: dict, length: int) -> dict:
             == (task, entry["model"], entry["lr"], length) and r.get("dataset_size") == entry["dataset_size"]}
 
 
-def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that_did_not_fit():
+def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that_did_not_fit(committed):
     """Every ✓ and ✗ of the book, read against the snapshots' own rows: a claim beyond the training
     lengths, on an analysis metric, on an evaluation variant other than the one the fit is read on,
     or a comparison's winner, is decided by the seeds that reached the claim's fit threshold at the
@@ -62,10 +77,10 @@ def test_no_verdict_on_extrapolation_success_or_comparison_rests_on_a_model_that
     or fails at the training lengths, or cannot learn the task at all (fit 0), is exempt."""
     from statetrack.results.claims import FAIL, PASS
 
-    snapshots = book.read_snapshots(ROOT / "docs")
+    snapshots, scores = committed
     checked = 0
-    for snapshot in snapshots.values():
-        scored = book.scored(snapshot)
+    for key, snapshot in snapshots.items():
+        scored = scores[key]
         train = scored.train_length
         for verdict in scored.verdicts:
             claim = verdict["claim"]
@@ -114,7 +129,7 @@ def tiny_reproduce(monkeypatch, tmp_path):
 
 
 def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_reproduce, tmp_path):
-    (tmp_path / "README.md").write_text("# x\n<!-- book:demo -->\nstale\n<!-- /book:demo -->\nkept\n")
+    (tmp_path / "README.md").write_text("# x\n<!-- generated:demo -->\nstale\n<!-- /generated:demo -->\nkept\n")
     assert tiny_reproduce() == 0
     snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
     assert snapshot["scale"] == "quick" and len(snapshot["plan"]) == 9 and len(snapshot["runs"]) == 9
@@ -122,14 +137,13 @@ def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_
     assert [p["runs"] for p in snapshot["parts"]] == [9] and snapshot["parts"][0]["seconds"] > 0
     machine = snapshot["parts"][0]["machine"]
     assert machine["torch"] and machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    text = (tmp_path / "book/reproductions.md").read_text()
-    demo = text.split("## `demo`")[1].split("\n## ")[0]
+    demo = (tmp_path / "book/experiments/demo.md").read_text().split("## quick scale")[1].split("\n## ")[0]
     assert "statetrack reproduce --scale quick demo" in demo and "9 of 9 runs done" in demo
     assert "seeds 0, 1, 2" in demo and "20 steps" in demo and "evaluated at 40, 64, 128, 256, 1000" in demo
-    assert " of 3 seeds" in demo and "#### Claims: did it reproduce?" in demo
+    assert " of 3 seeds" in demo and "### Claims: did it reproduce?" in demo
     readme = (tmp_path / "README.md").read_text()
-    assert "stale" not in readme and "did it reproduce?" in readme and readme.endswith("<!-- /book:demo -->\nkept\n")
-    assert "| `demo` |" in (tmp_path / "book/claims.md").read_text()
+    assert "stale" not in readme and "did it reproduce?" in readme and readme.endswith("<!-- /generated:demo -->\nkept\n")
+    assert "| [`demo`](experiments/demo.md) |" in (tmp_path / "book/claims.md").read_text()
     # resumed: nothing left to train, so no part is added and the book is unchanged
     assert tiny_reproduce() == 0
     assert [p["runs"] for p in json.loads((tmp_path / "book/results/demo.quick.json").read_text())["parts"]] == [9]
@@ -170,11 +184,11 @@ def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(
     monkeypatch.chdir(tmp_path)
     runner.run_experiment(resolve("demo", "quick", TINY, name="demo"), options=RunOptions(workers=1, progress=False))
     book.write_snapshot(Store(tmp_path / "results/statetrack.db"), "demo", "book")
-    before = book.book_pages("book")["reproductions.md"]
+    before = book.book_pages(book.read_snapshots("book"))["experiments/demo.md"]
     demo = book.spec_now("demo", "quick")
     demo["paper"]["claims"][0]["text"] = "an edited claim"
     monkeypatch.setattr(book, "spec_now", lambda name, scale=None: demo if name == "demo" else None)
-    after = book.book_pages("book")["reproductions.md"]
+    after = book.book_pages(book.read_snapshots("book"))["experiments/demo.md"]
     assert "an edited claim" in after and "an edited claim" not in before
 
 
@@ -188,7 +202,7 @@ def test_reproduce_and_book_refuse_bad_input_in_one_line(tmp_path, capsys, monke
     assert main(["book"]) == 2
     err = capsys.readouterr().err
     assert "not a statetrack snapshot" in err and err.count("\n") == 1
-    assert not (tmp_path / "docs/reproductions.md").exists()
+    assert not (tmp_path / "docs/claims.md").exists()
 
 
 def test_the_revision_is_dirty_for_changes_to_the_package_only(tmp_path):
@@ -256,21 +270,35 @@ def test_probes_render_as_one_table_and_a_bad_probe_is_named():
         paper_of({"name": "x", "paper": {"source": "s", "probes": [{"setting": "a", "figure": "b"}]}})
 
 
-def test_notes_are_short_and_every_open_quick_claim_says_why():
+def test_notes_are_short_and_every_open_quick_claim_says_why(committed):
     """Each experiment's notes are a summary of at most 150 words (the probes are a table), and
-    every claim that is ✗ or inconclusive at the quick scale starts its note with its reason."""
-    from statetrack.experiments.spec import paper_of
+    every claim that is ✗ or inconclusive at the quick scale has its one-line reason, which ends its
+    row of the claims page."""
     from statetrack.results.claims import FAIL, INCONCLUSIVE
 
-    snapshots = book.read_snapshots(ROOT / "docs")
+    snapshots, scores = committed
     for name in book.shipped_specs():
-        raw = book._paper_now(name, "quick")
-        paper = paper_of({"name": name, "paper": raw})
+        paper = book._paper(name)
         assert len(paper["notes"].split()) <= 150, f"{name}: notes of {len(paper['notes'].split())} words"
-        snapshot = snapshots.get((name, "quick"))
-        for verdict in book.scored(snapshot).verdicts if snapshot else []:
-            if verdict["verdict"] in (FAIL, INCONCLUSIVE):
-                assert verdict["claim"]["note"].startswith("Reason: "), f"{name}: {verdict['claim']['text']!r}"
+    header, body, _ = book.claims_rows(snapshots, "quick", scores)
+    verdict, reason = header.index("verdict"), header.index("reason")
+    open_rows = [row for row in body if row[verdict] in (FAIL, INCONCLUSIVE)]
+    assert open_rows and all(row[reason].startswith(REASONS) for row in open_rows), [
+        row[:2] for row in open_rows if not row[reason].startswith(REASONS)
+    ]
+    assert all(row[reason] == "-" for row in body if row not in open_rows)
+
+
+def test_a_reason_is_one_short_line_of_one_of_three_kinds():
+    from statetrack.errors import StatetrackError
+    from statetrack.experiments.spec import paper_of
+
+    claim = {"text": "t", "model": "LSTM", "at_least": 0.9}
+    good = paper_of({"name": "x", "paper": {"source": "s", "claims": [{**claim, "reason": "the budget: 1 of 3 fit"}]}})
+    assert good["claims"][0]["reason"] == "the budget: 1 of 3 fit"
+    for bad in ("the seeds were unlucky", "the budget: " + "word " * 40):
+        with pytest.raises(StatetrackError, match="reason: one line of at most 40 words"):
+            paper_of({"name": "x", "paper": {"source": "s", "claims": [{**claim, "reason": bad}]}})
 
 
 def test_the_book_says_how_many_runs_stopped_early():
@@ -282,6 +310,6 @@ def test_the_book_says_how_many_runs_stopped_early():
     other = [{"command": "statetrack run x 'seeds=[0]'"}, {"command": "statetrack run x train.early_stop_fit=0.99"}]
     assert book.stopped_line(snapshot, other).endswith("no probe turns the stop off yet.")
     full = other + [{"command": "statetrack run x train.early_stop_fit=null train.early_stop_loss=null"}]
-    assert book.stopped_line(snapshot, full).endswith("the probes above compare runs with the stop turned off.")
+    assert book.stopped_line(snapshot, full).endswith("the notes' probes compare runs with the stop turned off.")
     runs[1]["steps"] = 100
     assert "none of the 2 runs stopped" in book.stopped_line({"plan": plan, "runs": runs})

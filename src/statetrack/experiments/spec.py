@@ -620,6 +620,7 @@ def paper_of(spec: dict) -> dict | None:
                 "seeds": claim.seeds,
                 "scales": claim.scale,
                 "note": claim.note or "",
+                "reason": claim.reason or "",
                 "fit": paper.fit if claim.fit is None else claim.fit,
                 "fit_variant": paper.fit_variant,
             }

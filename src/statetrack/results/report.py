@@ -233,9 +233,11 @@ def verdict_line(verdicts: list[dict]) -> str:
     )
 
 
-def paper_tables(scored: Scored) -> list[tuple]:
+def paper_tables(scored: Scored, rules: str | None = None) -> list[tuple]:
     """The "Paper vs measured" (the paper's figure beside the measured one per task and model) and
-    "Claims" (each claim's test, what was measured, its verdict) sections as (title, note, table)."""
+    "Claims" (each claim's test, what was measured, its verdict) sections as (title, note, table).
+    The claims' note states how a verdict is read, or, given `rules` (a sentence that points to
+    where the rules are stated, as the book's pages do), says that instead."""
     paper, summary, planned, scale, verdicts = (
         scored.paper,
         scored.summary,
@@ -283,16 +285,17 @@ def paper_tables(scored: Scored) -> list[tuple]:
             header.append("paper's protocol")
             for row, v in zip(body, verdicts):
                 row.append(protocol_cell(v))
-        note = (
-            f"{verdict_line(verdicts)}. Each claim is tested seed by seed at the selected lr, "
+        stated = rules or (
+            "Each claim is tested seed by seed at the selected lr, "
             "at every planned length of its range, and its seed rule decides; "
             f"{PASS}: it holds; {FAIL}: it does not; {INCONCLUSIVE}: {FIT_GATE_TEXT}; "
             f"{NOT_MEASURED}: a run or a planned length it needs is missing (not finished, or failed); "
             f"{NOT_RUN}: it names a model, task or scale this scale of the spec does not run; "
             f"{NOT_IN_RUN}: it names a model or task that this run's overrides left out. "
-            f"Measured: {MEASURED_KEY}."
-            + (f" {QUICK_NOTE}" if scale == "quick" else "")
-            + (f" {protocol_text(paper['protocol'])}" if paper.get("protocol") else "")
+            f"Measured: {MEASURED_KEY}." + (f" {QUICK_NOTE}" if scale == "quick" else "")
+        )
+        note = f"{verdict_line(verdicts)}. {stated}" + (
+            f" {protocol_text(paper['protocol'])}" if paper.get("protocol") else ""
         )
         sections.append(("Claims: did it reproduce?", note, (header, body)))
     return sections

@@ -100,7 +100,9 @@ class ModularArithmeticBrackets(FinalAnswerTask):
     operation sits in its own brackets. The terminals are fixed by the length, E(1) = d,
     E(2) = -d, E(3) = (d), E(4) = (-d), with the digit d uniform in [0, m); for L >= 5,
     E(L) = ( E(k) o E(L-3-k) ) with k uniform in [1, L-4] and o uniform in {+, -, *} (the
-    benchmark's experiments switch multiplication on). Every sub-expression's value is reduced
+    benchmark's experiments switch multiplication on).
+
+    Every sub-expression's value is reduced
     mod m as in Python (-d gives (-d) mod m), so the answer is the written expression's value
     mod m, in [0, m). Example (m = 5): `[BOS] ( ( ( 3 - 2 ) * 2 ) - ( 2 * 3 ) ) [EOI] 1`.
     At length 40 an expression has on average 7.6 binary operators and 10.2 bracket pairs (one

@@ -1,0 +1,120 @@
+"""The generated docs: every one equals its generation from the committed data (`statetrack docs
+--check`), an edited generated block or page is found, and the docs read in a hurry: no generated
+page over 600 lines, no paragraph or bullet over 150 words."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from statetrack import docs
+from statetrack.errors import StatetrackError
+from statetrack.generated import block_texts, fill_blocks, sync
+from statetrack.results import statetable
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 600
+MAX_WORDS = 150
+
+
+@pytest.fixture(scope="module")
+def generated():
+    """Every generator's pages and blocks for the committed checkout, generated once."""
+    return docs.generated_files(ROOT)
+
+
+def test_every_generated_doc_equals_its_generation(generated):
+    pages, blocks = generated
+    wanted = dict(pages) | {path: fill_blocks(path.read_text(), named, path) for path, named in blocks.items()}
+    differ = sync(wanted, check=True) + statetable.write_page(check=True, root=ROOT)
+    assert differ == [], f"run `statetrack docs --write` from the repository root: {', '.join(map(str, differ))}"
+    # the book, the catalogues and the performance tables each have their part
+    names = {p.relative_to(ROOT).as_posix() for p in pages}
+    assert {"docs/claims.md", "docs/tasks.md", "docs/experiments/demo.md"} <= names
+    assert {p.relative_to(ROOT).as_posix(): set(b) for p, b in blocks.items()} == {
+        "README.md": {"demo", "experiments", "models"},
+        "docs/models.md": {"models"},
+        "docs/performance.md": set(docs.performance_files(ROOT)[1][ROOT / "docs" / "performance.md"]),
+    }
+
+
+def test_an_edited_generated_block_is_found_and_the_prose_around_it_kept(generated):
+    _, blocks = generated
+    checked = 0
+    for path, named in blocks.items():
+        text = path.read_text()
+        for name, body in block_texts(text).items():
+            edited = text.replace(body, body.replace("|", "| 0", 1) if "|" in body else body + "edited\n", 1)
+            assert edited != text and fill_blocks(edited, named, path) == text, f"{path}: block {name!r}"
+            checked += 1
+        prose = text.replace("\n", "\nA sentence of one's own.\n", 1)
+        assert fill_blocks(prose, named, path) == prose
+    assert checked >= 16
+
+
+def test_an_edited_page_or_a_stale_one_is_found(generated, tmp_path):
+    pages, _ = generated
+    page = ROOT / "docs" / "experiments" / "demo.md"
+    copy, stale = tmp_path / "demo.md", tmp_path / "gone.md"
+    copy.write_text(page.read_text().replace("3/3 claims ✓", "3/3 claims ✗"))
+    stale.write_text("an experiment no longer shipped\n")
+    assert sync({copy: pages[page], stale: None}, check=True) == [copy, stale]
+    assert sync({copy: pages[page], stale: None}) == [copy, stale]
+    assert copy.read_text() == pages[page] and not stale.exists()
+
+
+def test_a_block_missing_doubled_or_without_generator_is_one_line_error():
+    text = "<!-- generated:a -->\nx\n<!-- /generated:a -->\n"
+    with pytest.raises(StatetrackError, match=r"^p.md: block 'b' is missing \(expected <!-- generated:b -->"):
+        fill_blocks(text, {"a": "A", "b": "B"}, "p.md")
+    with pytest.raises(StatetrackError, match=r"block 'a' has no generator \(known: c\)"):
+        fill_blocks(text, {"c": "C"}, "p.md", strict=True)
+    with pytest.raises(StatetrackError, match="block 'a' appears 2 times"):
+        fill_blocks(text + text, {"a": "A"}, "p.md", strict=False)
+    assert fill_blocks(text, {"b": "B"}, "p.md", strict=False) == text  # a user's README: only its blocks
+    assert fill_blocks(text, {"a": "A"}, "p.md") == "<!-- generated:a -->\nA\n<!-- /generated:a -->\n"
+
+
+def test_docs_runs_in_a_checkout_only(tmp_path):
+    with pytest.raises(StatetrackError, match="is not a checkout of statetrack .*run it from the repository root"):
+        docs.write_docs(tmp_path, check=True)
+
+
+def paragraphs(text: str) -> list[str]:
+    """The paragraphs and list items of a Markdown page: code blocks, tables, headings and
+    generated-block markers left out."""
+    out, current, fenced = [], [], False
+    for line in text.splitlines() + [""]:
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fenced = not fenced
+        starts_item = re.match(r"([-*+]|\d+\.)\s", stripped)
+        ends = fenced or stripped.startswith(("```", "|", "#", "<!--")) or not stripped
+        if (ends or starts_item) and current:
+            out.append(" ".join(current))
+            current = []
+        if not ends:
+            current.append(stripped)
+    return out
+
+
+def test_no_generated_page_is_long_and_no_paragraph_is(generated):
+    pages, _ = generated
+    long_pages = [
+        f"{p.relative_to(ROOT)}: {len(t.splitlines())} lines"
+        for p, t in [*pages.items(), (ROOT / statetable.PAGE, (ROOT / statetable.PAGE).read_text())]
+        if t is not None and len(t.splitlines()) > MAX_LINES
+    ]
+    assert not long_pages
+    long_paragraphs = [
+        f"{path.relative_to(ROOT)}: {len(p.split())} words: {p[:60]}..."
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for p in paragraphs(path.read_text())
+        if len(p.split()) > MAX_WORDS
+    ]
+    assert not long_paragraphs, "\n".join(long_paragraphs)
+
+
+def test_the_paragraph_reader_tells_prose_from_tables_code_and_items():
+    text = "# T\n\none two\nthree\n\n- a b\n  c\n- d\n\n| x | y |\n\n```\ncode code\n```\n<!-- generated:a -->\n"
+    assert paragraphs(text) == ["one two three", "- a b c", "- d"]
