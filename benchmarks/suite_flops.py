@@ -10,10 +10,10 @@ For every run of every shipped experiment at `--scale` (quick by default): the F
 length, averaged: the cost the runner schedules by) and of its evaluation (one forward per test
 length, variant and sample), as torch's FLOP counter sees them (`statetrack.models.sizing.pass_flops`:
 matrix products; the recurrences' own compiled kernels are not counted, so the figure is a floor),
-each run's steps as its snapshot (docs/results/) records them (a run that stopped early did fewer;
+each run's steps as its committed snapshot (`statetrack.paths.snapshot_file`) records them (a run that stopped early did fewer;
 every step of a run the snapshot lacks). `arith min` is that total at the matmul rate measured in
 this run (a [4096, 256] x [256, 256] product, or `--rate`), spread over `--workers` cores; `wall
-min` is the snapshot's wall time (docs/results/), and `x arith` how
+min` is the snapshot's wall time, and `x arith` how
 far the experiment is from the cost of its arithmetic. The fixed-point models are counted at their
 initial weights, so at the iteration counts of an untrained model.
 """
@@ -36,6 +36,7 @@ from common import matmul_rate, report  # noqa: E402
 from statetrack.experiments.runner import training_cost  # noqa: E402
 from statetrack.experiments.spec import expand, load_spec, shipped_specs  # noqa: E402
 from statetrack.models.sizing import pass_flops  # noqa: E402
+from statetrack.paths import snapshot_file  # noqa: E402
 
 
 def run_flops(run, steps: int | None = None) -> tuple[float, float]:
@@ -51,7 +52,7 @@ def measure(args) -> tuple[list[dict], float]:
     rate = args.rate or matmul_rate(4096, 256, 256, 30)[1]
     rows = []
     for name in args.experiments or shipped_specs():
-        snapshot = ROOT / "docs" / "results" / f"{name}.{args.scale}.json"
+        snapshot = snapshot_file(name, args.scale)
         measured = json.loads(snapshot.read_text()) if snapshot.exists() else {"parts": [], "runs": []}
         trained = {r["id"]: r["steps"] for r in measured["runs"] if r.get("steps")}
         runs = expand(load_spec(name, args.scale))

@@ -126,7 +126,7 @@ def test_suite_flops_benchmark_counts_each_experiments_arithmetic():
     assert row["experiment"] == "demo" and row["runs"] == 9 and report["matmul_gflops"] == 50
     assert row["train_gflop"] > row["eval_gflop"] > 0
     assert row["arith_s"] == pytest.approx((row["train_gflop"] + row["eval_gflop"]) / 50 / 2)
-    assert row["wall_s"] > row["arith_s"]  # the snapshot's wall time, from docs/results
+    assert row["wall_s"] > row["arith_s"]  # the snapshot's wall time, from the package's snapshots
 
 
 def test_paper_hours_times_each_setting_once_and_adds_up_the_runs():

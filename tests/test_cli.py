@@ -107,18 +107,19 @@ def test_tasks_show_takes_lengths_and_prints_examples_at_each(capsys):
             assert example.endswith(f"->  {sum(map(int, bits)) % 2}")  # parity of the bits shown
 
 
-def test_experiments_one_line_each_with_planned_runs_and_last_wall_time(tmp_path, capsys):
+def test_experiments_one_line_each_with_planned_runs_and_last_wall_time(tmp_path, capsys, monkeypatch):
+    from statetrack import paths
     from statetrack.experiments.spec import expand, load_spec, shipped_specs
 
-    (tmp_path / "results").mkdir()
     snapshot = {"experiment": "demo", "scale": "quick", "parts": [{"seconds": 60.0}, {"seconds": 24.4}]}
-    (tmp_path / "results" / "demo.quick.json").write_text(json.dumps(snapshot))
-    code, out, _ = run_cli(capsys, "experiments", "--book-dir", str(tmp_path))
+    (tmp_path / "demo.quick.json").write_text(json.dumps(snapshot))
+    monkeypatch.setattr(paths, "snapshot_folder", lambda: tmp_path)  # as if the package held this one snapshot
+    code, out, _ = run_cli(capsys, "experiments")
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split() and line.split()[0] in shipped_specs()}
     assert code == 0 and set(lines) == set(shipped_specs())
     assert lines["demo"][1] == str(len(expand(load_spec("demo")))) and lines["demo"][2:6] == ["1", "min", "24", "s"]
-    assert lines["negeig-parity"][2] == "-"  # no snapshot of it in this book
-    code, out, _ = run_cli(capsys, "experiments", "--book-dir", str(tmp_path), "--json")
+    assert lines["negeig-parity"][2] == "-"  # no snapshot of it
+    code, out, _ = run_cli(capsys, "experiments", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
     assert code == 0 and rows["demo"]["wall_seconds"] == 84.4 and rows["negeig-parity"]["wall_seconds"] is None
     assert rows["demo"]["description"] == " ".join(shipped_specs()["demo"].split()) and rows["demo"]["scale"] == "quick"
@@ -132,26 +133,21 @@ def test_experiments_counts_the_runs_expand_makes_for_every_shipped_spec():
         assert planned_runs(name) == len(expand(load_spec(name))), name
 
 
-def test_experiments_read_the_checkouts_snapshots_and_show_a_dash_without_one(monkeypatch, capsys):
-    from pathlib import Path
-
+def test_experiments_read_the_packages_snapshots(capsys):
+    """The committed snapshots live in the package, so an installed package shows their wall times too."""
     from statetrack.experiments.spec import shipped_specs
-    from statetrack.results import overview
+    from statetrack.paths import snapshot_file
     from statetrack.results.book import duration
 
-    docs = overview.checkout_docs()  # the tests run from a checkout (an editable install)
-    assert docs == Path(__file__).resolve().parents[1] / "docs"
-    measured = {}  # experiment -> wall seconds of its quick snapshot, read here from the files themselves
-    for path in (docs / "results").glob("*.quick.json"):
-        measured[path.name[: -len(".quick.json")]] = sum(part["seconds"] for part in json.loads(path.read_text())["parts"])
     lines = run_cli(capsys, "experiments")[1].splitlines()
     for name in shipped_specs():
+        path = snapshot_file(name, "quick")
         line, = [line for line in lines if line.startswith(f"{name} ")]
-        assert (duration(measured[name]) in line) if name in measured else line.split()[2] == "-", line
-    monkeypatch.setattr(overview, "checkout_docs", lambda: None)  # as installed from a wheel: no docs/ folder
-    code, out, _ = run_cli(capsys, "experiments", "--json")
-    assert code == 0 and all(r["wall_seconds"] is None for r in json.loads(out))
-    assert "not run from a checkout" in run_cli(capsys, "experiments")[1]
+        if path.exists():  # read here from the file itself
+            assert duration(sum(part["seconds"] for part in json.loads(path.read_text())["parts"])) in line, line
+        else:
+            assert line.split()[2] == "-", line
+    assert "in the package" in lines[-1]
 
 
 def test_models_and_tasks_json(capsys):

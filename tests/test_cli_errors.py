@@ -73,7 +73,6 @@ BAD = [
     (["run", "demo", "--tensorboard", ""], "--tensorboard needs a value; got an empty one"),
     (["report", "demo", "--all"], "report takes an EXPERIMENT name or --all, not both"),
     (["results", "demo", "--store", "{tmp}/line\nbreak.db"], "no results store at {tmp}/line\\nbreak.db"),
-    (["book", "--book-dir", "{tmp}/nodocs"], "no snapshots under {tmp}/nodocs/results to write the book from"),
     (["run", "demo", "--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["run", "demo", "--store", "{text}"], "is not a statetrack results store"),
     (["run", "demo", "--results-dir", "{text}"], "{text}"),

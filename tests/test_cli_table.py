@@ -128,7 +128,7 @@ def test_shared_options_are_on_exactly_the_commands_that_name_them(group, flags)
         if name in takes:
             assert on == flags, name
         else:
-            # `--scale` of `experiments`, `--book-dir` of `experiments` and `--results-dir` of `analyze belief`
+            # `--scale` of `experiments` and `--results-dir` of `analyze belief`
             # are options of their own, not the group's: the group's other flags are absent
             assert on != flags, name
     assert (

@@ -92,3 +92,20 @@ def test_the_docs_index_lists_every_page_once():
     pages = {p.name for p in docs.glob("*.md")} - {"README.md"}
     folders = {f"{p.name}/" for p in docs.iterdir() if p.is_dir() and any(p.glob("*.md"))}  # the book's pages
     assert len(listed) == len(set(listed)) and set(listed) == pages | folders
+
+
+def test_the_committed_snapshots_ship_with_the_package():
+    """The book's and the state table's snapshots live in one folder of the package, which its
+    package data covers, so an installed package reads them too."""
+    import fnmatch
+
+    from statetrack.paths import SNAPSHOTS, snapshot_folder
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = data["statetrack.experiments"]
+    files = sorted(snapshot_folder().glob("*.json"))
+    assert {"demo.quick.json", "state-table.quick.json"} <= {f.name for f in files}
+    for path in files:
+        inside = path.relative_to(snapshot_folder().parent).as_posix()
+        assert any(fnmatch.fnmatch(inside, pattern) for pattern in shipped), inside
+    assert snapshot_folder() == ROOT / "src" / "statetrack" / SNAPSHOTS

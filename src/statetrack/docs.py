@@ -51,7 +51,7 @@ def generated_files(root: Path) -> Files:
     """Every generator's pages and blocks under the checkout `root`, the blocks of a page merged."""
     pages: dict[Path, str | None] = {}
     blocks: dict[Path, dict[str, str]] = {}
-    book = book_files(root / "docs", root / "README.md", read_snapshots(root / "docs"))
+    book = book_files(root / "docs", root / "README.md", read_snapshots())
     for generated_pages, generated_blocks in (book, catalogue_files(root), performance_files(root)):
         pages |= generated_pages
         for path, named in generated_blocks.items():

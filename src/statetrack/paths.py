@@ -15,6 +15,7 @@ import os
 import re
 import stat
 from contextlib import contextmanager, suppress
+from importlib import resources
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
@@ -167,3 +168,18 @@ def write_text(path: str | Path, text: str) -> Path:
 def store_file(results_dir: str | Path) -> Path:
     """The results store of a results folder: RESULTS_DIR/statetrack.db."""
     return Path(results_dir) / "statetrack.db"
+
+
+SNAPSHOTS = "experiments/snapshots"  # the committed snapshots' one home, relative to the package
+
+
+def snapshot_folder() -> Path:
+    """Where the committed snapshots of measured experiments live, inside the package so that an
+    installed package reads them too: every shipped experiment's (the book's) and the state
+    table's, read by the book, the table and the runner's revision check alike."""
+    return Path(str(resources.files("statetrack"))) / SNAPSHOTS
+
+
+def snapshot_file(experiment: str, scale: str = "quick") -> Path:
+    """The committed snapshot of `experiment` at `scale`: SNAPSHOTS/<experiment>.<scale>.json."""
+    return snapshot_folder() / f"{experiment}.{scale}.json"

@@ -5,7 +5,6 @@ equal the snapshot's. Another CPU or another set of vector kernels moves the las
 (docs/scaling.md, Repeatability), so on such a host the test is skipped and says why."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,10 +12,11 @@ import torch
 from statetrack.experiments.runner import run_experiment
 from statetrack.experiments.spec import resolve
 from statetrack.options import RunOptions
+from statetrack.paths import snapshot_file
 from statetrack.results.book import machine
 from statetrack.store import Store
 
-SNAPSHOT = Path(__file__).parents[2] / "docs" / "results" / "demo.quick.json"
+SNAPSHOT = snapshot_file("demo", "quick")
 MODEL = "DeltaNet [-1,1]"
 SEEDS = [0, 2]
 FIGURES = ("accuracy", "scaled_accuracy", "sequence_accuracy", "samples")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from statetrack import paths
 from statetrack.cli import main
 from statetrack.experiments import runner
 from statetrack.experiments import spec as spec_module
@@ -35,7 +36,7 @@ def test_a_model_added_to_the_package_changes_no_page_of_the_book(added_model):
 @pytest.fixture(scope="module")
 def committed():
     """The committed snapshots and each one scored (once for the tests that read them)."""
-    snapshots = book.read_snapshots(ROOT / "docs")
+    snapshots = book.read_snapshots()
     return snapshots, book.scored_snapshots(snapshots)
 
 
@@ -124,6 +125,7 @@ def tiny_reproduce(monkeypatch, tmp_path):
     real = spec_module.resolve
     monkeypatch.setattr(spec_module, "resolve", lambda spec, scale, overrides, *a, **k: real(spec, scale, TINY, *a, **k))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(paths, "snapshot_folder", lambda: tmp_path / "snapshots")  # not the package's
     return lambda *extra: main(["reproduce", "demo", "--workers", "1", "--no-progress", "--book-dir", "book",
                                 "--readme", "README.md", *extra])
 
@@ -131,7 +133,7 @@ def tiny_reproduce(monkeypatch, tmp_path):
 def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_reproduce, tmp_path):
     (tmp_path / "README.md").write_text("# x\n<!-- generated:demo -->\nstale\n<!-- /generated:demo -->\nkept\n")
     assert tiny_reproduce() == 0
-    snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
+    snapshot = json.loads((tmp_path / "snapshots/demo.quick.json").read_text())
     assert snapshot["scale"] == "quick" and len(snapshot["plan"]) == 9 and len(snapshot["runs"]) == 9
     assert {r["length"] for r in snapshot["results"]} == {40, 64, 128, 256, 1000}
     assert [p["runs"] for p in snapshot["parts"]] == [9] and snapshot["parts"][0]["seconds"] > 0
@@ -146,49 +148,52 @@ def test_reproduce_runs_into_one_store_and_writes_snapshot_book_and_readme(tiny_
     assert "| [`demo`](experiments/demo.md) |" in (tmp_path / "book/claims.md").read_text()
     # resumed: nothing left to train, so no part is added and the book is unchanged
     assert tiny_reproduce() == 0
-    assert [p["runs"] for p in json.loads((tmp_path / "book/results/demo.quick.json").read_text())["parts"]] == [9]
+    assert [p["runs"] for p in json.loads((tmp_path / "snapshots/demo.quick.json").read_text())["parts"]] == [9]
     assert book.write_book(tmp_path / "book", tmp_path / "README.md", check=True) == []
+
+
+SNAPSHOT = Path("snapshots/demo.quick.json")  # under the test's folder, not the package's
 
 
 def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     runner.run_experiment(resolve("demo", "quick", TINY[:2] + ["seeds=[0]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
     store = Store(tmp_path / "results/statetrack.db")
-    book.write_snapshot(store, "demo", "book", {"seconds": 5.0, "runs": 2, "workers": 1})
-    book.write_snapshot(store, "demo", "book", {"seconds": 3.0, "runs": 1, "workers": 1})
-    book.write_snapshot(store, "demo", "book", {"seconds": 1.0, "runs": 0, "workers": 1})  # trained nothing: no part
-    snapshot = json.loads((tmp_path / "book/results/demo.quick.json").read_text())
+    book.write_snapshot(store, "demo", {"seconds": 5.0, "runs": 2, "workers": 1}, path=SNAPSHOT)
+    book.write_snapshot(store, "demo", {"seconds": 3.0, "runs": 1, "workers": 1}, path=SNAPSHOT)
+    book.write_snapshot(store, "demo", {"seconds": 1.0, "runs": 0, "workers": 1}, path=SNAPSHOT)  # trained nothing: no part
+    snapshot = json.loads((tmp_path / SNAPSHOT).read_text())
     assert book.wall_seconds(snapshot) == 8.0 and book.duration(8.0) == "8 s" and book.duration(3725) == "1 h 2 min"
     # the snapshot names the revisions its runs were trained at, the most runs' first
     trained_at = {r["git_rev"] for r in snapshot["runs"]}
     assert len(trained_at) == 1 and snapshot["git_rev"] == trained_at.pop()
     with sqlite3.connect(tmp_path / "results/statetrack.db") as db:
         db.execute("UPDATE runs SET git_rev = 'abc1234' WHERE id = (SELECT min(id) FROM runs)")
-    book.write_snapshot(store, "demo", "book")
-    assert json.loads((tmp_path / "book/results/demo.quick.json").read_text())["git_rev"] == f"{snapshot['git_rev']} and abc1234"
+    book.write_snapshot(store, "demo", path=SNAPSHOT)
+    assert json.loads((tmp_path / SNAPSHOT).read_text())["git_rev"] == f"{snapshot['git_rev']} and abc1234"
     assert book.runs_revision([]) == "" and book.runs_revision([{"git_rev": "a"}, {"git_rev": "b"}, {"git_rev": "b"}]) == "b and a"
     # another plan (other seeds): the parts start afresh
     runner.run_experiment(resolve("demo", "quick", TINY[:2] + ["seeds=[1]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
-    book.write_snapshot(store, "demo", "book", {"seconds": 2.0, "runs": 3, "workers": 1})
-    assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 2.0
+    book.write_snapshot(store, "demo", {"seconds": 2.0, "runs": 3, "workers": 1}, path=SNAPSHOT)
+    assert book.wall_seconds(json.loads((tmp_path / SNAPSHOT).read_text())) == 2.0
     # a plan that adds runs to it (another seed beside): the parts add up
     runner.run_experiment(resolve("demo", "quick", TINY[:2] + ["seeds=[1, 2]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
-    book.write_snapshot(store, "demo", "book", {"seconds": 4.0, "runs": 3, "workers": 1})
-    assert book.wall_seconds(json.loads((tmp_path / "book/results/demo.quick.json").read_text())) == 6.0
+    book.write_snapshot(store, "demo", {"seconds": 4.0, "runs": 3, "workers": 1}, path=SNAPSHOT)
+    assert book.wall_seconds(json.loads((tmp_path / SNAPSHOT).read_text())) == 6.0
     # the same plan measured again from the start (a fresh store): its time replaces the earlier parts'
-    book.write_snapshot(store, "demo", "book", {"seconds": 7.0, "runs": 6, "workers": 1})
-    assert [p["seconds"] for p in json.loads((tmp_path / "book/results/demo.quick.json").read_text())["parts"]] == [7.0]
+    book.write_snapshot(store, "demo", {"seconds": 7.0, "runs": 6, "workers": 1}, path=SNAPSHOT)
+    assert [p["seconds"] for p in json.loads((tmp_path / SNAPSHOT).read_text())["parts"]] == [7.0]
 
 
 def test_a_claim_edited_in_the_spec_is_rescored_from_the_snapshot_without_a_run(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     runner.run_experiment(resolve("demo", "quick", TINY, name="demo"), options=RunOptions(workers=1, progress=False))
-    book.write_snapshot(Store(tmp_path / "results/statetrack.db"), "demo", "book")
-    before = book.book_pages(book.read_snapshots("book"))["experiments/demo.md"]
+    book.write_snapshot(Store(tmp_path / "results/statetrack.db"), "demo", path=SNAPSHOT)
+    before = book.book_pages(book.read_snapshots(SNAPSHOT.parent))["experiments/demo.md"]
     demo = book.spec_now("demo", "quick")
     demo["paper"]["claims"][0]["text"] = "an edited claim"
     monkeypatch.setattr(book, "spec_now", lambda name, scale=None: demo if name == "demo" else None)
-    after = book.book_pages(book.read_snapshots("book"))["experiments/demo.md"]
+    after = book.book_pages(book.read_snapshots(SNAPSHOT.parent))["experiments/demo.md"]
     assert "an edited claim" in after and "an edited claim" not in before
 
 
@@ -197,8 +202,8 @@ def test_reproduce_and_book_refuse_bad_input_in_one_line(tmp_path, capsys, monke
     assert main(["reproduce", "no-such-experiment"]) == 2
     err = capsys.readouterr().err
     assert "unknown experiment 'no-such-experiment'; expected shipped experiments: " in err and err.count("\n") == 1
-    (tmp_path / "docs/results").mkdir(parents=True)
-    (tmp_path / "docs/results/x.quick.json").write_text("{not json")
+    (tmp_path / "demo.quick.json").write_text("{not json")
+    monkeypatch.setattr(paths, "snapshot_folder", lambda: tmp_path)
     assert main(["book"]) == 2
     err = capsys.readouterr().err
     assert "not a statetrack snapshot" in err and err.count("\n") == 1
@@ -206,9 +211,9 @@ def test_reproduce_and_book_refuse_bad_input_in_one_line(tmp_path, capsys, monke
 
 
 def test_the_revision_is_dirty_for_changes_to_the_package_only(tmp_path):
-    """A snapshot names the revision of the package's source: what reproduce writes beside it (a
-    snapshot, the book) leaves it clean, so the second experiment of one reproduce is not "+dirty";
-    an uncommitted change to the package is."""
+    """A snapshot names the revision of the package's source: what reproduce writes (a snapshot, in
+    the package's snapshot folder; the book, beside it) leaves it clean, so the second experiment of
+    one reproduce is not "+dirty"; an uncommitted change to the package's code or specs is."""
     import subprocess
 
     from statetrack.experiments.runner import git_revision
@@ -229,17 +234,19 @@ def test_the_revision_is_dirty_for_changes_to_the_package_only(tmp_path):
     assert clean != "unknown" and not clean.endswith("+dirty")
     (docs / "snapshot.json").write_text('{"measured": true}\n')
     assert git_revision(package) == clean
-    # the state table's snapshots live in the package; writing one leaves it clean, its spec does not
-    tables = package / "experiments" / "tables"
-    tables.mkdir(parents=True)
-    (tables / "state-table.quick.json").write_text("{}\n")
-    (tables / "state-table.yaml").write_text("steps: 1\n")
+    # the committed snapshots live in the package; writing one leaves it clean, a spec does not
+    snapshots, specs = package / "experiments" / "snapshots", package / "experiments" / "specs"
+    snapshots.mkdir(parents=True)
+    specs.mkdir(parents=True)
+    (snapshots / "state-table.quick.json").write_text("{}\n")
+    (specs / "demo.yaml").write_text("steps: 1\n")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
     clean = git_revision(package)
-    (tables / "state-table.quick.json").write_text('{"measured": true}\n')
+    (snapshots / "state-table.quick.json").write_text('{"measured": true}\n')
+    (snapshots / "demo.quick.json").write_text("{}\n")  # a new one, untracked
     assert git_revision(package) == clean
-    (tables / "state-table.yaml").write_text("steps: 2\n")
+    (specs / "demo.yaml").write_text("steps: 2\n")
     assert git_revision(package) == clean + "+dirty"
     git("checkout", "--", ".")
     (package / "code.py").write_text("x = 2\n")

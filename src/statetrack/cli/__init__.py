@@ -1,4 +1,4 @@
-"""Command-line interface: `statetrack run | reproduce | book | table | tasks | models | experiments |
+"""Command-line interface: `statetrack run | reproduce | book | table | docs | tasks | models | experiments |
 schema | completion | report | results | export | analyze | construct`.
 
 One module per command, its handler (`cmd_*`) beside its declaration (a `Command` of the table in

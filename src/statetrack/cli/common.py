@@ -108,8 +108,8 @@ BOOK = Group(
             "--book-dir",
             default="docs",
             metavar="DIR",
-            help="where the book is (DIR/reproductions.md, DIR/claims.md) and its snapshots (DIR/results/) "
-            "(default: docs)",
+            help="where the book's pages are written (DIR/experiments/, DIR/claims.md; the snapshots they are "
+            "generated from live in the package) (default: docs)",
         ),
         Arg(
             "--readme",

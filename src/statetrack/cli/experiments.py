@@ -3,10 +3,7 @@ and description."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from statetrack.cli.common import Arg, Command, print_json
-from statetrack.errors import StatetrackError
 from statetrack.schema import SCALES
 
 
@@ -14,17 +11,10 @@ def cmd_experiments(args) -> int:
     import shutil
 
     from statetrack.results.book import duration
-    from statetrack.results.overview import checkout_docs, experiments_overview
+    from statetrack.results.overview import experiments_overview
     from statetrack.results.tables import text_table
 
-    if args.book_dir is not None and not Path(args.book_dir).is_dir():
-        what = "is not a folder" if Path(args.book_dir).exists() else "does not exist"
-        raise StatetrackError(
-            f"experiments: --book-dir {args.book_dir} {what}; expected the folder of the book, whose results/ "
-            "holds the snapshots (e.g. docs)"
-        )
-    book_dir = args.book_dir if args.book_dir is not None else checkout_docs()
-    rows = experiments_overview(book_dir, args.scale)
+    rows = experiments_overview(args.scale)
     if args.json:
         return print_json(rows)
     body = [
@@ -39,15 +29,10 @@ def cmd_experiments(args) -> int:
     width = shutil.get_terminal_size().columns
     for line in text_table(["experiment", "runs", "last wall time", "description"], body).splitlines():
         print(line if len(line) <= width else line[: width - 1] + "…")
-    where = (
-        f"snapshots in {Path(book_dir) / 'results'}"
-        if book_dir is not None
-        else "none here: statetrack is not run from a checkout"
-    )
     print(
         f"\nruns: planned at the {args.scale} scale. "
-        f"last wall time: the committed measurement at that scale ({where}); "
-        f"- where there is none. Full descriptions: --json"
+        "last wall time: the committed measurement at that scale (its snapshot, in the package); "
+        "- where there is none. Full descriptions: --json"
     )
     return 0
 
@@ -58,13 +43,6 @@ EXPERIMENTS = Command(
     cmd_experiments,
     (
         Arg("--scale", default="quick", choices=SCALES, help="the scale of the runs and wall times (default: quick)"),
-        Arg(
-            "--book-dir",
-            default=None,
-            metavar="DIR",
-            help="where the snapshots of measured experiments are (DIR/results/; default: the docs folder of the "
-            "checkout statetrack runs from, if it runs from one)",
-        ),
         Arg(
             "--json",
             action="store_true",

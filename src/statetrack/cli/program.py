@@ -13,6 +13,7 @@ from statetrack.cli.book import BOOK_COMMAND
 from statetrack.cli.common import IMPORT, IMPORT_HELP, Arg, Command, Group, OneOf, Parser, UsageError, command_imports
 from statetrack.cli.completion import COMPLETION
 from statetrack.cli.construct import CONSTRUCT
+from statetrack.cli.docs import DOCS
 from statetrack.cli.experiments import EXPERIMENTS
 from statetrack.cli.export import EXPORT
 from statetrack.cli.models import MODELS
@@ -41,6 +42,7 @@ STATETRACK = Command(
         REPRODUCE,
         BOOK_COMMAND,
         TABLE_COMMAND,
+        DOCS,
         TASKS,
         MODELS,
         EXPERIMENTS,

@@ -48,14 +48,14 @@ def cmd_reproduce(args) -> int:
 
         def record(name=name, start=start):  # an interrupted part's time counts too: its finished runs are stored
             if store_path(args).exists():
-                record_part(open_store(args), name, args.book_dir, start, workers)
+                record_part(open_store(args), name, start, workers)
 
         scored, _ = run_and_report(args, experiment, options, after=record)
         failed += sum(1 for r in scored.missing if r["status"] == "failed")
     changed = write_book(args.book_dir, args.readme)
     for path in changed:
         print(f"wrote {path}")
-    print(f"book: {Path(args.book_dir) / 'reproductions.md'} (every claim: {Path(args.book_dir) / 'claims.md'})")
+    print(f"book: {Path(args.book_dir) / 'experiments'} (every claim: {Path(args.book_dir) / 'claims.md'})")
     if failed:
         print(
             f"{failed} runs failed with an error (in the store and the reports); re-run the same command to retry them"

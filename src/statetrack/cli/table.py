@@ -16,6 +16,7 @@ from statetrack.cli.common import (
     run_options,
     store_path,
 )
+from statetrack.cli.docs import report_written
 from statetrack.cli.run import dry_run
 from statetrack.errors import StatetrackError
 
@@ -45,13 +46,7 @@ def _write_page(args) -> int:
     """`table --write` / `--check`: docs/state-table.md and its picture from the committed snapshots."""
     from statetrack.results import statetable as st
 
-    differ = st.write_page(check=args.check)
-    for path in differ:
-        print(f"{'differs' if args.check else 'wrote'}: {path}")
-    if args.check and differ:
-        print("regenerate with `statetrack table --write` from the repository root")
-        return 1
-    return 0
+    return report_written(st.write_page(check=args.check), args.check)
 
 
 def _full_budget(args) -> int:
@@ -67,9 +62,7 @@ def _full_budget(args) -> int:
     try:
         scored, _ = run_and_report(args, experiment, run_options(args))
     finally:
-        record_part(
-            open_store(args), experiment.name, None, started, args.workers, path=st.snapshot_file(st.FULL_BUDGET)
-        )
+        record_part(open_store(args), experiment.name, started, args.workers, path=st.snapshot_file(st.FULL_BUDGET))
     committed = st.cells(st.scored_snapshot(st.load_snapshot(st.snapshot_file())))
     titles = st.titles_of(scored)
     again = st.cells(scored)
@@ -111,7 +104,7 @@ def _measure(args) -> int:
 
     def record(experiment, path, started):
         if args.zoo and store_path(args).exists():
-            record_part(open_store(args), experiment, None, started, args.workers, path=path)
+            record_part(open_store(args), experiment, started, args.workers, path=path)
 
     try:
         run_and_report(args, pilot, options)

@@ -37,22 +37,21 @@ from statetrack.experiments.spec import Experiment, RunSpec
 from statetrack.experiments.worker import checkpoint_path
 from statetrack.models.sizing import pass_flops
 from statetrack.options import RunOptions
-from statetrack.paths import check_output, check_outputs, check_writable, report_outputs, store_file
+from statetrack.paths import SNAPSHOTS, check_output, check_outputs, check_writable, report_outputs, store_file
 from statetrack.store import Outcome, Plan, RunClaim, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
 from statetrack.training.train import now
 
-SNAPSHOTS_IN_PACKAGE = ":(exclude)experiments/tables/*.json"  # a git pathspec, relative to the package
+SNAPSHOTS_IN_PACKAGE = f":(exclude){SNAPSHOTS}/*.json"  # a git pathspec, relative to the package
 
 
 def git_revision(here: Path | None = None) -> str:
     """The git revision of the package's source (with '+dirty' for uncommitted changes to the
     package, shipped specs included, under `here`: the statetrack folder), or 'unknown'. Only the
-    package counts: what `reproduce` writes beside it (the snapshots, the book, the README's blocks)
-    changes no result, so an experiment measured after another one's snapshot was written still
-    names a clean revision. The state table's snapshots, which live in the package
-    (experiments/tables/*.json), do not count either: `table --zoo` writes its pilot's before it
-    trains the table."""
+    code and the specs count: what `reproduce` and `table --zoo` write (the committed snapshots, in
+    the package's SNAPSHOTS folder, the book, the README's blocks) changes no result, so an
+    experiment measured after another one's snapshot was written (or the state table after its
+    pilot's) still names a clean revision."""
     here = here or Path(__file__).resolve().parents[1]
     try:
         rev = subprocess.run(

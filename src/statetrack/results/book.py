@@ -2,9 +2,10 @@
 committed snapshots of measured results, so that the book can never drift from the figures.
 
 `statetrack reproduce` runs experiments into one store (`run_experiment`, resumable), then
-`write_snapshot` exports each experiment's planned rows to `<book dir>/results/<experiment>.<scale>.json`
-(the resolved spec and plan, every run's status, the exported result rows, the git revision, the
-machine, the torch version and the wall time of every part of the work), and the book is
+`write_snapshot` exports each experiment's planned rows (the resolved spec and plan, every run's
+status, the exported result rows, the git revision, the machine, the torch version and the wall
+time of every part of the work) to its snapshot, `<experiment>.<scale>.json` in the package's
+snapshot folder (`paths.snapshot_folder`, beside the state table's), and the book is
 generated from the snapshots (`book_files`; `statetrack docs --write` writes it with every other
 generated doc):
 - `<book dir>/experiments/<experiment>.md`, a page per experiment: what the paper claims (the
@@ -32,7 +33,7 @@ from pathlib import Path
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of, shipped_specs, spec_now, spec_tasks, train_config, train_lengths_text
 from statetrack.generated import fill_blocks, sync
-from statetrack.paths import write_text
+from statetrack.paths import SNAPSHOTS, snapshot_file, write_text
 from statetrack.results.claims import FAIL, INCONCLUSIVE, KIND_TEXT, NOT_MEASURED, VERDICTS, check_verdict
 from statetrack.results.report import (
     MEASURED_KEY,
@@ -53,10 +54,6 @@ SNAPSHOT_VERSION = 1
 
 
 # ---- snapshots -----------------------------------------------------------------------------------
-def snapshot_path(book_dir: str | Path, experiment: str, scale: str) -> Path:
-    return Path(book_dir) / "results" / f"{experiment}.{scale}.json"
-
-
 def cpu_name() -> str | None:
     """The CPU's model name (/proc/cpuinfo), else what `platform.processor()` gives; None if neither says."""
     try:
@@ -108,25 +105,21 @@ def runs_revision(runs: list[dict]) -> str:
     return " and ".join(rev for rev, _ in counts.most_common())
 
 
-def write_snapshot(
-    store, experiment: str, book_dir: str | Path | None, part: dict | None = None, path: Path | None = None
-) -> Path:
+def write_snapshot(store, experiment: str, part: dict | None = None, path: Path | None = None) -> Path:
     """Export the experiment's latest plan and its finished rows to its snapshot file; `part`
     ({seconds, runs, workers}: the wall time of one `reproduce` of it that trained `runs` runs) is
     added to the parts of the snapshot it replaces when every run of that one's plan is in this plan
     (a resumed suite adds up its parts, and so does a plan that adds runs to it), and starts the
     list afresh otherwise (the earlier time went partly into runs this plan no longer has) or when
     the parts would add up to more runs than the plan holds (the runs were measured again). `path`:
-    the snapshot's file, where it is not `book_dir`'s (the state table's, beside its spec)."""
+    the snapshot's file (default: the experiment's in the package's snapshot folder)."""
     from statetrack.experiments.runner import git_revision
 
     plan = store.plan(experiment)
     if plan is None:
         raise StatetrackError(f"experiment {experiment!r} has no plan in the store: run it first")
     scale = plan.scale or "quick"
-    if path is None:
-        assert book_dir is not None
-        path = snapshot_path(book_dir, experiment, scale)
+    path = snapshot_file(experiment, scale) if path is None else path
     ids = plan.ids
     parts = []
     if path.exists():
@@ -188,12 +181,7 @@ def write_snapshot(
 
 
 def record_part(
-    store,
-    experiment: str,
-    book_dir: str | Path | None,
-    started_at: float,
-    workers: int | None,
-    path: Path | None = None,
+    store, experiment: str, started_at: float, workers: int | None, path: Path | None = None
 ) -> Path | None:
     """Write the experiment's snapshot with one more part: the wall time since `started_at` (one
     `statetrack reproduce` of it, finished or interrupted) and the runs of its plan that finished
@@ -204,18 +192,23 @@ def record_part(
     ids = plan.ids
     trained = sum(1 for r in store.runs(experiment) if r["id"] in ids and (r["finished_at"] or 0) >= started_at)
     part = {"seconds": round(time.time() - started_at, 1), "runs": trained, "workers": workers}
-    return write_snapshot(store, experiment, book_dir, part, path=path)
+    return write_snapshot(store, experiment, part, path=path)
 
 
-def read_snapshots(book_dir: str | Path) -> dict:
-    """{(experiment, scale): snapshot} of every snapshot file under `book_dir`/results."""
+def read_snapshots(folder: str | Path | None = None) -> dict:
+    """{(experiment, scale): snapshot} of every shipped experiment's snapshot in `folder` (default:
+    the package's snapshot folder, `paths.snapshot_folder`)."""
     out = {}
-    for path in sorted((Path(book_dir) / "results").glob("*.json")):
-        try:
-            snapshot = json.loads(path.read_text())
-            out[(snapshot["experiment"], snapshot["scale"])] = snapshot
-        except (ValueError, KeyError, TypeError) as error:
-            raise StatetrackError(f"{path}: not a statetrack snapshot ({error})") from None
+    for name in shipped_specs():
+        for scale in SCALES:
+            path = snapshot_file(name, scale) if folder is None else Path(folder) / snapshot_file(name, scale).name
+            if not path.exists():
+                continue
+            try:
+                snapshot = json.loads(path.read_text())
+                out[(snapshot["experiment"], snapshot["scale"])] = snapshot
+            except (ValueError, KeyError, TypeError) as error:
+                raise StatetrackError(f"{path}: not a statetrack snapshot ({error})") from None
     return out
 
 
@@ -567,9 +560,9 @@ def claims_page(snapshots: dict, scores: dict) -> str:
         "# Claims",
         "",
         "Every claim of every shipped experiment and its verdict, generated by `statetrack docs --write` from "
-        "the committed snapshots (one per experiment and scale); a test checks that this page equals its "
-        "generation. Each experiment's page, linked from its name, has its settings, figures, notes and probes; "
-        "`statetrack reproduce --scale quick [EXPERIMENT ...]` measures them again.",
+        f"the committed snapshots (one per experiment and scale, in the package's `{SNAPSHOTS}/`); a test checks "
+        "that this page equals its generation. Each experiment's page, linked from its name, has its settings, "
+        "figures, notes and probes; `statetrack reproduce --scale quick [EXPERIMENT ...]` measures them again.",
         "",
         RULES,
         "",
@@ -661,11 +654,15 @@ def book_files(book_dir: str | Path, readme: str | Path | None, snapshots: dict)
 
 
 def write_book(
-    book_dir: str | Path = BOOK_DIR, readme: str | Path | None = "README.md", check: bool = False
+    book_dir: str | Path = BOOK_DIR,
+    readme: str | Path | None = "README.md",
+    check: bool = False,
+    snapshots: str | Path | None = None,
 ) -> list[Path]:
-    """Write the generated pages (and the README's blocks, where `readme` exists); with `check`,
-    write nothing and return the files whose text differs from their generation."""
-    pages, blocks = book_files(book_dir, readme, read_snapshots(book_dir))
+    """Write the generated pages (and the README's blocks, where `readme` exists) from the snapshots
+    in the folder `snapshots` (default: the package's); with `check`, write nothing and return the
+    files whose text differs from their generation."""
+    pages, blocks = book_files(book_dir, readme, read_snapshots(snapshots))
     wanted = dict(pages)
     for path, named in blocks.items():
         wanted[path] = fill_blocks(path.read_text(), named, path, strict=False)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from statetrack import theory, yamlio
 from statetrack.errors import StatetrackError
+from statetrack.paths import snapshot_file as committed_snapshot
 from statetrack.paths import write_text
 from statetrack.results.claims import fit_figure
 from statetrack.results.scoring import Scored, collapsed_seeds, score
@@ -71,7 +72,7 @@ def spec_file() -> Path:
 
 
 def snapshot_file(name: str = TABLE) -> Path:
-    return Path(str(table_folder() / f"{name}.quick.json"))
+    return committed_snapshot(name, "quick")
 
 
 def notes_file() -> Path:
