@@ -64,6 +64,7 @@ def test_the_table_declares_every_command_and_action():
         "reproduce",
         "book",
         "table",
+        "docs",
         "tasks",
         "models",
         "experiments",

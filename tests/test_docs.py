@@ -118,3 +118,35 @@ def test_no_generated_page_is_long_and_no_paragraph_is(generated):
 def test_the_paragraph_reader_tells_prose_from_tables_code_and_items():
     text = "# T\n\none two\nthree\n\n- a b\n  c\n- d\n\n| x | y |\n\n```\ncode code\n```\n<!-- generated:a -->\n"
     assert paragraphs(text) == ["one two three", "- a b c", "- d"]
+
+
+def test_the_docs_command_checks_then_writes_every_generated_file(tmp_path, monkeypatch, capsys):
+    """`statetrack docs --check` exits 1 naming each file that differs (a generated block edited by
+    hand, a page gone), `--write` writes them, and the check then passes; the state table's page is
+    its own generator's part."""
+    from statetrack.cli import main
+
+    for name in ("README.md", "benchmarks/tables.py", "docs/x.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- generated:demo -->\nedited by hand\n<!-- /generated:demo -->\n")
+    page = tmp_path / "docs" / "claims.md"
+    monkeypatch.setattr(
+        docs,
+        "generated_files",
+        lambda root: ({root / "docs/claims.md": "every claim\n"}, {root / "README.md": {"demo": "the demo's table"}}),
+    )
+    table = []
+    monkeypatch.setattr(statetable, "write_page", lambda check, root: table.append((check, root)) or [])
+    monkeypatch.chdir(tmp_path)
+    assert main(["docs", "--check"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"differs from its generation: {p}" for p in (Path("docs/claims.md"), Path("README.md"))]
+    assert "statetrack docs --write" in err and readme.read_text().count("edited by hand") == 1
+    assert main(["docs", "--write"]) == 0 and main(["docs", "--check"]) == 0
+    assert page.read_text() == "every claim\n" and "the demo's table" in readme.read_text()
+    assert [check for check, _ in table] == [True, False, True]
+    assert main(["docs"]) == 2 and "give --write" in capsys.readouterr().err
+    monkeypatch.chdir(tmp_path / "docs")
+    assert main(["docs", "--check"]) == 2 and "is not a checkout of statetrack" in capsys.readouterr().err

@@ -526,8 +526,7 @@ def claims_rows(snapshots: dict, scale: str, scores: dict | None = None) -> tupl
                 for c in (paper or {}).get("claims", [])
             ]
         else:
-            verdicts = (scores or {}).get((name, scale)) or scored(snapshot)
-            verdicts = verdicts.verdicts
+            verdicts = ((scores or {}).get((name, scale)) or scored(snapshot)).verdicts
         for v in verdicts:
             counts[v["verdict"]] += 1
             open_ = v["verdict"] in (FAIL, INCONCLUSIVE)
