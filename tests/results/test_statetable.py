@@ -253,6 +253,22 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
     assert int(counts[2][0]) == 2 * 3  # two tasks, three seeds
 
 
+def test_a_step_cut_short_by_its_deadline_holds_the_next_step_back(tmp_path, capsys):
+    """The table reads the pilot's rates and the larger budget reads the table's cells: a step that
+    stopped at --stop-after plans nothing after it, so that the same command resumes it first."""
+    from statetrack.store import Store
+
+    plugin = tmp_path / "zeros.py"
+    plugin.write_text(ZEROS)
+    results = tmp_path / "results"
+    argv = ["--import", str(plugin), "table", "--models", "zeros", "--results-dir", str(results), "--workers", "1",
+            "--no-progress", "--stop-after", "0.001", *FAST]
+    assert main(argv) == 0
+    assert "the pilot (step 1 of 3) stopped with 6 runs to train" in capsys.readouterr().out
+    store = Store(results / "statetrack.db", read_only=True)
+    assert len(store.experiments()) == 1  # the pilot's plan alone: no table planned from a part of it
+
+
 def test_bad_table_requests_fail_naming_what_is_valid(capsys):
     assert main(["table", "--models", "no_such_model"]) == 2
     assert "no_such_model" in capsys.readouterr().err

@@ -111,6 +111,8 @@ def _measure(args) -> int:
     finally:
         record(pilot.name, st.snapshot_file(st.PILOT_NAME), started)
     pilot_scored = score_store(open_store(args), pilot.name)
+    if _stopped(pilot_scored, "the pilot (step 1 of 3)"):
+        return 0
     name = st.TABLE if args.zoo else st.user_table_name(models or [], args.overrides)
     table = st.table_experiment(pilot_scored, pilot, name, imports, args.overrides)
     started = time.time()
@@ -118,14 +120,28 @@ def _measure(args) -> int:
         scored, _ = run_and_report(args, table, options)
     finally:
         record(table.name, st.snapshot_file(), started)
+    if _stopped(scored, "the table's seeds (step 2 of 3)"):
+        return 0
     mine, failed = _larger_budget(args, scored, table, options, record)
+    if failed is None:
+        return 0
     return _show_measured(args, scored, mine, failed)
 
 
-def _larger_budget(args, scored, table, options, record) -> tuple[list, list]:
+def _stopped(scored, step: str) -> bool:
+    """Whether a step left runs untrained (a --stop-after deadline, an interrupt): the next step
+    reads this one's results, so it waits for them; the same command resumes. A failed run is final
+    and does not hold the next step back."""
+    left = [r for r in scored.missing if r["status"] != "failed"]
+    if left:
+        print(f"\n{step} stopped with {len(left)} runs to train: the same command resumes it, then goes on")
+    return bool(left)
+
+
+def _larger_budget(args, scored, table, options, record) -> tuple[list, list | None]:
     """Step 3: every cell of the measured table that is undecided trained again with GROWTH times
     the steps, whatever theory predicts; returns (the cells, each trained again read at the larger
-    budget, the failed runs of both steps)."""
+    budget, the failed runs of both steps; None where the step stopped before its end)."""
     from statetrack.results import statetable as st
 
     mine = st.cells(scored)
@@ -138,6 +154,8 @@ def _larger_budget(args, scored, table, options, record) -> tuple[list, list]:
         grown, _ = run_and_report(args, larger, options)
     finally:
         record(larger.name, st.snapshot_file(st.LARGER_BUDGET), started)
+    if _stopped(grown, "the larger budget (step 3 of 3)"):
+        return mine, None
     failed += [r for r in grown.missing if r["status"] == "failed"]
     return st.read_larger_budget(mine, st.cells(grown)), failed
 
