@@ -258,11 +258,11 @@ def test_a_step_cut_short_by_its_deadline_holds_the_next_step_back(tmp_path, cap
     stopped at --stop-after plans nothing after it, so that the same command resumes it first."""
     from statetrack.store import Store
 
-    plugin = tmp_path / "zeros.py"
-    plugin.write_text(ZEROS)
+    plugin = tmp_path / "zeros_late.py"  # its own name: a process registers a name once
+    plugin.write_text(ZEROS.replace('"zeros", display="Zeros"', '"zeros_late", display="Zeros late"'))
     results = tmp_path / "results"
-    argv = ["--import", str(plugin), "table", "--models", "zeros", "--results-dir", str(results), "--workers", "1",
-            "--no-progress", "--stop-after", "0.001", *FAST]
+    argv = ["--import", str(plugin), "table", "--models", "zeros_late", "--results-dir", str(results), "--workers",
+            "1", "--no-progress", "--stop-after", "0.001", *FAST]
     assert main(argv) == 0
     assert "the pilot (step 1 of 3) stopped with 6 runs to train" in capsys.readouterr().out
     store = Store(results / "statetrack.db", read_only=True)
