@@ -12,7 +12,7 @@ import pytest
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import RunSpec, load_spec, overrides_name, shipped_specs
 from statetrack.experiments.worker import checkpoint_path
-from statetrack.paths import NAME_MAX, check_name, under, write_text
+from statetrack.paths import NAME_MAX, check_name, replace_atomically, under, write_text, write_text_atomically
 from statetrack.results.report import write_report
 from statetrack.results.scoring import score_store
 from statetrack.store import Plan, RunClaim, Store
@@ -147,8 +147,8 @@ def test_every_writer_refuses_a_link_planted_at_its_file(tiny_spec, tmp_path, ca
     # the checkpoint's temporary file
     trainer = Trainer.__new__(Trainer)  # save() fails at the open, before it reads any state
     checkpoint = results / "tiny" / "checkpoints" / "x.pt"
-    _plant(checkpoint.with_suffix(".tmp"), outside)
-    with pytest.raises(StatetrackError, match="x.tmp is a symbolic link"):
+    _plant(checkpoint.with_name(f".x.pt.{os.getpid()}.partial"), outside)
+    with pytest.raises(StatetrackError, match="x.pt.[0-9]+.partial is a symbolic link"):
         Trainer.save(trainer, checkpoint)
     assert outside.read_text() == "keep"
 
@@ -216,3 +216,23 @@ def test_a_write_that_fails_midway_is_one_line_and_leaves_no_partial_file(tiny_s
     assert "Traceback" not in done.stdout + done.stderr
     code, out, _ = run_cli(capsys, "results", "tiny", "--results-dir", str(results))
     assert code == 0 and "LSTM" in out  # what was stored before is intact
+
+
+def test_an_atomic_write_leaves_the_old_file_whole_when_it_stops(tmp_path):
+    """An interrupted write (Ctrl-C, an error) leaves the file as it was and no partial file beside
+    it; a finished one replaces it in one step; a link at the name is replaced, not written through."""
+    path = tmp_path / "snapshot.json"
+    path.write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with replace_atomically(path) as f:
+            f.write("half of the new")
+            raise KeyboardInterrupt
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["snapshot.json"]
+    write_text_atomically(path, "new")
+    assert path.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["snapshot.json"]
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
+    path.unlink()
+    path.symlink_to(outside)
+    write_text_atomically(path, "new")
+    assert outside.read_text() == "keep" and not path.is_symlink() and path.read_text() == "new"

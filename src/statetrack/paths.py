@@ -165,6 +165,31 @@ def write_text(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
+@contextmanager
+def replace_atomically(path: str | Path, binary: bool = False):
+    """A file opened for writing (`open_for_write`) beside `path`, as a context manager, renamed onto
+    `path` in one step when the block ends without an error: a reader sees the old file or the whole
+    new one, never a part, whatever stops the writer (Ctrl-C, a kill, a full disk). An error removes
+    the partial file and leaves `path` as it was. A link at `path` is replaced, not written through."""
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with open_for_write(partial, binary=binary) as f:
+            yield f
+        os.replace(partial, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(partial)
+        raise
+
+
+def write_text_atomically(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8) to `path` through `replace_atomically`."""
+    with replace_atomically(path) as f:
+        f.write(text)
+    return Path(path)
+
+
 def store_file(results_dir: str | Path) -> Path:
     """The results store of a results folder: RESULTS_DIR/statetrack.db."""
     return Path(results_dir) / "statetrack.db"

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from statetrack import diagnostics, limits
 from statetrack.errors import StatetrackError
-from statetrack.paths import open_for_write
+from statetrack.paths import replace_atomically
 from statetrack.schema import TrainConfig, lr_factor, parse_device  # the training settings: a section of the spec
 from statetrack.tasks import Batch, Task
 from statetrack.training.evaluate import count_right, scaled_accuracy
@@ -298,8 +298,7 @@ class Trainer:
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with open_for_write(tmp, binary=True) as f:
+        with replace_atomically(path, binary=True) as f:  # a kill never leaves half a checkpoint
             torch.save(
                 {
                     "model": self.model.state_dict(),
@@ -314,7 +313,6 @@ class Trainer:
                 },
                 f,
             )
-        os.replace(tmp, path)  # atomic: a kill never leaves half a checkpoint
 
     def load(self, path: Path) -> None:
         """Continue from the checkpoint at `path`; UnreadableCheckpoint when it cannot be read or does
