@@ -131,7 +131,7 @@ def measure(args) -> tuple[list[dict], dict]:
             lstm = ms.get(("lstm", False))
             for name in names:
                 spec = {"name": name, "d_model": args.width, "num_layers": layers}
-                flops = pass_flops(spec, TASK, length) * args.batch
+                flops = pass_flops(spec, TASK, length, device="cpu") * args.batch  # what the CPU step runs
                 arith = flops / (rate * 1e9) * 1e3
                 eager = ms[name, False]
                 rows.append({"model": name, "T": length, "layers": layers, "batch": args.batch, "d_model": args.width,

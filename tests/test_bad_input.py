@@ -306,3 +306,115 @@ def test_a_spec_file_the_user_cannot_read_is_one_line(spec, argv):
         assert sorted(p.name for p in folder.iterdir()) == ["exp.yaml", "home"]  # no results folder
     finally:
         shutil.rmtree(folder)
+
+
+# ---- a user's mixer, checked before any store or run exists ---------------------------------------------
+MIXER = '''
+import torch
+from torch import nn
+import statetrack
+
+
+@statetrack.register_model("{name}", display={display})
+class Mixer(nn.Module):
+    def __init__(self, d_model: int{params}):
+        super().__init__()
+        self.w = nn.Linear(d_model, d_model)
+
+    def forward(self, x, state=None):
+        {body}
+'''
+GOOD = "return torch.tanh(self.w(x)), state"
+USER_MIXERS = {
+    "raises": ({"body": "raise ValueError('my bug')"}, "raised ValueError: my bug; expected forward(x [B, T, d_model], state"),
+    "wrong shape": ({"body": "return self.w(x)[..., :3], state"}, "returned y of shape [2, 3, 3]; expected [2, 3, "),
+    "three outputs": ({"body": "return self.w(x), state, 1"}, "returned a tuple of 3; expected forward(x [B, T, d_model]"),
+    "no state": ({"body": "return self.w(x)"}, "returned Tensor; expected forward(x [B, T, d_model], state=None)"),
+    "non-finite": ({"body": "return self.w(x) / 0.0, state"}, "returned non-finite values (inf or nan) at its initial weights"),
+    "state refused": ({"body": "assert state is None, 'no state'\n        return self.w(x), x[:, -1]"},
+                      "forward on the third token with the state of the first 2 raised AssertionError: no state"),
+    "required parameter": ({"params": ", width"}, "parameter 'width' has no default; expected a default (a number"),
+    "keyword arguments": ({"params": ", **options"}, "its constructor takes **options; expected every setting as a named"),
+    "a function default": ({"params": ", act=torch.tanh"}, "parameter 'act' defaults to <built-in method tanh"),
+    "display raises": ({"display": "lambda spec: 1 / 0"}, "its display raised ZeroDivisionError: division by zero"),
+    "display not text": ({"display": "lambda spec: 42"}, "its display gave 42; expected a non-empty string"),
+    "a preset's name": ({"name": "deltanet-neg"}, "'deltanet-neg' is a preset of statetrack (deltanet with eig_range [-1,1]); "
+                                                  "expected a name of its own"),
+}
+
+
+def _user_mixer(tmp_path, name="mine", display="'Mine'", params="", body=GOOD) -> Path:
+    path = tmp_path / "my_mixer.py"
+    path.write_text(MIXER.format(name=name, display=display, params=params, body=body))
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(USER_MIXERS))
+@pytest.mark.parametrize("command", ["run --dry-run", "table --dry-run", "run"])
+def test_a_misbehaving_user_mixer_is_one_line_before_any_store(tmp_path, tiny_spec, capsys, monkeypatch, registry,
+                                                              case, command):
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    settings, message = USER_MIXERS[case]
+    plugin = _user_mixer(tmp_path, **settings)
+    name = settings.get("name", "mine")
+    results = tmp_path / "results"
+    if command.startswith("table"):
+        argv = ["table", "--dry-run", "--results-dir", str(results), "--models", name]
+    else:
+        argv = ["run", str(tiny_spec()), f"models=[{name}]", "--results-dir", str(results), *command.split()[1:]]
+    code, out, err = run_cli(capsys, "--import", str(plugin), *argv)
+    _no_traceback(code, err)
+    assert err.count("\n") == 1 and f"plugin {plugin}: model '{name}'" in err and message in err, err
+    assert not results.exists()
+
+
+def test_a_users_transition_class_is_checked_at_the_setting_used(tmp_path, tiny_spec, capsys, registry):
+    plugin = tmp_path / "classes.py"
+    plugin.write_text(MIXER.format(name="mine", display="'Mine'", params=", scale: float = 1.0", body=GOOD)
+                      + "\n    @staticmethod\n    def transition_class(spec):\n        return {1.0: 'nonlinear'}[spec['scale']]\n")
+    spec = str(tiny_spec())
+    assert run_cli(capsys, "--import", str(plugin), "run", spec, "--dry-run", "models=[mine]")[0] == 0
+    code, _, err = run_cli(capsys, "--import", str(plugin), "run", spec, "--dry-run", "models=[{name: mine, scale: 2.0}]")
+    _no_traceback(code, err)
+    assert f"plugin {plugin}: model 'mine' (scale=2.0): its transition_class fails: KeyError: 2.0" in err
+
+
+def test_a_user_mixer_that_learns_nothing_is_no_error(tmp_path, tiny_spec, capsys, registry):
+    """An output that no gradient reaches (a null mixer, an ablation) trains: the residual carries the input."""
+    plugin = _user_mixer(tmp_path, body="return torch.zeros_like(x), state")
+    code, out, err = run_cli(capsys, "--import", str(plugin), "run", str(tiny_spec()), "--dry-run", "models=[mine]")
+    assert code == 0 and "dry run: nothing trained" in out, err
+
+
+@pytest.mark.parametrize("entry", ["{name: [a]}", "{name: 3}", "{name: null}"])
+def test_a_model_name_that_is_not_text_is_one_line(capsys, entry):
+    code, _, err = run_cli(capsys, "table", "--dry-run", "--models", entry)
+    _no_traceback(code, err)
+    assert "unknown model" in err and "expected one of: bedouin, bilinear" in err
+
+
+# ---- sizes: every model's widest projection, before anything is allocated ----------------------------------
+@pytest.mark.parametrize("model, setting", [
+    ("{name: pdssm, state_size: 2048}", "state_size 2048"),
+    ("{name: mamba3, expand: 4096}", "expand 4096"),
+    ("{name: rwkv7, num_heads: 200000, head_dim: 1}", "num_heads 200000, head_dim 1"),
+])
+@pytest.mark.parametrize("command", ["table", "run"])
+def test_a_wide_layer_is_refused_by_its_memory_before_anything_is_allocated(tmp_path, tiny_spec, capsys, monkeypatch,
+                                                                            model, setting, command):
+    from statetrack import limits
+
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**28)  # 256 MiB
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    results = tmp_path / "results"
+    if command == "table":
+        argv = ["table", "--dry-run", "--results-dir", str(results), "--models", model]
+    else:
+        argv = ["run", str(tiny_spec()), f"models=[{model}]", "--results-dir", str(results)]
+    code, _, err = run_cli(capsys, *argv)
+    _no_traceback(code, err)
+    name = model.split(",")[0].removeprefix("{name: ")
+    assert f"with model '{name}' at d_model " in err and setting in err, err  # the model and its setting named
+    assert "of memory, more than the 0.25 GiB available" in err, err
+    assert not results.exists()

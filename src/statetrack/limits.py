@@ -10,9 +10,12 @@ and evaluation, an exact construction's tables, a parameter budget) is turned in
 the memory it needs and checked by `check_memory` against what this process may still allocate
 (`available_memory`: the machine's available memory, `ulimit -v` and a container's cgroup limit),
 before anything is allocated, and refused in one line naming the value, the memory it needs and
-the memory there is. A run whose estimated arithmetic would take a day or more, and a task export
-larger than 10 GiB or the free disk space, are refused too. The estimates are rough and leave out
-attention's quadratic terms and torch's own overheads, so they err low; `STATETRACK_NO_SIZE_LIMIT=1`
+the memory there is. A run's activations count d_model per token and its layers' widest projection
+per token, measured on the meta device (`statetrack.models.sizing.token_bytes`: PD-SSM's N x N
+transitions, Mamba-3's expanded width, RWKV-7's heads). A run whose estimated arithmetic would take
+a day or more, and a task export larger than 10 GiB or the free disk space, are refused too. The
+estimates are rough and leave out attention's quadratic terms, a scan's inner tensors and torch's
+own overheads, so they err low; `STATETRACK_NO_SIZE_LIMIT=1`
 in the environment lifts every bound."""
 
 import argparse
@@ -157,29 +160,53 @@ def _cgroup_room() -> int:
         return 2**62
 
 
+def _size(size: float) -> str:
+    """Bytes in the unit that reads best: 512 B, 16 KiB, 16 MiB, 2 GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size:.0f} B"
+
+
 def _gib(size: float) -> str:
     if size >= 10**6 * 2**30:
         return f"{size / 2**30:.3g} GiB"
     return f"{size / 2**30:,.0f} GiB" if size >= 1000 * 2**30 else f"{size / 2**30:.3g} GiB"
 
 
-def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int) -> dict:
+def activation_bytes(model: dict, token_bytes: int, training: bool) -> int:
+    """Bytes per token that one layer of `model` holds: its activations at the width d_model (every
+    one kept for the backward pass when `training`) and, on top, its widest projection per token
+    (`token_bytes`: PD-SSM's N x N transitions, an expanded inner width; `statetrack.models.sizing.token_bytes`),
+    with its gradient when `training`."""
+    per_float = TRAIN_ACTIVATIONS if training else EVAL_ACTIVATIONS
+    return model["d_model"] * 4 * per_float + token_bytes * (2 if training else 1)
+
+
+def pass_bytes(params: int, model: dict, batch: int, length: int, token_bytes: int, training: bool) -> int:
+    """Estimated bytes of one pass of `batch` sequences of `length` tokens through `model` (`params`
+    parameters): weights, gradients and Adam's two moments when `training` (every layer's
+    activations kept), else the weights and one layer's activations at a time."""
+    if training:
+        return 16 * params + batch * length * model["num_layers"] * activation_bytes(model, token_bytes, True)
+    return 4 * params + batch * length * activation_bytes(model, token_bytes, False)
+
+
+def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int, token_bytes: int = 0) -> dict:
     """Estimated bytes of training, of validation and of evaluation (in batches of eval.batch_size)
     and floating-point operations of one run.
-    `train` is its TrainConfig, `params` the model's parameter count."""
-    width = model["d_model"] * 4  # float32 bytes per token and layer
-    layers = model["num_layers"]
-    train_bytes = (
-        16 * params + train.batch_size * train.max_length * width * layers * TRAIN_ACTIVATIONS
-    )  # weights, grads, Adam
+    `train` is its TrainConfig, `params` the model's parameter count, `token_bytes` its layer's widest
+    projection per token (`activation_bytes`)."""
+    train_bytes = pass_bytes(params, model, train.batch_size, train.max_length, token_bytes, training=True)
     longest = max(eval_spec["lengths"])
     batch = min(eval_spec["batch_size"], eval_spec["samples"])
     chunk = min(longest, eval_spec["chunk_size"] or longest)
-    eval_bytes = (
-        4 * params + batch * longest * 3 * 8 + batch * chunk * width * EVAL_ACTIVATIONS
-    )  # inputs, targets, predictions
+    # inputs, targets and predictions of the whole length; the model's activations one chunk at a time
+    eval_bytes = batch * longest * 3 * 8 + pass_bytes(params, model, batch, chunk, token_bytes, training=False)
     # validation: one forward pass of train.val_samples examples at the longest training length
-    val_bytes = 4 * params + train.val_samples * train.max_length * (32 + width * EVAL_ACTIVATIONS)
+    val_bytes = train.val_samples * train.max_length * 32 + pass_bytes(
+        params, model, train.val_samples, train.max_length, token_bytes, training=False
+    )
     train_tokens = train.steps * train.batch_size * (train.min_length + train.max_length) / 2
     eval_tokens = eval_spec["samples"] * sum(eval_spec["lengths"]) * (1 + variants)
     return {
@@ -191,13 +218,22 @@ def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int) -
 
 
 def check_run_sizes(
-    experiment: str, params: int, model: dict, train, eval_spec: dict, variants: int = 0, memory: int | None = None
+    experiment: str,
+    params: int,
+    model: dict,
+    train,
+    eval_spec: dict,
+    variants: int = 0,
+    memory: int | None = None,
+    token_bytes: int = 0,
+    settings: str = "",
 ) -> None:
     """A one-line error naming the settings when one run's estimated memory exceeds `memory` (default:
-    what this machine has available) or its arithmetic exceeds MAX_OPERATIONS."""
+    what this machine has available) or its arithmetic exceeds MAX_OPERATIONS (`token_bytes`: see
+    `activation_bytes`; `settings`: the model's own, named in the error, e.g. "state_size 2048")."""
     if lifted():
         return
-    sizes = run_sizes(params, model, train, eval_spec, variants)
+    sizes = run_sizes(params, model, train, eval_spec, variants, token_bytes)
     memory = available_memory() if memory is None else memory
     dataset = getattr(train, "dataset_size", None)
     if dataset:  # one fixed training set, held whole: inputs, targets and mask of every example
@@ -206,7 +242,10 @@ def check_run_sizes(
             f"experiment {experiment!r}: train.dataset_size {dataset} at train.max_length {train.max_length}",
             memory,
         )
-    shape = f"d_model {model['d_model']}, num_layers {model['num_layers']}"
+    shape = f"model {model['name']!r} at d_model {model['d_model']}, num_layers {model['num_layers']}"
+    shape += f", {settings}" if settings else ""
+    if 2 * token_bytes > activation_bytes(model, 0, True):  # a layer's own width dominates: say how wide
+        shape += f" ({_size(token_bytes)} a token in one layer's widest projection)"
     check_memory(
         sizes["train_bytes"],
         f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} "

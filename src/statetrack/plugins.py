@@ -9,6 +9,9 @@ Workers are separate processes (spawned pool workers, Ray workers) that never se
 made in the driver, so the runner hands them the same list to import before they build anything.
 Importing runs the module's code with the user's permissions: a spec is code, to be run only from
 someone trusted. A module that raises or exits (sys.exit) while imported is a one-line error.
+
+`imported_by` names the import a module came from, so that an error about a mixer it registered names
+the plugin (`statetrack.models.zoo` checks a user's mixer before anything is written or trained).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from statetrack.errors import StatetrackError
 
 _loaded_files: dict[str, object] = {}  # resolved path -> module: a file is executed once per process
+_origins: dict[str, str] = {}  # module name -> the import (a .py file, a module name) that loaded it
 
 
 def is_file_import(item: str) -> bool:
@@ -63,8 +67,19 @@ def _where(error: BaseException, path: str | None) -> str:
     return f" (line {frames[-1].lineno})" if frames and path else ""
 
 
+def imported_by(module: str) -> str:
+    """The import (a .py file path or a module name) that loaded `module`; `module` itself where none did."""
+    return _origins.get(module, module)
+
+
 def import_one(item: str, origin: str = "imports"):
     """Import a module name or a .py file (absolute path); any failure is a one-line StatetrackError."""
+    module = _import(item, origin)
+    _origins.setdefault(module.__name__, item)
+    return module
+
+
+def _import(item: str, origin: str):
     if is_file_import(item):
         if item in _loaded_files:
             return _loaded_files[item]

@@ -263,3 +263,40 @@ def test_pass_flops_counts_the_arithmetic_per_sequence():
     torch.manual_seed(5)
     sizing.pass_flops({"name": "gru", "d_model": 8}, task, 4)  # builds a model, draws a batch
     assert torch.equal(torch.rand(3), expected)  # without touching the caller's random stream
+
+
+# ---- memory: a layer's widest projection per token ------------------------------------------------------
+@pytest.mark.parametrize("spec, floats", [
+    ({"name": "pdssm", "d_model": 16, "state_size": 64}, 64 * 64),  # the N x N dictionary mixed per token
+    ({"name": "mamba3", "d_model": 16, "expand": 64}, 2 * 64 * 16),  # at least x and z at the expanded width
+    ({"name": "rwkv7", "d_model": 16, "num_heads": 500, "head_dim": 1}, 500),  # r, k, v at num_heads x head_dim
+])
+def test_token_bytes_covers_a_layers_own_width(spec, floats):
+    assert sizing.token_bytes(spec) >= 4 * floats
+
+
+def test_token_bytes_grows_with_the_setting_and_not_with_d_model_alone():
+    small, large = (sizing.token_bytes({"name": "pdssm", "state_size": n}) for n in (16, 128))
+    assert large == 64 * small  # N^2
+    assert sizing.token_bytes({"name": "lstm", "d_model": 16}) <= 4 * 4 * 16  # a plain layer: its gates at most
+
+
+def test_pass_flops_allocates_no_model_where_the_meta_device_counts(monkeypatch):
+    def no_cpu_pass(*args):
+        raise AssertionError("a model was built on the CPU to count its arithmetic")
+
+    monkeypatch.setattr(sizing, "_check_pass_memory", no_cpu_pass)
+    task = {"name": "word_problem", "group": "S3"}
+    for name in ("lstm", "pdssm", "mamba3", "rwkv7", "transformer"):
+        assert sizing.pass_flops({"name": name, "d_model": 8}, task, 5) > 0
+
+
+def test_a_mixer_that_reads_its_values_is_counted_on_the_cpu_once_its_memory_is_checked(monkeypatch):
+    from statetrack import limits
+
+    task = {"name": "word_problem", "group": "S3"}
+    assert sizing.pass_flops({"name": "fixedpoint", "d_model": 8}, task, 5) > 0  # its iterations read values
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 2**10)
+    with pytest.raises(StatetrackError, match="model 'fixedpoint': counting its arithmetic at length 6 would take"):
+        sizing.pass_flops({"name": "fixedpoint", "d_model": 8}, task, 6)

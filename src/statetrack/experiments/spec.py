@@ -521,12 +521,19 @@ def model_labels(models: list[dict]) -> list[str]:
     return labels
 
 
+def _own_settings(model: dict) -> str:
+    """The mixer settings of a resolved model that differ from its defaults, for an error: "state_size 2048"."""
+    defaults = zoo.mixer_parameters(model["name"])
+    return ", ".join(f"{k} {v}" for k, v in model.items() if k in defaults and v != defaults[k])
+
+
 def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: list[list[list[dict]]]) -> None:
     """Build each task and check its lengths, curriculum and evaluation variants; build each distinct
     model for each task; bound each run's memory and arithmetic under its model's train settings
     (`per_model[model][task]`, see `model_trains`). A bad setting is one line here, before anything
     trains or is written."""
     params = {}  # parameter count by (model, task's vocabulary and classes)
+    tried: set[str] = set()  # the models run on a tiny batch (`check_user_mixer`)
     for t, (entry, trains, eval_spec) in enumerate(tasks):
         try:
             task = make_task(**entry)
@@ -550,6 +557,7 @@ def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: l
             key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
             if key not in params:
                 params[key] = check_buildable(model, task)
+            widest, settings = sizing.token_bytes(model) or 0, _own_settings(model)
             for train in per_model[m][t]:
                 if train.get("curriculum") != trains[0].get("curriculum"):  # the model's own stages
                     try:
@@ -563,7 +571,12 @@ def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: l
                     train_config(train),
                     eval_spec,
                     len(eval_spec.get("variants") or {}),
+                    token_bytes=widest,
+                    settings=settings,
                 )
+            if key[0] not in tried:  # a user's mixer on a tiny batch, once its size is known to fit
+                tried.add(key[0])
+                zoo.check_user_mixer(model)
 
 
 def expand(spec: dict, check: bool = True) -> list[RunSpec]:

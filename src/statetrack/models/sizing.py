@@ -18,6 +18,10 @@ import json
 import math
 from dataclasses import dataclass
 
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
 from statetrack.errors import StatetrackError
 from statetrack.models import zoo
 
@@ -47,8 +51,6 @@ def _build(spec: dict):
     """The SequenceModel of a resolved spec for a 1-token, 1-class task: on the meta device (no memory,
     no arithmetic), or on the CPU when the mixer's construction needs real numbers. A StatetrackError
     (a bad setting, e.g. a width not divisible by the heads) is raised as it is, without a CPU retry."""
-    import torch
-
     try:
         with torch.device("meta"):
             return zoo.build_model(spec, 1, 1)
@@ -102,40 +104,162 @@ def stack_parameters(spec: dict | str) -> int:
     return sum(_trainable(block) for block in model.blocks)
 
 
+# ---- passes on the meta device ------------------------------------------------------------------
+TRACE_BATCH, TRACE_LENGTH = 5, 7  # a batch and a length no width shares, so a per-token tensor is told apart
+MAX_READS = 10_000  # values a traced pass may read before it is given up (a loop that never ends on zeros)
+
+
+class ReadsValues(Exception):
+    """A pass on the meta device needed a tensor's value (`.item()`, a loop's stopping test)."""
+
+
+_PRODUCTS = tuple(
+    getattr(torch.ops.aten, name).default for name in ("mm", "addmm", "bmm", "baddbmm")
+)  # matrix products (what torch.matmul, einsum and nn.Linear come down to)
+
+
+class _Shapes(TorchDispatchMode):
+    """Runs a layer's pass on the meta device and keeps its widest projection: the most bytes per
+    token of a tensor in the layout [B, T, ...] that a matrix product with one of the layer's weights
+    (or a view of one) makes, or a view of such a product: the widths its settings ask for (a
+    dictionary of N x N matrices mixed per token, an expanded inner width, many heads). What other
+    operations make from them (a scan's [B, T, d, N] inside, which the compiled kernels never form)
+    is left out, so the estimate errs low. With `answer_reads`, a value the pass reads is zero
+    (false) and a copy to the CPU is zeros of its shape, so that a data-dependent loop (a fixed-point
+    iteration, Sinkhorn) ends at once and a range check passes; without it, a read raises `ReadsValues`."""
+
+    def __init__(self, answer_reads: bool, weights=()):
+        super().__init__()
+        self.answer_reads, self.reads, self.widest = answer_reads, 0, 0
+        self.weights = {id(w): w for w in weights}  # the layer's weights and their views (kept: ids stay unique)
+        self.projections: dict[int, torch.Tensor] = {}  # what ops on them make, and views of that
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            if not self.answer_reads:
+                raise ReadsValues(func)
+            self.reads += 1
+            if self.reads > MAX_READS:
+                raise ReadsValues(f"more than {MAX_READS} reads")
+            dtype = args[0].dtype
+            return False if dtype == torch.bool else 0.0 if dtype.is_floating_point or dtype.is_complex else 0
+        if func is torch.ops.aten._to_copy.default and str(kwargs.get("device", "meta")) != "meta":
+            if not self.answer_reads or args[0].numel() > 2**20:
+                raise ReadsValues(func)
+            return torch.zeros(args[0].shape, dtype=kwargs.get("dtype") or args[0].dtype, device=kwargs["device"])
+        out = func(*args, **kwargs)
+        inputs = [id(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        view = func.is_view or func is torch.ops.aten._unsafe_view.default
+        on_weights = any(i in self.weights for i in inputs)
+        product = func in _PRODUCTS and on_weights
+        of_projection = view and any(i in self.projections for i in inputs)
+        for tensor in tree_flatten(out)[0]:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if view and on_weights:
+                self.weights[id(tensor)] = tensor
+            elif product or of_projection:
+                self.projections[id(tensor)] = tensor
+                if tuple(tensor.shape[:2]) == (TRACE_BATCH, TRACE_LENGTH):
+                    per_token = tensor.numel() * tensor.element_size() // (TRACE_BATCH * TRACE_LENGTH)
+                    self.widest = max(self.widest, per_token)
+        return out
+
+
+def token_bytes(spec: dict | str) -> int | None:
+    """Bytes per token of the widest projection one layer of the model `spec` makes in its forward
+    pass (`_Shapes`: PD-SSM's N x N transitions, Mamba-3's expanded width, RWKV-7's heads): what its
+    memory grows by with each token beyond the width d_model. Measured once per setting on the meta
+    device (shapes only: no memory, no arithmetic); None where the layer cannot be traced there (the
+    estimate then rests on d_model alone)."""
+    spec = zoo.resolve(spec)
+    rest = {k: v for k, v in spec.items() if k != "num_layers"}
+    return _token_bytes(zoo.get_entry(spec["name"]).mixer, json.dumps(rest, sort_keys=True, default=repr))
+
+
+@functools.lru_cache(maxsize=4096)
+def _token_bytes(mixer: type, key: str) -> int | None:
+    spec = json.loads(key)
+    settings = {k: v for k, v in spec.items() if k != "name" and k not in zoo.MODEL_DEFAULTS}
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            layer = mixer(spec["d_model"], **settings)
+            x = torch.zeros(TRACE_BATCH, TRACE_LENGTH, spec["d_model"])
+            with _Shapes(True, [*layer.parameters(), *layer.buffers()]) as shapes:
+                layer(x)
+    except Exception:  # noqa: BLE001 - no trace: a user's mixer that fails is named by its own check
+        return None
+    return shapes.widest
+
+
 # ---- arithmetic ----------------------------------------------------------------------------------
 FLOP_BATCH = 4  # sequences per counted pass; FLOPs are linear in the batch
 
 
-def pass_flops(model: dict, task: dict, length: int, backward: bool = True) -> float:
+def pass_flops(model: dict, task: dict, length: int, backward: bool = True, device: str = "meta") -> float:
     """FLOPs per sequence of one pass of the model `model` on the task `task` at `length`: forward,
-    and backward through the task's loss when `backward`, as torch's FLOP counter sees them (matrix
-    products; the recurrences' compiled kernels are not counted). The model has its initial weights,
-    so a fixed-point model iterates as an untrained one. Cached per (model, task, length, backward)."""
+    and backward when `backward`, as torch's FLOP counter sees them (matrix products). On the meta
+    device by default: shapes only, no memory, every recurrence in its PyTorch form; a mixer whose pass
+    reads its values (a fixed-point iteration, a stopping test) is counted on the CPU instead, once
+    its memory is checked (`limits.check_memory`), with its initial weights, so a fixed-point model
+    iterates as an untrained one. `device="cpu"`: the pass the CPU runs (its compiled kernels and
+    fused attention not counted). Cached per (model, task, length, backward, device)."""
     return _pass_flops(
         json.dumps(zoo.resolve(model), sort_keys=True, default=repr),
         json.dumps(task, sort_keys=True),
         int(length),
         bool(backward),
+        device,
     )
 
 
 @functools.lru_cache(maxsize=4096)
-def _pass_flops(model: str, task: str, length: int, backward: bool) -> float:
-    import torch
+def _pass_flops(model: str, task: str, length: int, backward: bool, device: str) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     from statetrack.tasks import make_task
 
+    spec = json.loads(model)
     task_object = make_task(**json.loads(task))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        net = zoo.build_model(json.loads(model), task_object.vocab_size, task_object.num_classes).train(backward)
-        sample = task_object.sample(FLOP_BATCH, length, torch.Generator().manual_seed(0))
-        with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
-            out = net(sample.inputs)[0]
-            if backward:
-                task_object.loss(out, sample)[0].backward()
+    sample = task_object.sample(FLOP_BATCH, length, torch.Generator().manual_seed(0))
+    if device == "meta":
+        try:
+            with torch.device("meta"):
+                net = zoo.build_model(spec, task_object.vocab_size, task_object.num_classes).train(backward)
+            with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward), _Shapes(False):
+                out = net(sample.inputs.to("meta"))[0]
+                if backward:
+                    out.sum().backward()  # the loss's own arithmetic is no matrix product
+            return counter.get_total_flops() / FLOP_BATCH
+        except (ReadsValues, NotImplementedError, RuntimeError):  # values read: counted where there are values
+            pass
+    _check_pass_memory(spec, length, backward)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            net = zoo.build_model(spec, task_object.vocab_size, task_object.num_classes).train(backward)
+            with FlopCounterMode(display=False) as counter, torch.set_grad_enabled(backward):
+                out = net(sample.inputs)[0]
+                if backward:
+                    task_object.loss(out, sample)[0].backward()
+    except StatetrackError:
+        raise
+    except Exception as error:  # a user's mixer that fails only here: one line, not the driver's traceback
+        raise StatetrackError(
+            f"model {spec['name']!r}: a pass at length {length} failed while counting its arithmetic: "
+            f"{type(error).__name__}: {error}"
+        ) from None
     return counter.get_total_flops() / FLOP_BATCH
+
+
+def _check_pass_memory(spec: dict, length: int, backward: bool) -> None:
+    """Refuse, in one line, a counting pass on the CPU that would not fit in memory."""
+    from statetrack import limits
+
+    params = stack_parameters(spec)
+    need = limits.pass_bytes(params, spec, FLOP_BATCH, length, token_bytes(spec) or 0, training=backward)
+    limits.check_memory(need, f"model {spec['name']!r}: counting its arithmetic at length {length}")
 
 
 # ---- fitting -------------------------------------------------------------------------------------

@@ -11,11 +11,13 @@ MODEL_DEFAULTS, e.g. no MLP for bilinear), so a resolved spec names the model fu
 from __future__ import annotations
 
 import inspect
+import math
 
 from statetrack import limits
 from statetrack.errors import StatetrackError, unknown
 from statetrack.layers import MODELS, ModelEntry, register_model
 from statetrack.models.model import STACKS, SequenceModel
+from statetrack.plugins import imported_by
 
 __all__ = [
     "MODELS",
@@ -43,10 +45,58 @@ PRESETS: dict[str, dict] = {
 }
 
 
+RECORDABLE = "a number, a string, true/false, null, or a list or mapping of these"
+
+
 def mixer_parameters(name: str) -> dict:
-    """Mixer parameters of model `name` (all but d_model) with their defaults."""
+    """Mixer parameters of model `name` (all but d_model) with their defaults; a parameter without
+    one, `*args`/`**kwargs`, or a default a spec cannot record (a function, a class) is a one-line
+    error naming the plugin (a user's mixer: every setting is part of a run's id and its record)."""
     sig = inspect.signature(get_entry(name).mixer.__init__)
-    return {p.name: p.default for p in sig.parameters.values() if p.name not in ("self", "d_model")}
+    parameters = [p for p in sig.parameters.values() if p.name not in ("self", "d_model")]
+    for p in parameters:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            stars = "*" if p.kind == p.VAR_POSITIONAL else "**"
+            raise StatetrackError(
+                f"{where(name)}: its constructor takes {stars}{p.name}; expected every setting as a named parameter "
+                f"with a default ({RECORDABLE})"
+            )
+        if p.default is p.empty:
+            raise StatetrackError(
+                f"{where(name)}: parameter {p.name!r} has no default; expected a default ({RECORDABLE}), which a "
+                "spec's model entry may change"
+            )
+        if not _recordable(p.default):
+            raise StatetrackError(
+                f"{where(name)}: parameter {p.name!r} defaults to {limits.shown(p.default)}, which a spec cannot "
+                f"record; expected {RECORDABLE}"
+            )
+    return {p.name: p.default for p in parameters}
+
+
+def _recordable(value) -> bool:
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_recordable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _recordable(v) for k, v in value.items())
+    return False
+
+
+def plugin_of(name: str) -> str | None:
+    """The import that registered model `name` (`statetrack.plugins.imported_by`), None for a model of
+    statetrack's own."""
+    module = MODELS[name].mixer.__module__ or ""
+    return None if module == "statetrack" or module.startswith("statetrack.") else imported_by(module)
+
+
+def where(name: str) -> str:
+    """The words "model 'x'", with the plugin that registered it where a user's module did, for an error."""
+    plugin = plugin_of(name) if name in MODELS else None
+    return f"plugin {plugin}: model {name!r}" if plugin else f"model {name!r}"
 
 
 def packaged_models() -> list[str]:
@@ -66,6 +116,13 @@ def resolve(spec: dict | str) -> dict:
     spec = {"name": spec} if isinstance(spec, str) else dict(spec)
     if "name" not in spec:
         raise StatetrackError(f"model spec {spec!r} has no 'name'; expected one of: {', '.join(MODELS)}")
+    if not isinstance(spec["name"], str):
+        raise unknown("model", spec["name"], list(MODELS) + list(PRESETS))
+    if spec["name"] in PRESETS and spec["name"] in MODELS:  # a plugin's model under a preset's name
+        raise StatetrackError(
+            f"{where(spec['name'])}: {spec['name']!r} is a preset of statetrack ({_preset(spec['name'])}); expected "
+            "a name of its own"
+        )
     if spec["name"] in PRESETS:
         spec = {**PRESETS[spec.pop("name")], **spec}
     mixer_params = mixer_parameters(spec["name"])
@@ -90,9 +147,27 @@ def resolve(spec: dict | str) -> dict:
     return spec
 
 
+def _preset(name: str) -> str:
+    return PRESETS[name]["name"] + " with " + ", ".join(f"{k} {v}" for k, v in PRESETS[name].items() if k != "name")
+
+
 def display_name(spec: dict | str) -> str:
+    """The name results show for a model (its registration's `display`); one that raises or is no
+    non-empty string is a one-line error naming the plugin."""
     spec = resolve(spec)
-    return get_entry(spec["name"]).display(spec)
+    try:
+        shown = get_entry(spec["name"]).display(spec)
+    except Exception as error:  # noqa: BLE001 - a user's function
+        raise StatetrackError(
+            f"{where(spec['name'])}: its display raised {type(error).__name__}: {error}; expected a function "
+            "spec -> a name"
+        ) from None
+    if not isinstance(shown, str) or not shown.strip():
+        raise StatetrackError(
+            f"{where(spec['name'])}: its display gave {limits.shown(shown)}; expected a non-empty string (the name "
+            "results show)"
+        )
+    return shown
 
 
 def build_model(spec: dict | str, vocab_size: int, num_classes: int) -> SequenceModel:
@@ -110,3 +185,72 @@ def build_model(spec: dict | str, vocab_size: int, num_classes: int) -> Sequence
         mlp=spec["mlp"],
         stack=spec.get("stack", MODEL_DEFAULTS["stack"]),
     )
+
+
+# ---- a user's mixer, on a tiny batch -------------------------------------------------------------------
+PROTOCOL = "forward(x [B, T, d_model], state=None) -> (y [B, T, d_model], state)"
+
+
+def check_user_mixer(spec: dict) -> None:
+    """A user's mixer (one a plugin registered; statetrack's own are tested) at the resolved setting
+    `spec`: the transition class it declares there, and one pass on the CPU on a tiny batch
+    [2, 3, d_model], forward and backward, then the same batch in two chunks with the state carried
+    between them (as evaluation feeds a long input). A raise, an output of another shape or arity, a
+    non-finite output or an unknown class is one line naming the plugin, the model and what was
+    expected. Call it once the setting's size is checked (`statetrack.experiments.spec.expand`)."""
+    import torch
+
+    from statetrack.layers.registry import declared_transition
+
+    entry = get_entry(spec["name"])
+    if plugin_of(spec["name"]) is None:
+        return
+    settings = {k: v for k, v in spec.items() if k != "name" and k not in MODEL_DEFAULTS}
+    shown = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+    at = f"{where(spec['name'])}" + (f" ({shown})" if shown else "")
+    try:
+        declared_transition(entry.mixer, spec)
+    except Exception as error:  # noqa: BLE001 - the user's declaration
+        text = str(error) if isinstance(error, StatetrackError) else f"{type(error).__name__}: {error}"
+        raise StatetrackError(f"{at}: its transition_class fails: {text}") from None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        try:
+            layer = entry.mixer(spec["d_model"], **settings)
+        except Exception as error:  # noqa: BLE001 - the user's constructor
+            text = str(error) if isinstance(error, StatetrackError) else f"{type(error).__name__}: {error}"
+            raise StatetrackError(f"{at}: building it raised {text}") from None
+        x = torch.randn(2, 3, spec["d_model"], generator=torch.Generator().manual_seed(0), requires_grad=True)
+        y = _step(at, layer, x, None, f"forward on a batch {list(x.shape)}")[0]
+        try:
+            if y.requires_grad:  # an output no gradient reaches (a null mixer) trains: the residual carries x
+                y.float().sum().backward()
+        except Exception as error:  # noqa: BLE001
+            raise StatetrackError(
+                f"{at}: the backward pass through its output raised {type(error).__name__}: {error}; "
+                "expected an output that gradients flow back through"
+            ) from None
+        if entry.recurrent:
+            with torch.no_grad():
+                state = _step(at, layer, x[:, :2], None, "forward on the first 2 tokens")[1]
+                _step(at, layer, x[:, 2:], state, "forward on the third token with the state of the first 2")
+
+
+def _step(at: str, layer, x, state, what: str) -> tuple:
+    """`layer(x, state)` checked against the mixer protocol: (y, its state)."""
+    import torch
+
+    try:
+        out = layer(x) if state is None else layer(x, state)
+    except Exception as error:  # noqa: BLE001 - the user's forward
+        raise StatetrackError(f"{at}: {what} raised {type(error).__name__}: {error}; expected {PROTOCOL}") from None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        got = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else type(out).__name__
+        raise StatetrackError(f"{at}: {what} returned {got}; expected {PROTOCOL}")
+    y = out[0]
+    if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(x.shape):
+        got = list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise StatetrackError(f"{at}: {what} returned y of shape {got}; expected {list(x.shape)} ({PROTOCOL})")
+    if not bool(torch.isfinite(y).all()):
+        raise StatetrackError(f"{at}: {what} returned non-finite values (inf or nan) at its initial weights")
+    return y, out[1]
