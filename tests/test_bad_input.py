@@ -208,8 +208,6 @@ def test_a_read_only_results_folder_is_refused_before_training(tmp_path, spec, c
 
 # ---- options ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, expected", [
-    (["experiments", "--book-dir", "{tmp}/notes.txt"], "--book-dir {tmp}/notes.txt is not a folder"),
-    (["experiments", "--book-dir", "{tmp}/missing"], "--book-dir {tmp}/missing does not exist"),
     (["construct", "parity", "--normalize-every", "0"], "--normalize-every: must be an integer from 1"),
     (["run", "{tmp}/folder_import.yaml", "--dry-run"], "imports: '{tmp}/plugins' is a folder, not a .py file"),
     (["run", "{tmp}/fifo_import.yaml", "--dry-run"], "imports: '{tmp}/fifo.py' is not a regular file"),

@@ -304,7 +304,6 @@ test_outputs_quick, test_outputs_long = profiles(
 
 # options: any value of the options that are validated, including paths to existing things of every kind
 OPTIONS = st.sampled_from([
-    ["experiments", "--book-dir", "{value}"],
     ["construct", "parity", "--lengths", "5", "--samples", "4", "--normalize-every", "{value}"],
     ["construct", "modadd", "m=3", "--lengths", "5", "--samples", "{value}"],
     ["tasks", "export", "parity", "--lengths", "5", "--samples", "4", "--out", "{value}"],
