@@ -3,10 +3,11 @@
     python benchmarks/pack_slice.py RESULTS_DIR ARCHIVE.tar.gz [--limit-mib 16]
     python benchmarks/pack_slice.py --unpack ARCHIVE.tar.gz RESULTS_DIR
 
-The archive holds the store (a consistent copy, through SQLite's backup) and the checkpoints of the
-runs that are not done (the paused ones a resumed command continues from). A done run's checkpoint
-and the reports are left out: the store holds their results, and the resumed command writes the
-reports again. It refuses to write an archive over
+The archive holds the store (a consistent copy, through SQLite's backup), the checkpoints of the
+runs that are not done (the paused ones a resumed command continues from) and the snapshots `table
+--zoo` and `--full-budget` keep under table/ while they measure (their parts: the wall time of each
+session). A done run's checkpoint and the reports are left out: the store holds their results, and
+the resumed command writes the reports again. It refuses to write an archive over
 `--limit-mib` (exit 1), naming the size, so that a session never ships one it cannot bring back.
 """
 
@@ -43,13 +44,15 @@ def pack(results: Path, archive: Path, limit_mib: float) -> int:
             for path in sorted(results.rglob("*")):
                 if not path.is_file() or path.name.startswith(STORE):
                     continue
-                if path.suffix != ".pt" or path.parent.name != "checkpoints" or path.stem in done:
+                snapshot = path.parent == results / "table" and path.name.endswith(".quick.json")
+                paused = path.suffix == ".pt" and path.parent.name == "checkpoints" and path.stem not in done
+                if not (snapshot or paused):
                     skipped += 1
                     continue
                 tar.add(path, arcname=str(path.relative_to(results)))
                 kept += 1
     mib = archive.stat().st_size / 2**20
-    print(f"pack_slice: {archive} {mib:.1f} MiB ({len(done)} runs done, {kept} paused checkpoints kept, "
+    print(f"pack_slice: {archive} {mib:.1f} MiB ({len(done)} runs done, {kept} paused checkpoints and snapshots kept, "
           f"{skipped} other files left out)")
     if mib > limit_mib:
         archive.unlink()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run_cli
+from statetrack.errors import StatetrackError
 from statetrack.store import Outcome, Plan, RunClaim, Store
 
 RUN_ID = "0123456789abcdef"
@@ -416,3 +417,168 @@ def test_a_wide_layer_is_refused_by_its_memory_before_anything_is_allocated(tmp_
     assert f"with model '{name}' at d_model " in err and setting in err, err  # the model and its setting named
     assert "of memory, more than the 0.25 GiB available" in err, err
     assert not results.exists()
+
+
+# ---- the table command: options that contradict, outputs, committed files ----------------------------
+TABLE_FAST = ["train.steps=2", "train.val_every=1", "eval.samples=8", "tasks=[{name: word_problem, group: Z2}]"]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--full-budget", "--models", "lstm"], "table: --models and --full-budget measure different things"),
+    (["--zoo", "--full-budget"], "table: --zoo and --full-budget measure different things"),
+    (["--zoo", "--models", "lstm"], "table: --models and --zoo measure different things"),
+    (["train.steps=3"], "table measures the table as its spec sets it: train.steps=3 changes only your rows"),
+    (["--full-budget", "train.steps=3"], "table --full-budget measures the table as its spec sets it: train.steps=3"),
+    (["--zoo", "--dry-run", "seeds=[0]"], "table --zoo measures the table as its spec sets it: seeds=[0]"),
+    (["lrs=[0.1]", "--models", "lstm"], "table: lrs=[0.1] is not yours to set here; the pilot tries its rates"),
+    (["models=[gru]", "--models", "lstm"], "table: models=[gru] is not yours to set here; give the models with --models"),
+    (["--write", "--models", "lstm"], "table --write draws the page from the committed snapshots and trains nothing; "
+                                      "drop --models"),
+    (["--check", "--dry-run"], "table --check draws the page from the committed snapshots and trains nothing; drop --dry-run"),
+    (["--write", "--check"], "table: --write writes the page, --check compares it and writes nothing: give one"),
+    (["seeds=[]", *TABLE_FAST, "--models", "lstm"], "seeds must be a non-empty list, got []"),
+])
+def test_table_options_that_contradict_are_one_line_before_anything_trains(tmp_path, capsys, monkeypatch, argv, expected):
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    results = tmp_path / "results"
+    code, out, err = run_cli(capsys, "table", "--results-dir", str(results), *argv)
+    _no_traceback(code, err)
+    assert expected in err and err.count("\n") == 1, err
+    assert not results.exists()
+
+
+def _plant_table(results: Path, thing: str, outside: Path) -> None:
+    results.mkdir(parents=True)
+    if thing == "link to a folder outside":
+        (results / "table").symlink_to(outside)
+    elif thing == "a folder at cells.json":
+        (results / "table" / "cells.json").mkdir(parents=True)
+    else:
+        (results / "table").mkdir()
+        (results / "table" / "state-table.png").symlink_to(outside / "keep.txt")
+
+
+@pytest.mark.parametrize("thing, expected", [
+    ("link to a folder outside", "outside the folder"),
+    ("a folder at cells.json", "cannot write table file"),
+    ("a link at the picture", "state-table.png resolves to"),
+])
+def test_the_tables_outputs_are_checked_before_the_pilot_trains(tmp_path, capsys, monkeypatch, thing, expected):
+    monkeypatch.setattr("statetrack.experiments.runner.make_backend", _no_training)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    results = tmp_path / "results"
+    _plant_table(results, thing, outside)
+    code, _, err = run_cli(capsys, "table", "--results-dir", str(results), *TABLE_FAST, "--models", "lstm")
+    _no_traceback(code, err)
+    assert expected in err, err
+    assert not (results / "statetrack.db").exists() and sorted(p.name for p in outside.iterdir()) == ["keep.txt"]
+
+
+@pytest.mark.parametrize("command", [["table", "--dry-run", "--models", "lstm"], ["run", "demo", "--dry-run"],
+                                     ["report", "--all"]])
+def test_an_empty_results_folder_is_refused(capsys, command):
+    code, _, err = run_cli(capsys, *command[:1], "--results-dir", "", *command[1:])
+    _no_traceback(code, err)
+    assert "--results-dir: must name a path, got ''" in err, err
+
+
+def test_the_page_is_written_only_in_the_checkout_whose_package_runs(tmp_path, capsys, monkeypatch):
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for flag in ("--write", "--check"):
+        code, _, err = run_cli(capsys, "table", flag)
+        _no_traceback(code, err)
+        assert "is written in the statetrack checkout at" in err and f"not from {tmp_path}" in err, err
+    assert list((tmp_path / "docs").iterdir()) == []
+
+
+@pytest.fixture
+def committed_table(tmp_path, monkeypatch, tiny_spec):
+    """The table's committed snapshots in a folder of their own (the package's left alone), and a
+    full-budget measurement that is the tiny spec's two runs: `table --full-budget` of a few seconds."""
+    import shutil
+
+    from statetrack.experiments.spec import resolve
+    from statetrack.results import statetable as st
+
+    folder = tmp_path / "package-snapshots"
+    folder.mkdir()
+    shutil.copy(st.snapshot_file(), folder / st.snapshot_file().name)
+    (folder / st.snapshot_file(st.FULL_BUDGET).name).write_text("the committed full-budget snapshot\n")
+    monkeypatch.setattr(st, "snapshot_file", lambda name=st.TABLE: folder / f"{name}.quick.json")
+    experiment = resolve(str(tiny_spec(steps=2)), overrides=["seeds=[0]", "models=[lstm]"], name=st.FULL_BUDGET)
+    monkeypatch.setattr(st, "full_budget_experiment", lambda: experiment)
+    return folder
+
+
+def test_an_interrupted_full_budget_leaves_the_committed_snapshot_and_a_finished_one_replaces_it(
+    committed_table, tmp_path, capsys, monkeypatch
+):
+    from statetrack.cli import table as command
+    from statetrack.results import statetable as st
+
+    committed = st.snapshot_file(st.FULL_BUDGET)
+    results = tmp_path / "results"
+    argv = ["table", "--full-budget", "--results-dir", str(results), "--workers", "1", "--no-progress"]
+    real = command.run_and_report
+
+    def interrupted(*args, **kwargs):
+        real(*args, **kwargs)  # every run trained, then Ctrl-C before the command ends
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "run_and_report", interrupted)
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 130 and err.count("\n") == 1, err
+    measured = st.measured_snapshot_file(results, st.FULL_BUDGET)
+    assert committed.read_text() == "the committed full-budget snapshot\n" and measured.is_file()
+    assert sorted(p.name for p in committed_table.iterdir()) == sorted([committed.name, st.snapshot_file().name])
+    monkeypatch.setattr(command, "run_and_report", real)
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 0 and f"installed: {committed}" in out, err
+    assert committed.read_bytes() == measured.read_bytes() and st.not_done(st.load_snapshot(committed)) == 0
+
+
+def test_a_snapshot_with_runs_not_done_is_not_installed(tmp_path, monkeypatch):
+    from statetrack.results import statetable as st
+
+    monkeypatch.setattr(st, "snapshot_file", lambda name=st.TABLE: tmp_path / "package" / f"{name}.quick.json")
+    (tmp_path / "package").mkdir()
+    measured = st.measured_snapshot_file(tmp_path / "results", "x")
+    measured.parent.mkdir(parents=True)
+    plan = [{"id": "a"}, {"id": "b"}]
+    measured.write_text(json.dumps({"plan": plan, "runs": [{"id": "a", "status": "done"}, {"id": "b", "status": "failed"}]}))
+    with pytest.raises(StatetrackError, match="1 runs of x are not done .* left as they were"):
+        st.install_snapshots(tmp_path / "results", ["x"])
+    assert not st.snapshot_file("x").exists()
+
+
+FAILS_IN_TRAINING = '''
+import torch
+from torch import nn
+import statetrack
+
+
+@statetrack.register_model("fails", display="Fails")
+class Fails(nn.Module):
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.w = nn.Linear(d_model, d_model)
+
+    def forward(self, x, state=None):
+        if x.shape[0] > 4:  # a batch of training's size, not the checks' few sequences
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return self.w(x), state
+'''
+
+
+def test_a_pilot_whose_every_run_failed_says_so(tmp_path, capsys):
+    plugin = tmp_path / "fails.py"
+    plugin.write_text(FAILS_IN_TRAINING)
+    results = tmp_path / "results"
+    code, out, err = run_cli(capsys, "--import", str(plugin), "table", "--results-dir", str(results), "--workers", "1",
+                             "--no-progress", *TABLE_FAST, "train.batch_size=8", "--models", "fails")
+    _no_traceback(code, err)
+    assert "table: every pilot run of Fails failed (3 runs), so no learning rate can be chosen; the first: " in err, err
+    assert "CUDA out of memory (simulated)" in err and "run it to the end first" not in err

@@ -146,8 +146,9 @@ def test_paper_hours_times_each_setting_once_and_adds_up_the_runs():
 
 
 def test_pack_slice_keeps_the_store_and_the_paused_runs_checkpoints_within_its_limit(tmp_path):
-    """A store with a done and a paused run: the archive holds the store (still a statetrack store)
-    and the paused run's checkpoint, not the done run's checkpoint nor the report; over the limit, nothing."""
+    """A store with a done and a paused run: the archive holds the store (still a statetrack store),
+    the paused run's checkpoint and the table's measured snapshot, not the done run's checkpoint nor
+    the reports; over the limit, nothing."""
     import sqlite3
 
     from statetrack.store import Store
@@ -163,13 +164,16 @@ def test_pack_slice_keeps_the_store_and_the_paused_runs_checkpoints_within_its_l
     for run_id in ("done0", "paused0"):
         (checkpoints / f"{run_id}.pt").write_bytes(b"x" * 1000)
     (results / "exp" / "report.md").write_text("report")
+    (results / "table").mkdir()
+    (results / "table" / "state-table.quick.json").write_text("{}")  # its parts: the sessions' wall time
+    (results / "table" / "state-table.md").write_text("the user's table")
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "pack_slice.py"
     archive = tmp_path / "slice.tar.gz"
     subprocess.run([sys.executable, str(script), str(results), str(archive)], check=True, capture_output=True)
     back = tmp_path / "back"
     subprocess.run([sys.executable, str(script), "--unpack", str(archive), str(back)], check=True, capture_output=True)
     files = {str(p.relative_to(back)) for p in back.rglob("*") if p.is_file()}
-    assert files == {"statetrack.db", "exp/checkpoints/paused0.pt"}
+    assert files == {"statetrack.db", "exp/checkpoints/paused0.pt", "table/state-table.quick.json"}
     assert Store(back / "statetrack.db", read_only=True).status("done0") == "done"
     refused = subprocess.run([sys.executable, str(script), str(results), str(archive), "--limit-mib", "0.0001"],
                              capture_output=True, text=True)

@@ -10,6 +10,10 @@ The outputs property plants a folder, a FIFO or a read-only file there instead: 
 with nothing written before it, or written; never a hang. The options property gives the validated
 options any value (paths to existing things of every kind among them), and the sizes property any
 size under a small available memory (`limits.available_memory` patched).
+The table property gives `statetrack table` any models, overrides and options, and the plugins
+property any user's mixer (a forward that raises or returns another shape, arity or non-finite
+values, settings a spec cannot record, a display or transition class of the wrong kind, a taken
+name) with any setting: refused in one line before any store, or planned.
 Nothing here trains but the links property's one two-step run: overrides are checked the way `run` checks them before its first run
 (`load_spec` and `expand`), and CLI invocations are ones that stop before training.
 """
@@ -400,3 +404,91 @@ def a_size_is_checked_against_memory_before_anything_is_allocated(monkeypatch, c
 
 test_sizes_quick, test_sizes_long = profiles(
     (SIZED_KEYS, SIZES, MEMORY, SIZED_COMMANDS), a_size_is_checked_against_memory_before_anything_is_allocated, quick=30)
+
+
+# the table command and a user's mixer: any plugin, any setting of it, refused in one line before any store
+TABLE_COMMANDS = st.sampled_from([
+    ["table", "--dry-run", "--results-dir", "{tmp}", "--models", "{text}"],
+    ["table", "--dry-run", "--results-dir", "{tmp}", "{param}", "--models", "{text}"],
+    ["table", "--results-dir", "{tmp}", "{param}"],
+    ["table", "--full-budget", "--results-dir", "{tmp}", "{param}"],
+    ["table", "--zoo", "--results-dir", "{tmp}", "--models", "{text}"],
+    ["table", "--write", "--models", "{text}"],
+])
+BODIES = st.sampled_from([
+    "return torch.tanh(self.w(x)), state",
+    "raise ValueError('bug')",
+    "return self.w(x)[..., :1], state",
+    "return self.w(x), state, 1",
+    "return self.w(x)",
+    "return self.w(x) / 0.0, state",
+    "return [self.w(x), state]",
+    "return None",
+    "return self.w(x).sum(), state",
+    "return self.w(x), (x if state is None else state.unknown)",
+    "return torch.zeros_like(x), state",
+])
+PARAMETERS = st.sampled_from(["", ", width", ", **options", ", *rest", ", act=torch.tanh", ", n: int = 3", ", eps=float('inf')",
+                              ", names=('a', 'b')", ", cfg={'a': [1, 2]}", ", cls=nn.Linear", ", scale: float = 1.0"])
+DISPLAYS = st.sampled_from(["'Mine'", "'Mine {n}'", "'Mine {missing}'", "lambda spec: 1 / 0", "lambda spec: 42", "lambda spec: ''",
+                            "lambda spec: spec['name'].upper()", "3"])
+CLASSES = st.sampled_from(["", "    transition_class = 'nonlinear'\n", "    transition_class = ['dense']\n",
+                           "    @staticmethod\n    def transition_class(spec):\n        return 'nonlinaer'\n",
+                           "    @staticmethod\n    def transition_class(spec):\n        return 'nonlinear'\n",
+                           "    @staticmethod\n    def transition_class(spec):\n        return {3: 'dense'}[spec.get('n')]\n"])
+NAMES = st.sampled_from(["mine", "deltanet-neg", "lstm", "mamba-pos", "my mixer", ""])
+PLUGIN = '''
+import torch
+from torch import nn
+import statetrack
+
+
+@statetrack.register_model({name!r}, display={display})
+class Mixer(nn.Module):
+{transition_class}
+    def __init__(self, d_model: int{parameters}):
+        super().__init__()
+        self.w = nn.Linear(d_model, d_model)
+
+    def forward(self, x, state=None):
+        {body}
+'''
+
+
+def a_users_mixer_is_checked_in_one_line_before_any_store(tmp_path_factory, capsys, name, body, parameters, display,
+                                                          transition_class, setting):
+    from statetrack.layers import MODELS
+
+    tmp = tmp_path_factory.mktemp("plugin")
+    plugin = tmp / "mixer.py"
+    plugin.write_text(PLUGIN.format(name=name, display=display, transition_class=transition_class,
+                                    parameters=parameters, body=body))
+    entry = f"{{name: {name}, {setting}}}" if setting else name
+    saved = dict(MODELS)
+    try:
+        with no_hang(300):
+            code, _, err = run_cli(capsys, "--import", str(plugin), "table", "--dry-run", "--results-dir", str(tmp / "r"),
+                                   "--models", entry)
+    finally:
+        MODELS.clear()
+        MODELS.update(saved)
+    assert "Traceback" not in err, (name, body, parameters, display, transition_class, setting, err)
+    assert code in (0, 2), (name, body, parameters, display, transition_class, setting, code, err)
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("statetrack: error: "), err
+    assert not (tmp / "r").exists()
+
+
+test_table_cli_quick, test_table_cli_long = profiles(
+    (TABLE_COMMANDS, TASKS, PARAMS, INTS, TEXT), cli_answers_bad_input_in_one_line_and_writes_nothing_outside, quick=15)
+def _or_good(good, strategy):
+    """`good` half the time, so that most examples get past the checks of registration to the pass."""
+    return st.one_of(st.just(good), strategy)
+
+
+test_plugins_quick, test_plugins_long = profiles(
+    (_or_good("mine", NAMES), _or_good("return torch.tanh(self.w(x)), state", BODIES), _or_good(", n: int = 3", PARAMETERS), _or_good("'Mine'", DISPLAYS),
+     _or_good("", CLASSES),
+     st.one_of(st.just(""), st.builds(lambda k, v: f"{k}: {_yaml(v)}", st.sampled_from(["n", "scale", "eps", "d_model"]), VALUES))),
+    a_users_mixer_is_checked_in_one_line_before_any_store, quick=12)

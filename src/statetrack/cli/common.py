@@ -88,11 +88,26 @@ IMPORT_HELP = (
 )
 # every command takes --import too; its own dest, so a subcommand's default cannot hide the top-level one
 IMPORT = Group("import", (Arg("--import", dest="imports", action="append", metavar="MODULE", help=IMPORT_HELP),))
+
+
+def named_path(text: str) -> str:
+    """An argparse type for a path that names something: an empty one (which would be the working
+    directory) is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a path, got {text!r} (an empty one is the working directory)")
+    return text
+
+
 STORE = Group(
     "store",
     (
-        Arg("--results-dir", default="results", help="folder for reports and checkpoints (default: results)"),
-        Arg("--store", default=None, help="SQLite results file (default: RESULTS_DIR/statetrack.db)"),
+        Arg(
+            "--results-dir",
+            default="results",
+            type=named_path,
+            help="folder for reports and checkpoints (default: results)",
+        ),
+        Arg("--store", default=None, type=named_path, help="SQLite results file (default: RESULTS_DIR/statetrack.db)"),
     ),
 )
 # how runs are carried out, shared by `run` and `reproduce`: the scale, and each field of `RunOptions` as its flag

@@ -249,8 +249,8 @@ def _step(at: str, layer, x, state, what: str) -> tuple:
         raise StatetrackError(f"{at}: {what} returned {got}; expected {PROTOCOL}")
     y = out[0]
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(x.shape):
-        got = list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise StatetrackError(f"{at}: {what} returned y of shape {got}; expected {list(x.shape)} ({PROTOCOL})")
+        shape = list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise StatetrackError(f"{at}: {what} returned y of shape {shape}; expected {list(x.shape)} ({PROTOCOL})")
     if not bool(torch.isfinite(y).all()):
         raise StatetrackError(f"{at}: {what} returned non-finite values (inf or nan) at its initial weights")
     return y, out[1]

@@ -33,8 +33,8 @@ from pathlib import Path
 
 from statetrack import theory, yamlio
 from statetrack.errors import StatetrackError
+from statetrack.paths import replace_atomically, under, write_text
 from statetrack.paths import snapshot_file as committed_snapshot
-from statetrack.paths import write_text
 from statetrack.results.claims import fit_figure
 from statetrack.results.scoring import Scored, collapsed_seeds, score
 from statetrack.results.tables import markdown_table, text_table
@@ -73,6 +73,57 @@ def spec_file() -> Path:
 
 def snapshot_file(name: str = TABLE) -> Path:
     return committed_snapshot(name, "quick")
+
+
+def measured_snapshot_file(results_dir: str | Path, name: str = TABLE) -> Path:
+    """Where `table --zoo` and `--full-budget` keep the snapshot `name` while they measure it:
+    RESULTS_DIR/table/, under the committed snapshot's file name (a link there out of the results
+    folder refused); `install_snapshots` puts it in the package once every run of it is done."""
+    return under(results_dir, "table", snapshot_file(name).name)
+
+
+def not_done(snapshot: dict) -> int:
+    """The runs of a snapshot's plan that are not done (not trained, interrupted or failed)."""
+    done = {r["id"] for r in snapshot["runs"] if r["status"] == "done"}
+    return sum(1 for p in snapshot["plan"] if p["id"] not in done)
+
+
+def install_snapshots(results_dir: str | Path, names: list[str]) -> list[Path]:
+    """The measured snapshots `names` (`measured_snapshot_file`) installed as the committed ones
+    (`snapshot_file`), each replaced in one step, and only when every one is complete: a one-line
+    error naming the first that is not, with nothing installed. Returns the installed files."""
+    measured = {name: measured_snapshot_file(results_dir, name) for name in names}
+    for name, path in measured.items():
+        left = not_done(load_snapshot(path))
+        if left:
+            raise StatetrackError(
+                f"{path}: {left} runs of {name} are not done (not trained, interrupted or failed), so the committed "
+                "snapshots are left as they were; run the same command again to finish them"
+            )
+    for name, path in measured.items():
+        with replace_atomically(snapshot_file(name), binary=True) as f:
+            f.write(path.read_bytes())
+    return [snapshot_file(name) for name in names]
+
+
+def page_root() -> Path:
+    """The root of the statetrack checkout whose package runs, when the working directory lies in
+    it: the page (PAGE, PICTURE) is generated there from that package's snapshots. A one-line error
+    otherwise (an installed package, or another folder)."""
+    package = Path(__file__).resolve().parents[1]
+    root = package.parents[1]
+    project = root / "pyproject.toml"
+    if package.parent.name != "src" or not project.is_file() or 'name = "statetrack"' not in project.read_text():
+        raise StatetrackError(
+            f"table: the page ({PAGE}) belongs to a statetrack checkout, and the package running is installed at "
+            f"{package}, not in one; run the command from a clone of the repository (pip install -e .)"
+        )
+    if not Path.cwd().resolve().is_relative_to(root):
+        raise StatetrackError(
+            f"table: the page ({PAGE}) is written in the statetrack checkout at {root}; run the command from there, "
+            f"not from {Path.cwd()}"
+        )
+    return root
 
 
 def notes_file() -> Path:
