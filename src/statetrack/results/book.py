@@ -33,7 +33,7 @@ from pathlib import Path
 from statetrack.errors import StatetrackError
 from statetrack.experiments.spec import paper_of, shipped_specs, spec_now, spec_tasks, train_config, train_lengths_text
 from statetrack.generated import fill_blocks, sync
-from statetrack.paths import SNAPSHOTS, snapshot_file, write_text, write_text_atomically
+from statetrack.paths import SNAPSHOTS, snapshot_file, write_text_atomically
 from statetrack.results.claims import FAIL, INCONCLUSIVE, KIND_TEXT, NOT_MEASURED, VERDICTS, check_verdict
 from statetrack.results.report import (
     MEASURED_KEY,
