@@ -494,6 +494,9 @@ def test_the_page_is_written_only_in_the_checkout_whose_package_runs(tmp_path, c
     assert list((tmp_path / "docs").iterdir()) == []
 
 
+COMMITTED = '{"plan": [{"id": "an earlier measurement"}], "runs": [], "parts": []}\n'
+
+
 @pytest.fixture
 def committed_table(tmp_path, monkeypatch, tiny_spec):
     """The table's committed snapshots in a folder of their own (the package's left alone), and a
@@ -506,7 +509,7 @@ def committed_table(tmp_path, monkeypatch, tiny_spec):
     folder = tmp_path / "package-snapshots"
     folder.mkdir()
     shutil.copy(st.snapshot_file(), folder / st.snapshot_file().name)
-    (folder / st.snapshot_file(st.FULL_BUDGET).name).write_text("the committed full-budget snapshot\n")
+    (folder / st.snapshot_file(st.FULL_BUDGET).name).write_text(COMMITTED)
     monkeypatch.setattr(st, "snapshot_file", lambda name=st.TABLE: folder / f"{name}.quick.json")
     experiment = resolve(str(tiny_spec(steps=2)), overrides=["seeds=[0]", "models=[lstm]"], name=st.FULL_BUDGET)
     monkeypatch.setattr(st, "full_budget_experiment", lambda: experiment)
@@ -532,7 +535,7 @@ def test_an_interrupted_full_budget_leaves_the_committed_snapshot_and_a_finished
     code, _, err = run_cli(capsys, *argv)
     assert code == 130 and err.count("\n") == 1, err
     measured = st.measured_snapshot_file(results, st.FULL_BUDGET)
-    assert committed.read_text() == "the committed full-budget snapshot\n" and measured.is_file()
+    assert committed.read_text() == COMMITTED and measured.is_file()
     assert sorted(p.name for p in committed_table.iterdir()) == sorted([committed.name, st.snapshot_file().name])
     monkeypatch.setattr(command, "run_and_report", real)
     code, out, err = run_cli(capsys, *argv)

@@ -149,12 +149,21 @@ def _full_budget(args) -> int:
 
 
 def _record(args, experiment: str, record_part, started: float) -> None:
-    """The measured snapshot of `experiment` in the results folder, with one more part (its wall time)."""
+    """The measured snapshot of `experiment` in the results folder, with one more part (its wall time).
+    The first part in a results folder starts from the committed snapshot's, so that a measurement
+    resumed from a slice of it counts the earlier sessions' time (`book.write_snapshot` keeps the
+    parts of the runs its plan still has, and drops those of a measurement it replaces)."""
+    from statetrack.paths import replace_atomically
     from statetrack.results import statetable as st
 
-    if store_path(args).exists():
-        path = st.measured_snapshot_file(args.results_dir, experiment)
-        record_part(open_store(args), experiment, started, args.workers, path=path)
+    if not store_path(args).exists():
+        return
+    path, committed = st.measured_snapshot_file(args.results_dir, experiment), st.snapshot_file(experiment)
+    if not path.exists() and committed.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with replace_atomically(path, binary=True) as f:
+            f.write(committed.read_bytes())
+    record_part(open_store(args), experiment, started, args.workers, path=path)
 
 
 def _install(args, names: list[str], page: bool = False) -> int:
