@@ -427,7 +427,7 @@ TABLE_FAST = ["train.steps=2", "train.val_every=1", "eval.samples=8", "tasks=[{n
     (["--full-budget", "--models", "lstm"], "table: --models and --full-budget measure different things"),
     (["--zoo", "--full-budget"], "table: --zoo and --full-budget measure different things"),
     (["--zoo", "--models", "lstm"], "table: --models and --zoo measure different things"),
-    (["train.steps=3"], "table measures the table as its spec sets it: train.steps=3 changes only your rows"),
+    (["train.steps=3"], "table: train.steps=3 changes the settings of the rows --models trains"),
     (["--full-budget", "train.steps=3"], "table --full-budget measures the table as its spec sets it: train.steps=3"),
     (["--zoo", "--dry-run", "seeds=[0]"], "table --zoo measures the table as its spec sets it: seeds=[0]"),
     (["lrs=[0.1]", "--models", "lstm"], "table: lrs=[0.1] is not yours to set here; the pilot tries its rates"),

@@ -73,11 +73,14 @@ def _refuse_conflicts(args) -> None:
             f"table: {measures[0]} and {measures[1]} measure different things ({_MEASURES[measures[0]]}; "
             f"{_MEASURES[measures[1]]}): give one"
         )
-    if args.overrides and not args.models:
-        what = f"table {measures[0]}" if measures else "table"
+    if args.overrides and measures and not args.models:
         raise StatetrackError(
-            f"{what} measures the table as its spec sets it: {args.overrides[0]} changes only your rows, "
-            "so give it with --models (before --models, which takes every word after it)"
+            f"table {measures[0]} measures the table as its spec sets it: {args.overrides[0]} would change it; drop it"
+        )
+    if args.overrides and not args.models:
+        raise StatetrackError(
+            f"table: {args.overrides[0]} changes the settings of the rows --models trains; the committed table is "
+            "shown as it was measured (give it before --models, which takes every word after it)"
         )
     for override in args.overrides:
         key = parse_override(override)[0][0]
