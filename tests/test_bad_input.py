@@ -555,6 +555,12 @@ def test_a_snapshot_with_runs_not_done_is_not_installed(tmp_path, monkeypatch):
     with pytest.raises(StatetrackError, match="1 runs of x are not done .* left as they were"):
         st.install_snapshots(tmp_path / "results", ["x"])
     assert not st.snapshot_file("x").exists()
+    # once whole, it is installed and the snapshot it replaces (another measurement's) removed
+    stale = st.snapshot_file("stale")
+    stale.write_text("{}")
+    measured.write_text(json.dumps({"plan": plan, "runs": [{"id": i, "status": "done"} for i in "ab"]}))
+    assert st.install_snapshots(tmp_path / "results", ["x"], drop=("stale",)) == [st.snapshot_file("x")]
+    assert st.snapshot_file("x").read_bytes() == measured.read_bytes() and not stale.exists()
 
 
 FAILS_IN_TRAINING = '''

@@ -151,6 +151,25 @@ def test_undecided_cells_train_again_with_a_larger_budget_whatever_theory_says()
     assert read[0] is grown and grown.first_reading == first[0].text and read[1:] == first[1:]
 
 
+def test_a_budget_of_another_measurement_is_not_read_beside_the_table():
+    """The full and larger budgets' snapshots are read only where they train the committed table's
+    own cells again (its spec but for the budget), never beside a later measurement of the table."""
+    import copy
+
+    table = st.load_snapshot(st.snapshot_file())
+    spec = st.scored_snapshot(table).spec
+    again = {**copy.deepcopy(table), "spec": {**copy.deepcopy(spec), "name": st.LARGER_BUDGET}}
+    again["spec"]["train"] = {**spec["train"], "steps": spec["train"]["steps"] * st.GROWTH, "early_stop_fit": None}
+    assert st.trains_again(again, spec)
+    other = copy.deepcopy(again)
+    other["spec"]["train"]["max_length"] = spec["train"]["max_length"] * 2  # a protocol the table no longer has
+    assert not st.trains_again(other, spec)
+    first = st.committed_cells(table, full=None, larger=None)[0]
+    read = st.committed_cells(table, full=None, larger=again)[0]
+    assert [c.first_reading for c in read] == [c.text for c in first]  # every cell read from the larger budget
+    assert [c.first_reading for c in st.committed_cells(table, full=None, larger=other)[0]] == [None] * len(first)
+
+
 def test_a_users_row_of_a_committed_model_shows_beside_it():
     mine = [_cell(theory.CAN, 3, 3), st.Cell("DeltaNet [-1,1] (num_layers=2)", "t", 2, theory.Prediction(theory.CAN, "x"),
                                              [0], [0], {4: [0], 16: [0]}, 1.0, 1e-3)]

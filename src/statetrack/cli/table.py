@@ -169,10 +169,11 @@ def _record(args, experiment: str, record_part, started: float) -> None:
     record_part(open_store(args), experiment, started, args.workers, path=path)
 
 
-def _install(args, names: list[str], page: bool = False) -> int:
+def _install(args, names: list[str], page: bool = False, drop: tuple[str, ...] = ()) -> int:
     """The measured snapshots `names` installed as the committed ones when every run of them is done
-    (then, with `page`, the page rewritten where the command runs in the checkout); else they are
-    left in the results folder, with a line saying what is missing. Status 1 when not installed."""
+    (the committed `drop`, read with the table they replace, removed; then, with `page`, the page
+    rewritten where the command runs in the checkout); else they are left in the results folder,
+    with a line saying what is missing. Status 1 when not installed."""
     from statetrack.results import statetable as st
 
     left = {name: st.not_done(st.load_snapshot(st.measured_snapshot_file(args.results_dir, name))) for name in names}
@@ -184,7 +185,7 @@ def _install(args, names: list[str], page: bool = False) -> int:
             f"trained; {st.measured_snapshot_file(args.results_dir, name)} has what is); run the same command again"
         )
         return 1
-    for path in st.install_snapshots(args.results_dir, names):
+    for path in st.install_snapshots(args.results_dir, names, drop):
         print(f"installed: {path}")
     if page:
         try:
@@ -249,7 +250,9 @@ def _measure(args) -> int:
         return 0
     status = _show_measured(args, scored, mine, failed)
     if args.zoo:
-        status = max(status, _install(args, [pilot.name, table.name, *([larger] if larger else [])], page=True))
+        installed = [pilot.name, table.name, *([larger] if larger else [])]
+        stale = tuple(n for n in (st.FULL_BUDGET, st.LARGER_BUDGET) if n not in installed)  # the replaced table's
+        status = max(status, _install(args, installed, page=True, drop=stale))
     return status
 
 

@@ -88,10 +88,12 @@ def not_done(snapshot: dict) -> int:
     return sum(1 for p in snapshot["plan"] if p["id"] not in done)
 
 
-def install_snapshots(results_dir: str | Path, names: list[str]) -> list[Path]:
+def install_snapshots(results_dir: str | Path, names: list[str], drop: tuple[str, ...] = ()) -> list[Path]:
     """The measured snapshots `names` (`measured_snapshot_file`) installed as the committed ones
     (`snapshot_file`), each replaced in one step, and only when every one is complete: a one-line
-    error naming the first that is not, with nothing installed. Returns the installed files."""
+    error naming the first that is not, with nothing installed. The committed snapshots `drop`
+    (another measurement's, which the installed ones replace) are removed then. Returns the
+    installed files."""
     measured = {name: measured_snapshot_file(results_dir, name) for name in names}
     for name, path in measured.items():
         left = not_done(load_snapshot(path))
@@ -103,6 +105,8 @@ def install_snapshots(results_dir: str | Path, names: list[str]) -> list[Path]:
     for name, path in measured.items():
         with replace_atomically(snapshot_file(name), binary=True) as f:
             f.write(path.read_bytes())
+    for name in drop:
+        snapshot_file(name).unlink(missing_ok=True)
     return [snapshot_file(name) for name in names]
 
 
@@ -870,7 +874,7 @@ def committed_cells(
     out = cells(scored)
     if full is None and snapshot_file(FULL_BUDGET).exists():
         full = load_snapshot(snapshot_file(FULL_BUDGET))
-    if full is not None:
+    if full is not None and trains_again(full, scored.spec):
         again = {(c.model, c.task): c for c in cells(scored_snapshot(full))}
         for i, c in enumerate(out):
             if c.stopped and (c.model, c.task) in again:
@@ -878,7 +882,7 @@ def committed_cells(
                 out[i].stopped_reading = c.text
     if larger is None and snapshot_file(LARGER_BUDGET).exists():
         larger = load_snapshot(snapshot_file(LARGER_BUDGET))
-    if larger is not None:
+    if larger is not None and trains_again(larger, scored.spec):
         out = read_larger_budget(out, cells(scored_snapshot(larger)))
     order = {label: i for i, label in enumerate(tasks)}
     for label, model in unmeasured(models, scored.spec).items():
@@ -889,6 +893,21 @@ def committed_cells(
             out[-1].task_index = order[task_label]
     out.sort(key=lambda c: c.layers)  # stable: the unmeasured rows after the measured ones of their depth
     return out, {label: task_title(t) for label, t in tasks.items()}
+
+
+BUDGET_KEYS = ("steps", "warmup", "early_stop_fit")  # what `_again` changes of the table's spec
+
+
+def trains_again(snapshot: dict, table_spec: dict) -> bool:
+    """Whether `snapshot` (a full or larger budget's) trains cells of the table measured under
+    `table_spec` again: its spec is the table's but for its name, scale and budget (`BUDGET_KEYS`).
+    A snapshot of an earlier measurement of the table is not read beside a later one."""
+
+    def protocol(spec: dict) -> dict:
+        train = {k: v for k, v in (spec.get("train") or {}).items() if k not in BUDGET_KEYS}
+        return {**{k: v for k, v in spec.items() if k not in ("name", "scale")}, "train": train}
+
+    return protocol(snapshot.get("spec") or {}) == protocol(table_spec)
 
 
 def unmeasured(measured: dict[str, dict], spec: dict) -> dict[str, dict]:
