@@ -2,7 +2,7 @@
 
     python benchmarks/bilinear.py               # human tables
     python benchmarks/bilinear.py --json        # JSON (benchmarks/common.py): one row per (structure, measurement)
-    python benchmarks/bilinear.py --markdown    # the tables of docs/performance.md
+    python benchmarks/bilinear.py --markdown    # the tables of docs/performance-layers.md
 
 1. Training: forward + backward of the layer at batch 64, d_x = d_h = 64, T = 64, float32, for each
    structure: `Bilinear.forward` (the fast forms: `ops.dense.bilinear_transition` for full and

@@ -29,7 +29,7 @@ def layer_parser(description: str) -> argparse.ArgumentParser:
     """--json / --markdown, --repeat, --threads and the training shape --batch, --width, --T."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of tables")
-    parser.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/performance.md)")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/performance*.md)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads (default: torch's choice)")
     parser.add_argument("--batch", type=int, default=64)

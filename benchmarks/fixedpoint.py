@@ -2,7 +2,7 @@
 
     python benchmarks/fixedpoint.py               # human tables
     python benchmarks/fixedpoint.py --json        # JSON (benchmarks/common.py): one row per measurement
-    python benchmarks/fixedpoint.py --markdown    # the tables of docs/performance.md
+    python benchmarks/fixedpoint.py --markdown    # the tables of docs/performance-layers.md
 
 1. The price of an iteration: forward + backward of one FixedPointRNN layer (batch 64, d_model =
    hidden = 64, T = 64, float32) with the iteration count forced to l (tol 0, max_iter l) for

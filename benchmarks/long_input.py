@@ -2,7 +2,7 @@
 `statetrack.training.evaluate.predict` in chunks, on this machine.
 
     python benchmarks/long_input.py                     # human table, T = 10,000 and 100,000
-    python benchmarks/long_input.py --markdown          # the table of docs/performance.md
+    python benchmarks/long_input.py --markdown          # the table of docs/performance-layers.md
     python benchmarks/long_input.py --json              # JSON (benchmarks/common.py): one row per (model, T)
     python benchmarks/long_input.py --models lstm slstm --T 100000
 
@@ -133,7 +133,7 @@ def markdown(rows, args) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (docs/performance.md)")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (docs/performance-layers.md)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: %(default)s)")
     parser.add_argument("--width", type=int, default=64, help="d_model (default: %(default)s)")
     parser.add_argument("--T", type=int, nargs="+", default=[10_000, 100_000], help="input lengths (default: %(default)s)")

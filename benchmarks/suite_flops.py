@@ -2,7 +2,7 @@
 machine, beside the wall time the book measured.
 
     python benchmarks/suite_flops.py               # a plain table
-    python benchmarks/suite_flops.py --markdown    # the table of docs/performance.md
+    python benchmarks/suite_flops.py --markdown    # the table of docs/performance-training.md
     python benchmarks/suite_flops.py --json
 
 For every run of every shipped experiment at `--scale` (quick by default): the FLOPs of its training

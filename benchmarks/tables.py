@@ -1,11 +1,11 @@
-"""The tables of docs/performance.md, rendered from the benchmarks' JSON output in benchmarks/results/;
-`statetrack docs --write` fills the page's blocks with them and `statetrack docs --check` (a test)
-checks them.
+"""The tables of the performance pages (docs/performance.md and the pages it links, `PAGES`), rendered
+from the benchmarks' JSON output in benchmarks/results/; `statetrack docs --write` fills the pages'
+blocks with them and `statetrack docs --check` (a test) checks them.
 
-Each generated block of the page (`<!-- generated:NAME -->` ... `<!-- /generated:NAME -->`) holds
+Each generated block of a page (`<!-- generated:NAME -->` ... `<!-- /generated:NAME -->`) holds
 the commands that re-measure it (read back from each JSON file: its arguments and environment, see
 benchmarks/common.py) and the tables, rendered from those files by the benchmark's own Markdown
-renderer. Nothing is measured here, so the page changes only when a JSON file does.
+renderer. Nothing is measured here, so a page changes only when a JSON file does.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-PAGE = ROOT / "docs" / "performance.md"
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -36,7 +35,7 @@ from statetrack.errors import StatetrackError  # noqa: E402
 def load(name: str, results: Path = RESULTS) -> dict:
     path = results / f"{name}.json"
     if not path.exists():
-        raise StatetrackError(f"{path} is missing; measure it with the command its block in {PAGE.name} shows")
+        raise StatetrackError(f"{path} is missing; measure it with the command its block in docs/performance*.md shows")
     return json.loads(path.read_text())
 
 
@@ -70,8 +69,10 @@ def _train_step_args(data: dict) -> Namespace:
 
 # ---- one function per block: {block name: text} ---------------------------------------------------
 def machines_block(results: Path) -> str:
-    lines = ["| results file | CPU | cores | GPU | torch threads | torch | Python | measured |",
-             "| --- | --- | ---: | --- | ---: | --- | --- | --- |"]
+    lines = [
+        "| results file | CPU | cores | GPU | torch threads | torch | Python | measured |",
+        "| --- | --- | ---: | --- | ---: | --- | --- | --- |",
+    ]
     for path in sorted(results.glob("*.json")):
         data = json.loads(path.read_text())
         m = data["machine"]
@@ -103,14 +104,19 @@ def native_block(results: Path) -> str:
     native, torch_forms = load("train_step_native", results), load("train_step_pytorch", results)
     by = {(r["model"], r["T"], r["layers"]): r for r in torch_forms["rows"]}
     first = native["rows"][0]
-    lines = [f"ms per training step, batch {first['batch']}, d_model {first['d_model']}, "
-             f"{native['threads']} thread(s); x LSTM of the same run in brackets.", "",
-             "| model | T | layers | compiled loops: ms (x LSTM) | PyTorch forms: ms (x LSTM) | PyTorch / compiled |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"ms per training step, batch {first['batch']}, d_model {first['d_model']}, "
+        f"{native['threads']} thread(s); x LSTM of the same run in brackets.",
+        "",
+        "| model | T | layers | compiled loops: ms (x LSTM) | PyTorch forms: ms (x LSTM) | PyTorch / compiled |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in sorted(native["rows"], key=lambda r: (r["T"], r["layers"])):
         t = by[(r["model"], r["T"], r["layers"])]
-        lines.append(f"| {r['model']} | {r['T']} | {r['layers']} | {r['ms']:.1f} ({r['x_lstm']:.1f}) | "
-                     f"{t['ms']:.1f} ({t['x_lstm']:.1f}) | {t['ms'] / r['ms']:.2f}x |")
+        lines.append(
+            f"| {r['model']} | {r['T']} | {r['layers']} | {r['ms']:.1f} ({r['x_lstm']:.1f}) | "
+            f"{t['ms']:.1f} ({t['x_lstm']:.1f}) | {t['ms'] / r['ms']:.2f}x |"
+        )
     return measured(["train_step_native", "train_step_pytorch"], "\n".join(lines), results)
 
 
@@ -156,28 +162,31 @@ def suite_block(results: Path) -> str:
     return measured(["suite_flops"], table, results)
 
 
-BLOCKS = {
-    "machines": machines_block,
-    "ops": ops_block,
-    "zoo-ops": zoo_ops_block,
-    "train-step": train_step_block,
-    "native": native_block,
-    "optimizers": optimizers_block,
-    "compile": compile_block,
-    "batch": batch_block,
-    "cuda": cuda_block,
-    "bilinear": bilinear_block,
-    "fixedpoint": fixedpoint_block,
-    "long-input": long_input_block,
-    "suite": suite_block,
+# {page under docs/: {block name: its renderer}}; a block's tables sit beside the prose that reads them
+PAGES = {
+    "performance.md": {"machines": machines_block, "ops": ops_block, "zoo-ops": zoo_ops_block},
+    "performance-training.md": {
+        "train-step": train_step_block,
+        "native": native_block,
+        "optimizers": optimizers_block,
+        "compile": compile_block,
+        "batch": batch_block,
+        "cuda": cuda_block,
+        "suite": suite_block,
+    },
+    "performance-layers.md": {
+        "bilinear": bilinear_block,
+        "fixedpoint": fixedpoint_block,
+        "long-input": long_input_block,
+    },
 }
-
-def blocks(results: Path = RESULTS) -> dict[str, str]:
-    """{block name: its generated text}."""
-    return {name: render(results) for name, render in BLOCKS.items()}
 
 
 def performance_files(root: Path = ROOT) -> tuple[dict[Path, str], dict[Path, dict[str, str]]]:
     """What the benchmarks' JSON generates under the checkout `root`: no whole page, and the blocks of
-    docs/performance.md (the form `statetrack docs` reads from every generator)."""
-    return {}, {root / "docs" / "performance.md": blocks(root / "benchmarks" / "results")}
+    each performance page (the form `statetrack docs` reads from every generator)."""
+    results = root / "benchmarks" / "results"
+    return {}, {
+        root / "docs" / page: {name: render(results) for name, render in blocks.items()}
+        for page, blocks in PAGES.items()
+    }

@@ -1,7 +1,7 @@
 """Milliseconds per training step of every registered model at the quick experiments' shapes.
 
     python benchmarks/train_step.py                # human tables
-    python benchmarks/train_step.py --markdown     # the table of docs/performance.md
+    python benchmarks/train_step.py --markdown     # the table of docs/performance-training.md
     python benchmarks/train_step.py --json         # JSON (benchmarks/common.py): one row per (model, length, layers)
     python benchmarks/train_step.py --device cuda  # on a GPU (the timer waits for the GPU's queue)
 

@@ -1,6 +1,6 @@
-"""docs/performance.md's tables are generated from the committed benchmark JSON (benchmarks/results/;
-that the committed page is current: tests/test_docs.py), each with the command that measured it.
-Nothing is measured here."""
+"""The performance pages' tables (docs/performance.md and the pages it links) are generated from the
+committed benchmark JSON (benchmarks/results/; that the committed pages are current:
+tests/test_docs.py), each with the command that measured it. Nothing is measured here."""
 
 import importlib.util
 import json
@@ -27,18 +27,23 @@ def test_a_lost_result_file_is_one_line_error(tables, tmp_path):
         tables.ops_block(tmp_path)
 
 
+def pages(tables) -> dict[str, str]:
+    return {name: (ROOT / "docs" / name).read_text() for name in tables.PAGES}
+
+
 def test_every_result_file_is_shown_with_the_command_that_wrote_it(tables):
-    page = tables.PAGE.read_text()
+    shown = "".join(pages(tables).values())
     for path in sorted(tables.RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         assert {"benchmark", "command", "env", "machine", "args", "rows", "elapsed_s"} <= set(data), path.name
         assert {"cpu", "cores", "threads", "torch", "python"} <= set(data["machine"]), path.name
-        assert f"> benchmarks/results/{path.name}" in page, f"{path.name} is in no table of {tables.PAGE.name}"
+        assert f"> benchmarks/results/{path.name}" in shown, f"{path.name} is in no table of {', '.join(tables.PAGES)}"
 
 
 def test_the_prose_quotes_no_commit_and_no_run_diary(tables):
     from statetrack.generated import BLOCK
 
-    prose = BLOCK.sub("", tables.PAGE.read_text())
-    assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", prose)  # a commit hash
-    assert not re.search(r"\brun [1-9]\b|\bruns 1\b|afternoon", prose, re.I)
+    for name, text in pages(tables).items():
+        prose = BLOCK.sub("", text)
+        assert not re.search(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", prose), name  # a commit hash
+        assert not re.search(r"\brun [1-9]\b|\bruns 1\b|afternoon", prose, re.I), name

@@ -23,7 +23,7 @@ step. Its state carries the number of steps since the last renormalisation, so a
 chunks is renormalised at the same steps as the whole input. Without it, an additive model whose
 A(x) grows the state overflows on long inputs.
 
-Fast path (`forward`; figures in docs/performance.md): full and block through
+Fast path (`forward`; figures in docs/performance-layers.md): full and block through
 `ops.dense.bilinear_transition`, which for one large head (full) never forms A(x_t) but contracts
 the state with W and then with x_t each step, and for small heads (block) forms every A(x_t) in one
 matrix product, time-major, before the dense scan (a compiled loop on the CPU); cp in its R

@@ -87,7 +87,7 @@ class mLSTM(Spectral, nn.Module):  # noqa: N801 (the paper's name)
 
     # The parallel form costs O(T^2 D) per sequence where the recurrence costs O(T D^2): inputs longer
     # than `piece` tokens run through it in pieces, the state carried (exact); pieces of 128 instead of
-    # whole chunks of 1024 make evaluation several times faster (docs/performance.md, "Long inputs").
+    # whole chunks of 1024 make evaluation several times faster (docs/performance-layers.md, "Long inputs").
     piece = 128
 
     @staticmethod

@@ -66,7 +66,7 @@ def predict(model, inputs: torch.Tensor, chunk_size: int | None = None, probabil
     A CPU input of at most SERIAL_BATCH sequences runs on one torch thread (the thread count is
     restored after): a recurrence steps through time with little work per step, so a second thread
     saves little, while on a machine shared with other jobs every hand-off between threads waits for
-    a core (docs/performance.md, "Long inputs")."""
+    a core (docs/performance-layers.md, "Long inputs")."""
     read = (lambda logits: logits.float().softmax(-1)) if probabilities else (lambda logits: logits.argmax(-1))
     threads = torch.get_num_threads()
     serial = inputs.device.type == "cpu" and inputs.shape[0] <= SERIAL_BATCH and threads > 1

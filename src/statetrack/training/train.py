@@ -257,7 +257,7 @@ class Trainer:
         self.progress = progress
         self.loggers = list(loggers)  # statetrack.training.loggers.Logger: each curve point as it is written
         # foreach: each update op once over every parameter rather than once per tensor; on CPU torch would
-        # otherwise loop over the tensors in Python, with the same numbers (docs/performance.md)
+        # otherwise loop over the tensors in Python, with the same numbers (docs/performance-training.md)
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay, foreach=True
         )
