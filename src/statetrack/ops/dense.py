@@ -308,7 +308,7 @@ def bilinear_transition_reference(x, W, b=None, initial_state=None, output_final
 
 
 BILINEAR_IMPLS = ("auto", "materialize", "contract")
-CONTRACT_MIN_D = 32  # "auto": contract one-head transitions of at least this size (measured, docs/performance.md)
+CONTRACT_MIN_D = 32  # "auto": contract one-head transitions of at least this size, materialise smaller ones
 
 
 def bilinear_transition(x, W, b=None, initial_state=None, output_final_state=True, impl="auto"):
