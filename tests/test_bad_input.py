@@ -330,13 +330,16 @@ USER_MIXERS = {
     "three outputs": ({"body": "return self.w(x), state, 1"}, "returned a tuple of 3; expected forward(x [B, T, d_model]"),
     "no state": ({"body": "return self.w(x)"}, "returned Tensor; expected forward(x [B, T, d_model], state=None)"),
     "non-finite": ({"body": "return self.w(x) / 0.0, state"}, "returned non-finite values (inf or nan) at its initial weights"),
+    "integer output": ({"body": "return self.w(x).long(), state"}, "returned y of dtype torch.int64; expected torch.float32"),
+    "another float": ({"body": "return self.w(x).double(), state"}, "returned y of dtype torch.float64; expected torch.float32"),
     "state refused": ({"body": "assert state is None, 'no state'\n        return self.w(x), x[:, -1]"},
                       "forward on the third token with the state of the first 2 raised AssertionError: no state"),
     "required parameter": ({"params": ", width"}, "parameter 'width' has no default; expected a default (a number"),
     "keyword arguments": ({"params": ", **options"}, "its constructor takes **options; expected every setting as a named"),
     "a function default": ({"params": ", act=torch.tanh"}, "parameter 'act' defaults to <built-in method tanh"),
     "display raises": ({"display": "lambda spec: 1 / 0"}, "its display raised ZeroDivisionError: division by zero"),
-    "display not text": ({"display": "lambda spec: 42"}, "its display gave 42; expected a non-empty string"),
+    "display not text": ({"display": "lambda spec: 42"}, "its display gave 42; expected a non-empty one-line string"),
+    "display of two lines": ({"display": "'Mine\\nTwo'"}, "its display gave 'Mine\\nTwo'; expected a non-empty one-line"),
     "a preset's name": ({"name": "deltanet-neg"}, "'deltanet-neg' is a preset of statetrack (deltanet with eig_range [-1,1]); "
                                                   "expected a name of its own"),
 }

@@ -153,7 +153,7 @@ def _preset(name: str) -> str:
 
 def display_name(spec: dict | str) -> str:
     """The name results show for a model (its registration's `display`); one that raises or is no
-    non-empty string is a one-line error naming the plugin."""
+    non-empty one-line string is a one-line error naming the plugin."""
     spec = resolve(spec)
     try:
         shown = get_entry(spec["name"]).display(spec)
@@ -162,10 +162,10 @@ def display_name(spec: dict | str) -> str:
             f"{where(spec['name'])}: its display raised {type(error).__name__}: {error}; expected a function "
             "spec -> a name"
         ) from None
-    if not isinstance(shown, str) or not shown.strip():
+    if not isinstance(shown, str) or not shown.strip() or not shown.isprintable():  # a line break splits tables
         raise StatetrackError(
-            f"{where(spec['name'])}: its display gave {limits.shown(shown)}; expected a non-empty string (the name "
-            "results show)"
+            f"{where(spec['name'])}: its display gave {limits.shown(shown)}; expected a non-empty one-line string "
+            "(the name results show)"
         )
     return shown
 
@@ -251,6 +251,8 @@ def _step(at: str, layer, x, state, what: str) -> tuple:
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != tuple(x.shape):
         shape = list(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
         raise StatetrackError(f"{at}: {what} returned y of shape {shape}; expected {list(x.shape)} ({PROTOCOL})")
+    if y.dtype != x.dtype:  # an integer y trains nothing through it; another float breaks the next layer
+        raise StatetrackError(f"{at}: {what} returned y of dtype {y.dtype}; expected {x.dtype}, the dtype of x")
     if not bool(torch.isfinite(y).all()):
         raise StatetrackError(f"{at}: {what} returned non-finite values (inf or nan) at its initial weights")
     return y, out[1]
