@@ -36,6 +36,7 @@ def test_every_generated_doc_equals_its_generation(generated):
     assert {p.relative_to(ROOT).as_posix(): set(b) for p, b in blocks.items()} == {
         "README.md": {"demo", "experiments", "models"},
         "docs/models.md": {"models"},
+        "docs/scaling.md": {"paper-hours"},
         **performance,
     }
 

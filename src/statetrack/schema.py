@@ -792,6 +792,50 @@ class Protocol(Section):
     _root = ("paper", "protocol")
 
 
+Figure = Annotated[
+    Any,
+    _value(
+        lambda v: v if _is_number(v) or (isinstance(v, str) and v.strip()) else REFUSED,
+        "a number or a short text",
+        _FIGURE,
+    ),
+]
+
+
+class LargestFit(Section):
+    """Where a headline cell at the paper's scale does not fit one machine (24 GiB, about 6 CPU hours a
+    seed): the largest scale that does, trained in its place and named as such beside the paper's."""
+
+    settings: Mapping = Field(
+        description="overrides over the cell, by key path as on the command line: {model_defaults.num_layers: 6}"
+    )
+    reason: Text = Field(description="why the paper's scale does not fit, with the estimate that says so")
+
+    _root = ("paper", "headline", "largest_fit")
+
+
+class Headline(Section):
+    """The figure the work's abstract or main table leads with, as one cell (a model on a task) of the
+    spec's paper scale: `statetrack reproduce --scale paper --headlines` trains it (every seed of the
+    paper scale, under the experiment's own name), and the book sets its measured figure beside this one."""
+
+    source: Text = Field(description="the work and where the figure is: 'Anonymous 2025, Table 2'")
+    quote: Text = Field(description="the paper's own words for the figure, quoted")
+    figure: Figure = Field(description="the paper's figure, as `paper.measure` reads it: a number or a short text")
+    model: Text = Field(description="the cell's model (display name, one of the paper scale's)")
+    task: Text | None = Field(default=None, description="the cell's task (default: the paper scale's only task)")
+    lrs: list[Annotated[float, number(0, high=MAX_LR, text=True)]] | None = Field(
+        default=None,
+        min_length=1,
+        description="the cell's learning rates, where the paper states fewer than the scale sweeps",
+    )
+    largest_fit: LargestFit | None = Field(
+        default=None, description="the largest scale that fits one machine, where the paper's does not"
+    )
+
+    _root = ("paper", "headline")
+
+
 class Paper(Section):
     """What the paper reports, set beside the measured figures (statetrack.experiments.spec.paper_of)."""
 
@@ -832,6 +876,11 @@ class Paper(Section):
         default=None,
         description="the paper's own reporting protocol (best of its rates or seeds), where it states one: every "
         "claim is also read under it, beside the strict reading",
+    )
+    headline: Headline | None = Field(
+        default=None,
+        description="the figure the work's abstract or main table leads with, as one cell of the paper scale "
+        "(statetrack reproduce --scale paper --headlines)",
     )
 
     _root = ("paper",)

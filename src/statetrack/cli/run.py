@@ -46,9 +46,10 @@ def cmd_run(args) -> int:
     return 1 if any(r["status"] == "failed" for r in scored.missing) else 0
 
 
-def dry_run(args, experiment) -> int:
-    """`run --dry-run`: the resolved spec and every planned run with its training cost and its status
-    in the store (when there is one), and nothing trained or written."""
+def dry_run(args, experiment, resolved: bool = True) -> int:
+    """`run --dry-run` (and `reproduce --dry-run`, per experiment, without the spec): the resolved
+    spec (with `resolved`) and every planned run with its training cost and its status in the store
+    (when there is one), and nothing trained or written."""
     import yaml
 
     from statetrack.experiments.runner import training_cost
@@ -58,9 +59,13 @@ def dry_run(args, experiment) -> int:
     status = {}
     if store_path(args).is_file():
         status = {r["id"]: r["status"] for r in open_store(args, read_only=True).runs(experiment.name)}
-    print(f"# experiment {experiment.name} at the {args.scale} scale, resolved (overrides applied, defaults filled in)")
-    first = {key: spec[key] for key in ("name", "scale") if key in spec}
-    print(yaml.safe_dump({**first, **spec}, sort_keys=False, width=120).rstrip())
+    if resolved:
+        print(
+            f"# experiment {experiment.name} at the {args.scale} scale, resolved "
+            "(overrides applied, defaults filled in)"
+        )
+        first = {key: spec[key] for key in ("name", "scale") if key in spec}
+        print(yaml.safe_dump({**first, **spec}, sort_keys=False, width=120).rstrip())
     header = ["run", "model", "task", "lr", "seed", "steps", "train lengths", "eval lengths", "GFLOP", "status"]
     costs = [training_cost(run) for run in runs]
     body = [_planned_row(run, cost, status.get(run.id, "to run")) for run, cost in zip(runs, costs)]
@@ -71,7 +76,8 @@ def dry_run(args, experiment) -> int:
         f"{sum(todo) / 1e12:,.1f} TFLOP to train, {sum(costs) / 1e12:,.1f} TFLOP in all"
     )
     print(text_table(header, body))
-    print("\n(dry run: nothing trained, nothing written)")
+    if resolved:
+        print("\n(dry run: nothing trained, nothing written)")
     return 0
 
 

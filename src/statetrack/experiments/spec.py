@@ -649,6 +649,7 @@ def paper_of(spec: dict) -> dict | None:
         "fit": paper.fit,
         "protocol": None if paper.protocol is None else paper.protocol.model_dump(),
         "probes": [probe.model_dump() for probe in paper.probes],
+        "headline": None if paper.headline is None else paper.headline.model_dump(),
     }
 
 
@@ -680,6 +681,10 @@ def check_paper_names(spec: dict, models, tasks, scales: Sequence[dict] = ()) ->
             check("model", model, models, f"{where}.claims[{i}]")
         for task in claim["tasks"] or []:
             check("task", task, tasks, f"{where}.claims[{i}]")
+    if paper["headline"] is not None:
+        check("model", paper["headline"]["model"], models, f"{where}.headline")
+        if paper["headline"]["task"] is not None:
+            check("task", paper["headline"]["task"], tasks, f"{where}.headline")
 
 
 def _scale_models(spec: dict) -> list[tuple[str, str, dict]]:

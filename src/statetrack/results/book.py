@@ -31,14 +31,24 @@ import time
 from pathlib import Path
 
 from statetrack.errors import StatetrackError
+from statetrack.experiments.headlines import headlines, paper_scaled
 from statetrack.experiments.spec import paper_of, shipped_specs, spec_now, spec_tasks, train_config, train_lengths_text
 from statetrack.generated import fill_blocks, sync
 from statetrack.paths import SNAPSHOTS, snapshot_file, write_text_atomically
-from statetrack.results.claims import FAIL, INCONCLUSIVE, KIND_TEXT, NOT_MEASURED, VERDICTS, check_verdict
+from statetrack.results.claims import (
+    FAIL,
+    INCONCLUSIVE,
+    KIND_TEXT,
+    NOT_MEASURED,
+    VERDICTS,
+    check_verdict,
+    paper_figures,
+)
 from statetrack.results.report import (
     MEASURED_KEY,
     claim_measured,
     claim_test,
+    figure_text,
     paper_tables,
     protocol_cell,
     verdict_line,
@@ -427,8 +437,20 @@ def scale_section(name: str, scale: str, snapshot: dict | None, s: Scored | None
     """One scale of an experiment's page: the command, the settings, what was measured and on what,
     the paper's figures beside the measured ones, the claims, the fit and the per-length table."""
     command = f"statetrack reproduce --scale {scale} {name}"
+    headline = (_paper(name, "paper") or {}).get("headline") if scale == "paper" else None
+    cell = (
+        [
+            f"Its headline cell, the work's lead figure ([every work's](../claims.md#{HEADLINES_ANCHOR})): "
+            f"{headline['model']}"
+            + (f" on {headline['task']}" if headline["task"] else "")
+            + f", `statetrack reproduce --scale paper --headlines {name}`.",
+            "",
+        ]
+        if headline
+        else []
+    )
     if snapshot is None or s is None:
-        return [f"## {scale} scale", "", f"Not measured at the {scale} scale yet: `{command}`.", ""]
+        return [f"## {scale} scale", "", f"Not measured at the {scale} scale yet: `{command}`.", ""] + cell
     runs = snapshot["runs"]
     done = sum(r["status"] == "done" for r in runs)
     diverged = sum(r.get("diverged_at") is not None for r in runs)
@@ -447,7 +469,7 @@ def scale_section(name: str, scale: str, snapshot: dict | None, s: Scored | None
         + (f", {failed} failed" if failed else "")
         + f"; {_wall_text(snapshot)}. {stopped_line(snapshot, paper['probes'] if paper else None)}",
         "",
-    ]
+    ] + cell
     if s.paper:
         rules = f"How each verdict is read: [the rules](../claims.md#{RULES_ANCHOR})."
         for title, note, (header, body) in paper_tables(s, rules=rules):
@@ -545,11 +567,149 @@ def claims_rows(snapshots: dict, scale: str, scores: dict | None = None) -> tupl
 
 
 def suite_line(snapshots: dict, scale: str) -> str:
-    measured = [s for (name, sc), s in snapshots.items() if sc == scale and name in shipped_specs()]
-    total = sum(wall_seconds(s) for s in measured)
-    return (
-        f"{len(measured)} of {len(shipped_specs())} experiments measured at the {scale} scale; "
-        f"their wall time adds up to {duration(total)}."
+    """How many experiments are measured at `scale`, and their wall time. At the paper scale: of the
+    experiments that have one, those whose snapshot holds a finished run (a figure at that scale)."""
+    if scale == "paper":
+        names = paper_scaled()
+        measured = [s for (name, sc), s in snapshots.items() if sc == scale and name in names and _done(s)]
+        counted = f"{len(measured)} of {len(names)} experiments with a paper-scale figure"
+    else:
+        measured = [s for (name, sc), s in snapshots.items() if sc == scale and name in shipped_specs()]
+        counted = f"{len(measured)} of {len(shipped_specs())} experiments measured at the {scale} scale"
+    return f"{counted}; their wall time adds up to {duration(sum(wall_seconds(s) for s in measured))}."
+
+
+def _done(snapshot: dict) -> bool:
+    return any(r["status"] == "done" for r in snapshot["runs"])
+
+
+# ---- the headline cells --------------------------------------------------------------------------
+HEADLINES_ANCHOR = "headline-cells"  # the claims page's section of the headline cells
+
+
+def _setting(spec: dict, key: str):
+    """The value at a key path ("train.steps") of a spec, None where it has none."""
+    for part in key.split("."):
+        spec = spec.get(part) if isinstance(spec, dict) else None  # type: ignore[assignment]
+    return spec
+
+
+def headline_cells(snapshots: dict, scores: dict) -> list[dict]:
+    """Each work's headline cell (`statetrack.experiments.headlines`) with what its experiment's
+    paper-scale snapshot measured of it: {experiment, headline, measure, planned (seeds of the paper
+    scale), seeds (those whose every run of the cell is done), measured (the figure `paper.measure`
+    reads, None before any), fitted (measured at the `largest_fit` settings), snapshot}."""
+    from statetrack.experiments.spec import covers
+
+    cells = []
+    for name, headline in headlines().items():
+        now = spec_now(name, "paper") or {}
+        snapshot = snapshots.get((name, "paper"))
+        cell = {"experiment": name, "headline": headline, "measure": (now.get("paper") or {}).get("measure", "scaled")}
+        cell |= {"planned": len(now.get("seeds") or []), "seeds": 0, "measured": None, "fitted": False}
+        cell["snapshot"] = snapshot
+        if snapshot is not None:
+            task = headline["task"]
+            entries = [
+                e for e in snapshot["plan"] if covers(headline["model"], e["model"]) and task in (None, e["task"])
+            ]
+            status = {r["id"]: r["status"] for r in snapshot["runs"]}
+            by_seed: dict[int, list[bool]] = collections.defaultdict(list)
+            for e in entries:
+                by_seed[e["seed"]].append(status.get(e["id"]) == "done")
+            cell["seeds"] = sum(all(done) for done in by_seed.values())
+            s = scores[(name, "paper")]
+            if s.paper is not None:
+                rows = [
+                    r
+                    for r in paper_figures(s.paper, s.summary, s.planned)
+                    if r["run"] and covers(headline["model"], r["model"]) and task in (None, r["task"])
+                ]
+                cell["measured"] = rows[0]["measured"] if rows else None
+            fit = (headline["largest_fit"] or {}).get("settings") or {}
+            cell["fitted"] = bool(fit) and all(_setting(snapshot["spec"], k) == v for k, v in fit.items())
+        cells.append(cell)
+    return cells
+
+
+def _cell_name(cell: dict, prefix: str = "") -> str:
+    """The cell's experiment page (linked from a page in `prefix`'s folder), model and task."""
+    headline = cell["headline"]
+    task = f" on {headline['task']}" if headline["task"] else ""
+    return f"{page_link(cell['experiment'], prefix)}: {headline['model']}{task}"
+
+
+def _cell_text(cell: dict) -> str:
+    """The cell in words, with the largest scale that fits beside the paper scale's where it has one."""
+    fit = cell["headline"]["largest_fit"]
+    if not fit:
+        return _cell_name(cell)
+    paper = spec_now(cell["experiment"], "paper") or {}
+    changed = ", ".join(f"{k} {v} (the paper scale's {_setting(paper, k)})" for k, v in fit["settings"].items())
+    return f"{_cell_name(cell)}; the largest scale that fits one machine: {changed}"
+
+
+def headlines_table(cells: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """The headline cells as a table: the work, the cell, the paper's figure (quoted), the measured
+    one (or "not measured yet"), the seeds measured of those planned, the wall time, the machine and
+    the revision of the measurement."""
+    header = ["work", "cell", "paper", "measured", "seeds", "wall time", "machine", "revision"]
+    body = []
+    for cell in cells:
+        headline, snapshot = cell["headline"], cell["snapshot"]
+        measured = "not measured yet"
+        if cell["measured"] is not None:
+            measured = figure_text(cell["measured"], cell["measure"]) + (
+                " (the largest scale that fits)" if cell["fitted"] else ""
+            )
+        parts = snapshot.get("parts", []) if snapshot else []
+        machines = list(dict.fromkeys(describe_machine(p["machine"]) for p in parts if p.get("machine")))
+        body.append(
+            [
+                headline["source"],
+                _cell_text(cell),
+                f'{figure_text(headline["figure"], cell["measure"])} ("{headline["quote"]}")',
+                measured,
+                f"{cell['seeds']} of {cell['planned']}",
+                duration(wall_seconds(snapshot)) if parts else "-",
+                "; ".join(machines) or "-",
+                snapshot["git_rev"] if snapshot and cell["seeds"] else "-",
+            ]
+        )
+    return header, body
+
+
+def headlines_section(snapshots: dict, scores: dict) -> list[str]:
+    """The claims page's section of the headline cells (under its paper scale)."""
+    cells = headline_cells(snapshots, scores)
+    measured = sum(1 for c in cells if c["measured"] is not None)
+    return [
+        "### Headline cells",
+        "",
+        "One cell per work: the figure its abstract or main table leads with, as one model on one task at the "
+        "paper's scale (or, where that does not fit one machine, the largest scale that does, named beside the "
+        "paper's). `statetrack reproduce --scale paper --headlines` trains them, every cell's first seed before "
+        f"any cell's second. {measured} of {len(cells)} cells measured. Measured: the paper scale's figure "
+        "(each experiment's `paper.measure` over its lengths, as its page's \"Paper vs measured\" reads it).",
+        "",
+        markdown_table(*headlines_table(cells)),
+        "",
+    ] + (
+        [
+            "Where the paper's scale does not fit one machine (24 GiB, about 6 CPU hours a seed). The hours are "
+            "the training arithmetic of `statetrack reproduce --scale paper --headlines --dry-run` at 27 GFLOP/s a "
+            "core, the rate of negeig-parity's paper scale as `benchmarks/paper_hours.py` timed it on a 2-core "
+            "machine (6.4 PFLOP in 32.9 h; [its table](scaling.md#how-long-the-paper-scale-takes)):",
+            "",
+        ]
+        + [
+            f"- {page_link(c['experiment'])}: {c['headline']['largest_fit']['reason']}."
+            for c in cells
+            if c["headline"]["largest_fit"]
+        ]
+        + [""]
+        if any(c["headline"]["largest_fit"] for c in cells)
+        else []
     )
 
 
@@ -569,14 +729,10 @@ def claims_page(snapshots: dict, scores: dict) -> str:
     for scale in SCALES:
         header, body, counts = claims_rows(snapshots, scale, scores)
         total = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        md += [
-            f"## {scale} scale",
-            "",
-            suite_line(snapshots, scale) + f" Claims: {total}.",
-            "",
-            markdown_table(header, body),
-            "",
-        ]
+        md += [f"## {scale} scale", "", suite_line(snapshots, scale) + f" Claims: {total}.", ""]
+        if scale == "paper":
+            md += headlines_section(snapshots, scores)
+        md += [markdown_table(header, body), ""]
     return "\n".join(md).rstrip() + "\n"
 
 
@@ -649,7 +805,33 @@ def book_files(book_dir: str | Path, readme: str | Path | None, snapshots: dict)
     blocks = {}
     if readme is not None and Path(readme).exists():
         blocks[Path(readme)] = readme_blocks(snapshots, scores)
+    if (book_dir / SCALING).exists():
+        blocks[book_dir / SCALING] = {"paper-hours": paper_hours_block(snapshots, scores)}
     return pages, blocks
+
+
+SCALING = "scaling.md"  # the page (under the book's folder) whose `paper-hours` block is the measured hours
+
+
+def paper_hours_block(snapshots: dict, scores: dict) -> str:
+    """The hours each headline cell took at the paper scale, from its snapshot: the seeds measured,
+    the wall time of its parts and the core-hours (wall time x workers), the machine."""
+    header = ["headline cell", "seeds measured", "wall time", "CPU hours measured", "machine"]
+    body = []
+    for cell in headline_cells(snapshots, scores):
+        parts = cell["snapshot"].get("parts", []) if cell["snapshot"] else []
+        machines = list(dict.fromkeys(describe_machine(p["machine"]) for p in parts if p.get("machine")))
+        hours = sum(p["seconds"] * (p.get("workers") or 1) for p in parts) / 3600
+        body.append(
+            [
+                _cell_name(cell),
+                f"{cell['seeds']} of {cell['planned']}",
+                duration(wall_seconds(cell["snapshot"])) if parts else "-",
+                f"{hours:.1f}" if parts else "not measured yet",
+                "; ".join(machines) or "-",
+            ]
+        )
+    return markdown_table(header, body)
 
 
 def write_book(

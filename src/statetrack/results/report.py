@@ -93,7 +93,7 @@ QUICK_NOTE = (
 )
 
 
-def _figure(value, measure: str) -> str:
+def figure_text(value, measure: str) -> str:
     """A paper's or a measured figure: text as given, a length as an integer ("none" for 0; a mean of
     lengths over seeds to one decimal), else 3 decimals."""
     if value is None:
@@ -122,7 +122,7 @@ def _seed_range(figures: list[float], measure: str) -> str:
     """The lowest and highest seed's figure ("0.473..1.000 (3 seeds)"); "-" for fewer than two seeds."""
     if len(figures) < 2:
         return "-"
-    return f"{_figure(min(figures), measure)}..{_figure(max(figures), measure)} ({len(figures)} seeds)"
+    return f"{figure_text(min(figures), measure)}..{figure_text(max(figures), measure)} ({len(figures)} seeds)"
 
 
 def claim_test(claim: dict) -> str:
@@ -170,9 +170,9 @@ def claim_measured(verdict: dict) -> str:
         elif claim["measure"].startswith("check:"):
             value = f"computed: {r['value']:.4g}"
         else:
-            value = f"{r['passed']} of {r['of']} seeds, {_figure(r['value'], claim['measure'])}"
+            value = f"{r['passed']} of {r['of']} seeds, {figure_text(r['value'], claim['measure'])}"
             if claim["test"] == "beats":
-                value += f" vs {_figure(r['rival'], claim['measure'])}"
+                value += f" vs {figure_text(r['rival'], claim['measure'])}"
             if r["holds"] is None and r["reason"]:
                 value += f" ({r['reason']})"
             elif r.get("unfit"):  # decided on the seeds that fit; say which did not
@@ -215,7 +215,7 @@ def ties_text(result: dict, measure: str) -> str:
     with the selected one (the strict reading holds only where it holds at each); "" without ties."""
     return "".join(
         f"; tied on the training lengths with lr {lr:g}: "
-        f"{t['passed']} of {t['of']} seeds, {_figure(t['value'], measure)}"
+        f"{t['passed']} of {t['of']} seeds, {figure_text(t['value'], measure)}"
         + (f" {FAIL}" if t["holds"] is False else "")
         for lr, t in sorted((result.get("ties") or {}).items())
     )
@@ -265,8 +265,8 @@ def paper_tables(scored: Scored, rules: str | None = None) -> list[tuple]:
             ([r["task"] or "-"] if with_task else [])
             + [
                 model_label(r["model"], r["dataset_size"]),
-                _figure(r["paper"], paper["measure"]),
-                _figure(r["measured"], paper["measure"]) if r["run"] else "not run",
+                figure_text(r["paper"], paper["measure"]),
+                figure_text(r["measured"], paper["measure"]) if r["run"] else "not run",
                 _seed_range(r["seeds"], paper["measure"]),
             ]
             for r in rows
