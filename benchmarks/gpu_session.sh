@@ -5,6 +5,11 @@
 #   OUT=/path/to/out bash benchmarks/gpu_session.sh [SECONDS]    # default 540
 #
 # In order, each bounded by what is left of SECONDS:
+#  00. the works' headline cells first, for HEADLINES seconds (default two thirds of SECONDS; 0 skips
+#      it): benchmarks/headline_slice.sh from the committed benchmarks/slices/paper-headlines.tar.gz
+#      into results/headlines, packed into $OUT/paper-headlines.tar.gz, and the paper-scale snapshots
+#      it wrote (their parts: this session's wall time on the GPU) copied to $OUT/snapshots/. Commit
+#      both as benchmarks/slices/paper-headlines.tar.gz and src/statetrack/experiments/snapshots/.
 #   0. fla-core's kernels behind the delta-rule ops against our references (`-m cuda
 #      tests/ops/test_fla_kernels.py`; skipped unless fla-core is installed) -> $OUT/fla_kernels.txt
 #   1. the batching lever: each model's step time with the quick batch x 1, 8 and 64
@@ -27,6 +32,7 @@ BUDGET=${1:-540}
 DEVICE=${DEVICE:-cuda}
 EXPERIMENT=${EXPERIMENT:-pfsa-belief}  # the paper-scale slice's
 HOURS=${HOURS:-}  # the experiments paper_hours.py times (default: all; a CPU rehearsal names small ones)
+HEADLINES=${HEADLINES:-$((BUDGET * 2 / 3))}  # seconds for the headline cells, first
 PYTHON=${PYTHON:-python}
 start=$(date +%s)
 left() { echo $((BUDGET - ($(date +%s) - start))); }
@@ -36,6 +42,15 @@ if [ -d wheels ]; then
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" STATETRACK_NO_SIZE_LIMIT=1
 "$PYTHON" -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
+
+if [ "$HEADLINES" -gt 90 ]; then
+    echo "== the headline cells ($HEADLINES s of $(left) s left)"
+    RESULTS=results/headlines FROM=benchmarks/slices/paper-headlines.tar.gz ARCHIVE="$OUT/paper-headlines.tar.gz" \
+        DEVICE="$DEVICE" PYTHON="$PYTHON" bash benchmarks/headline_slice.sh $((HEADLINES - 60)) \
+        || echo "headline cells: exit $?"
+    mkdir -p "$OUT/snapshots"
+    cp src/statetrack/experiments/snapshots/*.paper.json "$OUT/snapshots/" 2>/dev/null || echo "no paper-scale snapshot yet"
+fi
 
 if [ "$DEVICE" = cuda ]; then
     echo "== fla-core's kernels ($(left) s left)"

@@ -1,6 +1,6 @@
 """Pack a results folder into one archive that the next time-limited session unpacks and resumes.
 
-    python benchmarks/pack_slice.py RESULTS_DIR ARCHIVE.tar.gz [--limit-mib 16]
+    python benchmarks/pack_slice.py RESULTS_DIR ARCHIVE.tar.gz [--limit-mib 16] [--without-checkpoints]
     python benchmarks/pack_slice.py --unpack ARCHIVE.tar.gz RESULTS_DIR
 
 The archive holds the store (a consistent copy, through SQLite's backup), the checkpoints of the
@@ -9,6 +9,8 @@ runs that are not done (the paused ones a resumed command continues from) and th
 session). A done run's checkpoint and the reports are left out: the store holds their results, and
 the resumed command writes the reports again. It refuses to write an archive over
 `--limit-mib` (exit 1), naming the size, so that a session never ships one it cannot bring back.
+`--without-checkpoints` leaves the paused runs' checkpoints out too (a large model's weights and
+optimizer state do not fit the limit): those runs start again from their first step when resumed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def _done_runs(store: Path) -> set[str]:
         return {row[0] for row in db.execute("SELECT id FROM runs WHERE status = 'done'")}
 
 
-def pack(results: Path, archive: Path, limit_mib: float) -> int:
+def pack(results: Path, archive: Path, limit_mib: float, checkpoints: bool = True) -> int:
     store = results / STORE
     if not store.is_file():
         print(f"pack_slice: no store at {store}", file=sys.stderr)
@@ -46,7 +48,9 @@ def pack(results: Path, archive: Path, limit_mib: float) -> int:
                     continue
                 snapshot = path.parent == results / "table" and path.name.endswith(".quick.json")
                 paused = path.suffix == ".pt" and path.parent.name == "checkpoints" and path.stem not in done
-                if not (snapshot or paused):
+                if paused and not checkpoints:
+                    print(f"pack_slice: left out the paused run {path.stem}'s checkpoint: it starts again when resumed")
+                if not (snapshot or (paused and checkpoints)):
                     skipped += 1
                     continue
                 tar.add(path, arcname=str(path.relative_to(results)))
@@ -79,10 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--unpack", action="store_true", help="unpack ARCHIVE into RESULTS_DIR instead")
     parser.add_argument("--limit-mib", type=float, default=16.0, help="the largest archive to write (default 16)")
+    parser.add_argument("--without-checkpoints", action="store_true",
+                        help="leave the paused runs' checkpoints out: they start again when resumed")
     parser.add_argument("paths", nargs=2, metavar="PATH", help="RESULTS_DIR ARCHIVE (with --unpack: ARCHIVE RESULTS_DIR)")
     args = parser.parse_args(argv)
     first, second = (Path(p) for p in args.paths)
-    return unpack(first, second) if args.unpack else pack(first, second, args.limit_mib)
+    return unpack(first, second) if args.unpack else pack(first, second, args.limit_mib, not args.without_checkpoints)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import json
 import signal
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,9 @@ def test_pack_slice_keeps_the_store_and_the_paused_runs_checkpoints_within_its_l
     refused = subprocess.run([sys.executable, str(script), str(results), str(archive), "--limit-mib", "0.0001"],
                              capture_output=True, text=True)
     assert refused.returncode == 1 and "over the limit" in refused.stderr and not archive.exists()
+    # a checkpoint too large for the limit: the paused run starts again next session
+    out = subprocess.run([sys.executable, str(script), str(results), str(archive), "--without-checkpoints"],
+                         check=True, capture_output=True, text=True).stdout
+    assert "left out the paused run paused0's checkpoint" in out
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["statetrack.db", "table/state-table.quick.json"]
