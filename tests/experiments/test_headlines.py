@@ -198,3 +198,25 @@ def test_reproduce_headlines_trains_the_cells_seeds_in_rounds_into_the_experimen
     ]
     claims = (tmp_path / "book/claims.md").read_text().split("## paper scale")[1]
     assert "1 of 17 experiments with a paper-scale figure" in claims and "| 3 of 3 |" in claims
+
+
+def test_a_slice_whose_run_goes_on_next_session_keeps_its_time(tmp_path):
+    """A part in which a run started (or resumed) and paused at the deadline, none finishing, still
+    adds its wall time: a cell's run spans sessions."""
+    import time
+
+    from statetrack.store import RunClaim, Store
+
+    name, headline = "negeig-parity", headlines(["negeig-parity"])["negeig-parity"]
+    cell = resolve(name, "paper", cell_overrides(name, headline, [0]), name=name)
+    store = Store(tmp_path / "statetrack.db")
+    store.set_plan(cell.plan())
+    started = time.time() - 5
+    [run] = cell.runs
+    claim = RunClaim(run.id, name, run.model_name, run.task_name, run.seed, run.lr, run.config, "abc1234")
+    assert store.start_run(claim)
+    path = book.record_part(store, name, started, 1, path=tmp_path / "negeig-parity.paper.json")
+    [part] = json.loads(path.read_text())["parts"]
+    assert part["runs"] == 0 and part["paused"] == 1 and part["seconds"] >= 5
+    book.record_part(store, name, time.time(), 1, path=path)  # a part that trained nothing adds nothing
+    assert len(json.loads(path.read_text())["parts"]) == 1

@@ -136,7 +136,7 @@ def write_snapshot(store, experiment: str, part: dict | None = None, path: Path 
         before = json.loads(path.read_text())
         if {r["id"] for r in before.get("plan", [])} <= set(ids):
             parts = before.get("parts", [])
-    if part and part.get("runs"):
+    if part and (part.get("runs") or part.get("paused")):
         parts.append({**part, "finished": time.strftime("%Y-%m-%d"), "machine": machine()})
     # parts whose runs, with the later parts', come to more than the plan holds belong to an earlier
     # measurement that a later one trained again (e.g. the suite run afresh into a new store)
@@ -195,14 +195,20 @@ def record_part(
 ) -> Path | None:
     """Write the experiment's snapshot with one more part: the wall time since `started_at` (one
     `statetrack reproduce` of it, finished or interrupted) and the runs of its plan that finished
-    since then. None when the experiment has no plan yet (it stopped before recording one)."""
+    since then, and those started (or resumed) since then and paused unfinished (`paused`, where
+    any: a slice whose run goes on next session counts its time too). None when the experiment has
+    no plan yet (it stopped before recording one)."""
     plan = store.plan(experiment)
     if plan is None:
         return None
     ids = plan.ids
-    trained = sum(1 for r in store.runs(experiment) if r["id"] in ids and (r["finished_at"] or 0) >= started_at)
+    runs = [r for r in store.runs(experiment) if r["id"] in ids]
+    trained = sum(1 for r in runs if (r["finished_at"] or 0) >= started_at)
+    paused = sum(
+        1 for r in runs if r["status"] != "done" and not r["finished_at"] and (r["started_at"] or 0) >= started_at
+    )
     part = {"seconds": round(time.time() - started_at, 1), "runs": trained, "workers": workers}
-    return write_snapshot(store, experiment, part, path=path)
+    return write_snapshot(store, experiment, part | ({"paused": paused} if paused else {}), path=path)
 
 
 def read_snapshots(folder: str | Path | None = None) -> dict:
