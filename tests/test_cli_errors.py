@@ -121,10 +121,10 @@ BAD = [
     (["run", "demo", "train.device=cuda:7", "--device", "cpu"], "sets train.device cuda:7, but --device is cpu; drop one of them"),
     (["run", "demo", "train.device=cuda:99"], "train.device cuda:99: this machine has"),
     # sizes beyond an estimate of memory or time (lifted by STATETRACK_NO_SIZE_LIMIT=1), Ray's address
-    (["run", "demo", "eval.samples=1000000000000"], "eval.samples 1000000000000 at eval.lengths up to 1000 with model "),
+    (["run", "demo", "eval.samples=1000000000000"], "eval.samples 1000000000000 at eval.lengths up to 1000 (1,002 tokens) with model "),
     (["run", "demo", "eval.lengths=[100000000]"], "evaluating eval.samples 512 in batches of eval.batch_size 256 at eval.lengths up to 100000000"),
     (["run", "demo", "eval.samples=100000000", "eval.batch_size=100000000"], "of memory, more than the"),
-    (["run", "demo", "train.batch_size=100000000"], "train.batch_size 100000000 at train.max_length 40"),
+    (["run", "demo", "train.batch_size=100000000"], "train.batch_size 100000000 in one pass (train.accumulate splits it) at train.max_length 40 (42 tokens)"),
     (["run", "demo", "model_defaults.d_model=300000"], "d_model must be an integer from 1 to 65,536, got 300000"),
     (["run", "demo", "models=[{name: lstm, d_model: 60000}]"], "set STATETRACK_NO_SIZE_LIMIT=1 to go ahead anyway"),
     (["run", "demo", "--backend", "ray", "--address", "127.0.0.1:{closed_port}"],

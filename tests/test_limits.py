@@ -43,6 +43,20 @@ def test_memory_estimate_against_the_memory_given(monkeypatch):
         expand(spec)
 
 
+def test_a_batch_is_sized_by_its_tokens_one_micro_batch_at_a_time(monkeypatch):
+    """repl-traces at the paper scale: 36 traces of 64 commands are 36 x 1,421 tokens through 18 layers
+    of width 512, about 36 GiB in one pass (the length alone, 64, would read 1.6 GiB); the spec takes
+    the paper's 12 micro-batches of 3, which fit."""
+    monkeypatch.delenv(limits.LIFT, raising=False)
+    monkeypatch.setattr(limits, "available_memory", lambda: 16 * 2**30)
+    spec = load_spec("repl-traces", "paper", ["train.accumulate=1"])
+    message = (r"train\.batch_size 36 in one pass \(train\.accumulate splits it\) at the curriculum's longest length 64 "
+               r"\(1,421 tokens\) with model 'deltanet' .* would take about 36\.\d GiB of memory")
+    with pytest.raises(StatetrackError, match=message):
+        expand(spec)
+    assert expand(load_spec("repl-traces", "paper"))
+
+
 def test_available_memory_is_read():
     assert 0 < limits.available_memory() < 2**62
 
@@ -146,9 +160,9 @@ def test_a_fixed_training_set_is_sized(monkeypatch):
     monkeypatch.delenv(limits.LIFT, raising=False)
     monkeypatch.setattr(limits, "available_memory", lambda: 100 * 2**30)
     spec = load_spec("demo", "quick", overrides=["train.dataset_size=100000000"])
-    with pytest.raises(StatetrackError, match="train.dataset_size 100000000 at train.max_length 40 would take about 119 GiB"):
+    with pytest.raises(StatetrackError, match=re.escape("train.dataset_size 100000000 at train.max_length 40 (42 tokens) would take about 125 GiB")):
         expand(spec)
-    expand(load_spec("demo", "quick", overrides=["train.dataset_size=10000000"]))  # 11.9 GiB
+    expand(load_spec("demo", "quick", overrides=["train.dataset_size=10000000"]))  # 12.5 GiB
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -176,7 +190,7 @@ def test_the_python_entry_points_size_their_batches_too(monkeypatch):
     monkeypatch.setattr(limits, "available_memory", lambda: 2**20)  # 1 MiB
     task = make_task("parity")
     model = zoo.build_model({"name": "lstm", "d_model": 8}, task.vocab_size, task.num_classes)
-    with pytest.raises(StatetrackError, match=r"train\.val_samples: 1,000,000 sequences of 40 tokens would take about"):
+    with pytest.raises(StatetrackError, match=r"train\.val_samples: 1,000,000 sequences of 42 tokens would take about"):
         Trainer(model, task, TrainConfig(val_samples=10**6, max_length=40, device="cpu"), progress=False)
     with pytest.raises(StatetrackError, match=r"evaluating samples 10000000 in batches of batch_size: 100,000 sequences"):
         evaluate_lengths(model, task, [40], Sampling(samples=10**7, batch_size=10**5))

@@ -10,11 +10,13 @@ and evaluation, an exact construction's tables, a parameter budget) is turned in
 the memory it needs and checked by `check_memory` against what this process may still allocate
 (`available_memory`: the machine's available memory, `ulimit -v` and a container's cgroup limit),
 before anything is allocated, and refused in one line naming the value, the memory it needs and
-the memory there is. A run's activations count d_model per token and its layers' widest projection
-per token, measured on the meta device (`statetrack.models.sizing.token_bytes`: PD-SSM's N x N
-transitions, Mamba-3's expanded width, RWKV-7's heads). A run whose estimated arithmetic would take
-a day or more, and a task export larger than 10 GiB or the free disk space, are refused too. The
-estimates are rough and leave out attention's quadratic terms, a scan's inner tensors and torch's
+the memory there is. A run's activations count the tokens of its inputs (`Task.tokens`: a length
+counts a task's symbols, and a REPL trace's text is longer), training's one micro-batch at a time
+(`train.accumulate`), d_model per token and its layers' widest projection per token, measured on
+the meta device (`statetrack.models.sizing.token_bytes`: PD-SSM's N x N transitions, Mamba-3's
+expanded width, RWKV-7's heads). A run whose estimated arithmetic would take a day or more, and a
+task export larger than 10 GiB or the free disk space, are refused too. The estimates are rough
+and leave out attention's quadratic terms, a scan's inner tensors and torch's
 own overheads, so they err low; `STATETRACK_NO_SIZE_LIMIT=1`
 in the environment lifts every bound."""
 
@@ -192,28 +194,53 @@ def pass_bytes(params: int, model: dict, batch: int, length: int, token_bytes: i
     return 4 * params + batch * length * activation_bytes(model, token_bytes, False)
 
 
-def run_sizes(params: int, model: dict, train, eval_spec: dict, variants: int, token_bytes: int = 0) -> dict:
-    """Estimated bytes of training, of validation and of evaluation (in batches of eval.batch_size)
-    and floating-point operations of one run.
+def micro_batch(train) -> int:
+    """Examples in one forward and backward pass of training: train.batch_size split into
+    train.accumulate micro-batches (the largest of them)."""
+    return -(-train.batch_size // train.accumulate)
+
+
+def longest_training_length(train) -> int:
+    """The longest length `train` (a TrainConfig) trains on, over its curriculum's stages."""
+    return max(stage["max_length"] for stage in train.stages())
+
+
+def run_sizes(
+    params: int,
+    model: dict,
+    train,
+    eval_spec: dict,
+    variants: int,
+    token_bytes: int = 0,
+    train_tokens: int | None = None,
+    eval_tokens: int | None = None,
+) -> dict:
+    """Estimated bytes of training (one micro-batch's pass, `micro_batch`), of validation and of
+    evaluation (in batches of eval.batch_size) and floating-point operations of one run.
     `train` is its TrainConfig, `params` the model's parameter count, `token_bytes` its layer's widest
-    projection per token (`activation_bytes`)."""
-    train_bytes = pass_bytes(params, model, train.batch_size, train.max_length, token_bytes, training=True)
-    longest = max(eval_spec["lengths"])
+    projection per token (`activation_bytes`); `train_tokens` and `eval_tokens` the tokens of one
+    input at the longest training and evaluation length (`Task.tokens`: a REPL trace of 64 commands
+    is 1,421 tokens), by default the lengths themselves."""
+    train_tokens = train_tokens or longest_training_length(train)
+    longest = eval_tokens or max(eval_spec["lengths"])
+    train_bytes = pass_bytes(params, model, micro_batch(train), train_tokens, token_bytes, training=True)
     batch = min(eval_spec["batch_size"], eval_spec["samples"])
     chunk = min(longest, eval_spec["chunk_size"] or longest)
     # inputs, targets and predictions of the whole length; the model's activations one chunk at a time
     eval_bytes = batch * longest * 3 * 8 + pass_bytes(params, model, batch, chunk, token_bytes, training=False)
     # validation: one forward pass of train.val_samples examples at the longest training length
-    val_bytes = train.val_samples * train.max_length * 32 + pass_bytes(
-        params, model, train.val_samples, train.max_length, token_bytes, training=False
+    val_bytes = train.val_samples * train_tokens * 32 + pass_bytes(
+        params, model, train.val_samples, train_tokens, token_bytes, training=False
     )
-    train_tokens = train.steps * train.batch_size * (train.min_length + train.max_length) / 2
-    eval_tokens = eval_spec["samples"] * sum(eval_spec["lengths"]) * (1 + variants)
+    # tokens trained and evaluated on, each length counted as its share of the longest one's tokens
+    trained = train.steps * train.batch_size * (train.min_length + train.max_length) / 2
+    trained *= train_tokens / longest_training_length(train)
+    evaluated = eval_spec["samples"] * sum(eval_spec["lengths"]) * (1 + variants) * longest / max(eval_spec["lengths"])
     return {
         "train_bytes": train_bytes,
         "eval_bytes": eval_bytes,
         "val_bytes": val_bytes,
-        "operations": params * (6 * train_tokens + 2 * eval_tokens),
+        "operations": params * (6 * trained + 2 * evaluated),
     }
 
 
@@ -227,47 +254,59 @@ def check_run_sizes(
     memory: int | None = None,
     token_bytes: int = 0,
     settings: str = "",
+    train_tokens: int | None = None,
+    eval_tokens: int | None = None,
 ) -> None:
     """A one-line error naming the settings when one run's estimated memory exceeds `memory` (default:
     what this machine has available) or its arithmetic exceeds MAX_OPERATIONS (`token_bytes`: see
-    `activation_bytes`; `settings`: the model's own, named in the error, e.g. "state_size 2048")."""
+    `activation_bytes`; `settings`: the model's own, named in the error, e.g. "state_size 2048";
+    `train_tokens`, `eval_tokens`: see `run_sizes`)."""
     if lifted():
         return
-    sizes = run_sizes(params, model, train, eval_spec, variants, token_bytes)
+    sizes = run_sizes(params, model, train, eval_spec, variants, token_bytes, train_tokens, eval_tokens)
     memory = available_memory() if memory is None else memory
+    longest = longest_training_length(train)
+    at_length = f"at train.max_length {longest}"
+    if train.curriculum is not None:
+        at_length = f"at the curriculum's longest length {longest}"
+    if train_tokens and train_tokens != longest:
+        at_length += f" ({train_tokens:,} tokens)"
     dataset = getattr(train, "dataset_size", None)
     if dataset:  # one fixed training set, held whole: inputs, targets and mask of every example
         check_memory(
-            32 * dataset * train.max_length,
-            f"experiment {experiment!r}: train.dataset_size {dataset} at train.max_length {train.max_length}",
+            32 * dataset * (train_tokens or longest),
+            f"experiment {experiment!r}: train.dataset_size {dataset} {at_length}",
             memory,
         )
     shape = f"model {model['name']!r} at d_model {model['d_model']}, num_layers {model['num_layers']}"
     shape += f", {settings}" if settings else ""
     if 2 * token_bytes > activation_bytes(model, 0, True):  # a layer's own width dominates: say how wide
         shape += f" ({_size(token_bytes)} a token in one layer's widest projection)"
-    check_memory(
-        sizes["train_bytes"],
-        f"experiment {experiment!r}: train.batch_size {train.batch_size} at train.max_length {train.max_length} "
-        f"with {shape}",
-        memory,
-    )
+    batch = f"train.batch_size {train.batch_size}"
+    if train.accumulate > 1:
+        batch += f" in train.accumulate {train.accumulate} micro-batches of {micro_batch(train)}"
+    elif train.batch_size > 1:
+        batch += " in one pass (train.accumulate splits it)"
+    check_memory(sizes["train_bytes"], f"experiment {experiment!r}: {batch} {at_length} with {shape}", memory)
     check_memory(
         sizes["val_bytes"],
-        f"experiment {experiment!r}: validating on train.val_samples {train.val_samples} "
-        f"at train.max_length {train.max_length} with {shape}",
+        f"experiment {experiment!r}: validating on train.val_samples {train.val_samples} {at_length} with {shape}",
         memory,
     )
+    eval_longest = max(eval_spec["lengths"])
+    eval_at = f"eval.lengths up to {eval_longest}"
+    if eval_tokens and eval_tokens != eval_longest:
+        eval_at += f" ({eval_tokens:,} tokens)"
     check_memory(
         sizes["eval_bytes"],
         f"experiment {experiment!r}: evaluating eval.samples {eval_spec['samples']} in batches of "
-        f"eval.batch_size {eval_spec['batch_size']} at eval.lengths up to {max(eval_spec['lengths'])} with {shape}",
+        f"eval.batch_size {eval_spec['batch_size']} at {eval_at} with {shape}",
         memory,
     )
     if sizes["operations"] > MAX_OPERATIONS:
         raise StatetrackError(
             f"experiment {experiment!r}: one run of train.steps {train.steps}, train.batch_size {train.batch_size}, "
-            f"eval.samples {eval_spec['samples']} at eval.lengths up to {max(eval_spec['lengths'])} "
+            f"eval.samples {eval_spec['samples']} at {eval_at} "
             f"with {shape} ({params} parameters) is an "
             f"estimated {sizes['operations']:.2g} floating-point operations, beyond the limit of {MAX_OPERATIONS:.0g} "
             f"(a day or more of computing); {HOW_TO_LIFT}"

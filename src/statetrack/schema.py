@@ -436,6 +436,11 @@ class Train(Section):
         default=2000, description="optimizer steps (with a curriculum: its stages' sum)"
     )
     batch_size: Annotated[int, integer(1)] = Field(default=64, description="examples per step")
+    accumulate: Annotated[int, integer(1)] = Field(
+        default=1,
+        description="micro-batches per step: each step's batch is split into this many, one forward and backward "
+        "each, their gradients summed before the step (the same update; activations held for one micro-batch)",
+    )
     lr: Annotated[float, number(0, high=MAX_LR)] = Field(
         default=1e-3, description="AdamW learning rate (a spec gives it in `lrs`)"
     )
@@ -531,6 +536,8 @@ class Train(Section):
                 "training lengths must satisfy 1 <= min_length <= max_length, "
                 f"got [{self.min_length}, {self.max_length}]"
             )
+        if self.accumulate > self.batch_size:
+            raise _rule(f"accumulate ({self.accumulate} micro-batches) must be at most batch_size ({self.batch_size})")
         if self.dataset_balanced and self.dataset_size is None:
             raise _rule("dataset_balanced needs a fixed training set: set dataset_size too")
         for number, stage in enumerate(self.stages(), 1):

@@ -95,3 +95,22 @@ def test_the_catalogue_documents_every_task():
     page = markdown()
     for name in ALL:
         assert f"## `{name}`" in page
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_tokens_counts_an_input_whole_and_extrapolates_long_lengths_exactly(name):
+    """`Task.tokens` (what the memory estimate sizes a batch by) is the width of a batch drawn at that
+    length, special tokens included; beyond what it samples, its line through two lengths gives every
+    shipped task's count at a length it still draws here."""
+    from statetrack.tasks.base import TOKENS_SAMPLED
+
+    task = make_task(name)
+    length = _length(task)
+    assert task.tokens(length) == task.sample(4, length, torch.Generator().manual_seed(3)).inputs.shape[1]
+    far = 4 * max(TOKENS_SAMPLED, task.min_length)
+    assert task.tokens(far) == task.sample(1, far, torch.Generator().manual_seed(3)).inputs.shape[1]
+
+
+def test_a_repl_trace_is_many_tokens_a_command():
+    """The paper scale's traces: 64 commands of 5 variables are 1,421 tokens, not 64."""
+    assert make_task("repl", n=5, spacing=8, moves="full").tokens(64) == 1421

@@ -542,6 +542,7 @@ def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: l
             raise StatetrackError(f"experiment {spec['name']!r}: task {task_label(entry)}: {error}") from None
         for length in eval_spec["lengths"]:
             task.check_length(length)
+        evaluated = [task]  # the task and its variants: the tokens of the longest evaluation input
         for name, overrides in (eval_spec.get("variants") or {}).items():
             try:
                 variant = make_task(**{**entry, **overrides})
@@ -553,26 +554,30 @@ def _check_runs(spec: dict, tasks: list[tuple], models: list[dict], per_model: l
                     )
             except StatetrackError as error:
                 raise StatetrackError(f"experiment {spec['name']!r}: eval variant {name!r}: {error}") from None
+            evaluated.append(variant)
+        eval_tokens = max(each.tokens(max(eval_spec["lengths"])) for each in evaluated)
         for m, model in enumerate(models):
             key = (json.dumps(model, sort_keys=True), task.vocab_size, task.num_classes)
             if key not in params:
                 params[key] = check_buildable(model, task)
             widest, settings = sizing.token_bytes(model) or 0, _own_settings(model)
             for train in per_model[m][t]:
-                if train.get("curriculum") != trains[0].get("curriculum"):  # the model's own stages
-                    try:
-                        curriculum_tasks(task, train_config(train))
-                    except StatetrackError as error:
-                        raise StatetrackError(f"experiment {spec['name']!r}: models[{m}]: {error}") from None
+                config = train_config(train)
+                try:  # each stage's task (the model's own stages where it sets them) and lengths
+                    staged = curriculum_tasks(task, config)
+                except StatetrackError as error:
+                    raise StatetrackError(f"experiment {spec['name']!r}: models[{m}]: {error}") from None
                 limits.check_run_sizes(
                     spec["name"],
                     params[key],
                     model,
-                    train_config(train),
+                    config,
                     eval_spec,
                     len(eval_spec.get("variants") or {}),
                     token_bytes=widest,
                     settings=settings,
+                    train_tokens=max(each.tokens(st["max_length"]) for each, st in zip(staged, config.stages())),
+                    eval_tokens=eval_tokens,
                 )
             if key[0] not in tried:  # a user's mixer on a tiny batch, once its size is known to fit
                 tried.add(key[0])

@@ -16,6 +16,8 @@ import torch
 from statetrack import limits
 
 PAD, BOS, EOI = "[PAD]", "[BOS]", "[EOI]"
+_TOKENS: dict[tuple, int] = {}  # Task.tokens by (task class, its parameters, length)
+TOKENS_SAMPLED = 512  # Task.tokens draws an example up to twice this length, and extrapolates beyond
 SPECIALS = (PAD, BOS, EOI)
 
 
@@ -52,6 +54,16 @@ class Batch:
     def to(self, device) -> Batch:
         soft = None if self.soft_targets is None else self.soft_targets.to(device)
         return Batch(self.inputs.to(device), self.targets.to(device), self.mask.to(device), soft)
+
+    def rows(self, index) -> Batch:
+        """The examples `index` (an index tensor or a slice of the first axis)."""
+        soft = None if self.soft_targets is None else self.soft_targets[index]
+        return Batch(self.inputs[index], self.targets[index], self.mask[index], soft)
+
+    def split(self, parts: int) -> list[Batch]:
+        """The examples in `parts` consecutive groups whose sizes differ by at most one (some empty when
+        there are fewer examples than parts)."""
+        return [self.rows(index) for index in torch.arange(self.inputs.shape[0]).tensor_split(parts)]
 
 
 def masked_loss_and_accuracy(logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,10 +122,29 @@ class Task:
     def sample(self, batch_size: int, length: int, generator: torch.Generator) -> Batch:
         raise NotImplementedError
 
+    def tokens(self, length: int) -> int:
+        """Tokens in one input at `length`, special tokens included (a REPL trace's whole text, both
+        halves of a copy): what a batch's memory grows with, where `length` counts the task's symbols.
+        Read off one example drawn at that length, once per task and length; beyond twice
+        TOKENS_SAMPLED (or the task's shortest length), extrapolated along the line through two
+        lengths up to there, so that sizing a long input allocates nothing of its size."""
+        low = max(TOKENS_SAMPLED, self.min_length)
+        if length <= 2 * low:
+            return self._tokens(length)
+        near, far = self._tokens(low), self._tokens(2 * low)
+        return far + -(-(far - near) * (length - 2 * low) // low)  # rounded up
+
+    def _tokens(self, length: int) -> int:
+        key = (type(self), repr(self), length)
+        if key not in _TOKENS:
+            _TOKENS[key] = int(self.sample(1, length, torch.Generator().manual_seed(0)).inputs.shape[1])
+        return _TOKENS[key]
+
     # ---- what a task may redefine: its loss and its extra evaluation metrics -------------------
     def loss(self, logits: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(training loss, accuracy) of `logits` [B, T, C] on `batch`: by default the cross-entropy
-        and the accuracy over the supervised positions."""
+        and the accuracy over the supervised positions. Both are means over the supervised positions
+        (the trainer's micro-batches, `train.accumulate`, weigh them by their share of those)."""
         return masked_loss_and_accuracy(logits, batch)
 
     def metrics(self, probabilities: torch.Tensor, batch: Batch) -> dict[str, float]:

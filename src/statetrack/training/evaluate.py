@@ -221,7 +221,7 @@ def evaluate_lengths(
     for length in lengths:
         task.check_length(length)
     held = min(samples, batch_size)  # one batch is held at a time
-    limits.check_tokens(held, max(lengths), f"evaluating samples {samples} in batches of batch_size")
+    limits.check_tokens(held, task.tokens(max(lengths)), f"evaluating samples {samples} in batches of batch_size")
     device = next(iter(model.parameters()), torch.empty(0)).device
     model.eval()
     results = LengthScores()

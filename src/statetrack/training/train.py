@@ -117,9 +117,7 @@ class FixedTrainingSet:
             self._epoch, self._plan = epoch, self.epoch_plan(epoch)
         bucket, index = self._plan[position]
         b = self.buckets[bucket]
-        index = index.to(b.inputs.device)
-        soft = None if b.soft_targets is None else b.soft_targets[index]
-        return Batch(b.inputs[index], b.targets[index], b.mask[index], soft)
+        return b.rows(index.to(b.inputs.device))
 
 
 def _last_answer(batch: Batch) -> torch.Tensor:
@@ -140,14 +138,7 @@ def _draw_answers(
         for i, answer in enumerate(got):
             if answer in need:
                 need.remove(answer)
-                picked.append(
-                    Batch(
-                        pool.inputs[i : i + 1],
-                        pool.targets[i : i + 1],
-                        pool.mask[i : i + 1],
-                        None if pool.soft_targets is None else pool.soft_targets[i : i + 1],
-                    )
-                )
+                picked.append(pool.rows(slice(i, i + 1)))
         if not need:
 
             def joined(key: str) -> torch.Tensor:
@@ -249,7 +240,8 @@ class Trainer:
         config = TrainConfig(**config.model_dump())  # checked again: a caller may have changed a setting since
         self.plan, self.tasks = config.stages(), curriculum_tasks(task, config)  # one stage without a curriculum
         # the validation batch, held whole (`statetrack run` sized it with the model already: limits.run_sizes)
-        limits.check_tokens(config.val_samples, config.max_length, "train.val_samples")
+        longest = max(task.tokens(stage["max_length"]) for task, stage in zip(self.tasks, self.plan))
+        limits.check_tokens(config.val_samples, longest, "train.val_samples")
         self.model, self.task, self.config = model, task, config
         self.device = resolve_device(config.device)
         self.model.to(self.device)
@@ -427,6 +419,29 @@ class Trainer:
             or (c.early_stop_fit is not None and validation[c.early_stop_measure] >= c.early_stop_fit and converged)
         )
 
+    def _gradients(self, batch: Batch, stage: int, records: dict[str, list[float]]) -> tuple[float, float]:
+        """(loss, accuracy) of `batch`, its loss's gradient added to the parameters' `.grad`, in
+        `train.accumulate` micro-batches of its examples, one forward and backward each: each
+        micro-batch's loss and accuracy (means over its supervised positions, `Task.loss`) weighted by
+        its share of the batch's supervised positions, so that their sums are the whole batch's and
+        only one micro-batch's activations are held at a time. What the layers record goes to
+        `records`. A non-finite loss is returned before its backward pass."""
+        parts, total = [batch], 0
+        if self.config.accumulate > 1:
+            total = int(batch.mask.sum())
+            if total:  # micro-batches without a supervised position add nothing
+                parts = [part for part in batch.split(self.config.accumulate) if part.mask.any()]
+        loss_sum, accuracy_sum = 0.0, 0.0
+        for part in parts:
+            loss, accuracy = self.tasks[stage].loss(self.model(part.inputs)[0], part)
+            diagnostics.merge(records, diagnostics.drain(self.model))
+            if not torch.isfinite(loss):
+                return loss.item(), accuracy.item()
+            share = int(part.mask.sum()) / total if len(parts) > 1 else 1.0
+            (loss * share if share != 1.0 else loss).backward()
+            loss_sum, accuracy_sum = loss_sum + share * loss.item(), accuracy_sum + share * accuracy.item()
+        return loss_sum, accuracy_sum
+
     def fit(self, deadline: float | None = None) -> Trainer:
         """Train to `steps` (or until early stopping), resuming from the checkpoint when there is one.
         Raises `Diverged` when a batch's loss is non-finite, before that batch updates the model, and
@@ -444,21 +459,18 @@ class Trainer:
         bar = tqdm(total=c.steps, initial=self.step, desc="train", disable=not self.progress, leave=False)
         while self.step < c.steps and not self.stopped_early:
             stage = self.stage
-            batch = self._next_batch()
-            loss, accuracy = self.tasks[stage].loss(self.model(batch.inputs)[0], batch)
-            diagnostics.merge(window_records, diagnostics.drain(self.model))
-            if not torch.isfinite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, accuracy = self._gradients(self._next_batch(), stage, window_records)
+            if not math.isfinite(loss):
                 self.seconds = time.perf_counter() - start
                 bar.close()
-                raise Diverged(self.step, loss.item())
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+                raise Diverged(self.step, loss)
             if c.clip is not None:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.clip)
             self.optimizer.step()
             self.scheduler.step()
             self.step += 1
-            window_loss, window_acc, window_n = window_loss + loss.item(), window_acc + accuracy.item(), window_n + 1
+            window_loss, window_acc, window_n = window_loss + loss, window_acc + accuracy, window_n + 1
             # a stage's last step closes the logging window too, so no curve point mixes two stages
             if self.step % c.log_every == 0 or self.step == self.plan[stage]["end"]:
                 self._add_point(self._curve_point(window_loss / window_n, window_acc / window_n, window_records, stage))
