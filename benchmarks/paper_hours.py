@@ -13,7 +13,7 @@ validation) for `--warmup` steps, then `--steps` more, timed (the timer waits fo
 A run's hours are its steps at that time (every step of its budget: early stopping only shortens
 it); an experiment's are its runs' sum, one run at a time on one device. Evaluation, validation and
 checkpoints are not counted, so the figure is a floor of the wall time. Experiments go cheapest
-first by the tokens their runs train on (steps x batch x longest length); with `--budget` the
+first by the tokens their runs train on (steps x batch x the longest input's tokens); with `--budget` the
 settings still untimed when it runs out are left out, and their experiments say how many runs
 they lack. Figures only, no assertions.
 """
@@ -40,7 +40,7 @@ from train_step import seconds_per_step  # noqa: E402
 from statetrack.experiments.spec import RunSpec, expand, load_spec, shipped_specs  # noqa: E402
 from statetrack.models import zoo  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
-from statetrack.training.train import Trainer  # noqa: E402
+from statetrack.training.train import Trainer, curriculum_tasks  # noqa: E402
 
 
 def setting_key(run: RunSpec) -> str:
@@ -53,10 +53,13 @@ def setting_key(run: RunSpec) -> str:
 
 
 def tokens(run: RunSpec) -> int:
-    """The tokens a run trains on at most (steps x batch x its longest length): what orders the
-    experiments, cheaply (no model is built)."""
+    """The tokens a run trains on at most (steps x batch x the tokens of its longest input, `Task.tokens`):
+    what orders the experiments, cheaply (no model is built)."""
     assert run.settings is not None
-    return run.settings.steps * run.settings.batch_size * max(stage["max_length"] for stage in run.settings.stages())
+    stages = zip(curriculum_tasks(make_task(**run.task), run.settings), run.settings.stages())
+    return (
+        run.settings.steps * run.settings.batch_size * max(task.tokens(stage["max_length"]) for task, stage in stages)
+    )
 
 
 def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
