@@ -29,8 +29,17 @@ def _train(accumulate: int, seen: list[int] | None = None) -> tuple[dict, list[d
     model = zoo.build_model({"name": "lstm", "d_model": 16}, task.vocab_size, task.num_classes).double()
     if seen is not None:
         model.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[0]))
-    config = TrainConfig(steps=4, batch_size=10, accumulate=accumulate, lr=3e-2, min_length=4, max_length=8,
-                         log_every=1, early_stop_loss=None, device="cpu")
+    config = TrainConfig(
+        steps=4,
+        batch_size=10,
+        accumulate=accumulate,
+        lr=3e-2,
+        min_length=4,
+        max_length=8,
+        log_every=1,
+        early_stop_loss=None,
+        device="cpu",
+    )
     trainer = Trainer(model, task, config, progress=False).fit()
     return {k: v.clone() for k, v in model.state_dict().items()}, trainer.curve
 
