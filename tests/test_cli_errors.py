@@ -100,7 +100,7 @@ BAD = [
     (["models", "--params", "1e30"], "models: --params 1e30 per layer x 1 layer(s) (1e+30 parameters) would take about"),
     (["construct", "modadd", "m=100000"], "construct: modadd(m=100000) with 100,000 states and 100,003 symbols (full) would take"),
     (["construct", "fsm", "states=100000", "--structure", "block"], "task 'fsm': states 100,000 (a 100,000 x 100,000 table) would take about 149 GiB"),
-    (["run", "demo", "train.dataset_size=10000000000"], "train.dataset_size 10000000000 at train.max_length 40 (42 tokens) would take about"),
+    (["run", "demo", "models=[lstm]", "train.dataset_size=10000000000"], "train.dataset_size 10000000000 at train.max_length 40 (42 tokens) would take about"),
     # strict YAML (statetrack.yamlio): duplicate keys, alias bombs, deep nesting, values a spec cannot hold
     (["run", "{tmp}/twice.yaml"], "is not valid YAML: key 'train' is given twice in one mapping (lines 2 and 4); keep one"),
     (["run", "{tmp}/bomb.yaml"], "is not valid YAML: line 6: expands to more than 100,000 values"),

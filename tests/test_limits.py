@@ -159,10 +159,10 @@ def test_a_construction_is_sized_by_its_tables(monkeypatch):
 def test_a_fixed_training_set_is_sized(monkeypatch):
     monkeypatch.delenv(limits.LIFT, raising=False)
     monkeypatch.setattr(limits, "available_memory", lambda: 100 * 2**30)
-    spec = load_spec("demo", "quick", overrides=["train.dataset_size=100000000"])
+    spec = load_spec("demo", "quick", overrides=["models=[lstm]", "train.dataset_size=100000000"])
     with pytest.raises(StatetrackError, match=re.escape("train.dataset_size 100000000 at train.max_length 40 (42 tokens) would take about 125 GiB")):
         expand(spec)
-    expand(load_spec("demo", "quick", overrides=["train.dataset_size=10000000"]))  # 12.5 GiB
+    expand(load_spec("demo", "quick", overrides=["models=[lstm]", "train.dataset_size=10000000"]))  # 12.5 GiB
 
 
 @pytest.mark.parametrize("overrides, message", [
