@@ -381,6 +381,17 @@ def test_a_users_transition_class_is_checked_at_the_setting_used(tmp_path, tiny_
     assert f"plugin {plugin}: model 'mine' (scale=2.0): its transition_class fails: KeyError: 2.0" in err
 
 
+@pytest.mark.parametrize("value", [".nan", ".inf", "[1, -.inf]"])
+def test_a_users_setting_that_a_spec_cannot_record_is_one_line(tmp_path, tiny_spec, capsys, registry, value):
+    plugin = _user_mixer(tmp_path, params=", scale=1.0")
+    results = tmp_path / "results"
+    code, _, err = run_cli(capsys, "--import", str(plugin), "table", "--dry-run", "--results-dir", str(results),
+                           "--models", f"{{name: mine, scale: {value}}}")
+    _no_traceback(code, err)
+    assert f"plugin {plugin}: model 'mine': setting scale=" in err and "cannot be recorded; expected a number" in err, err
+    assert not results.exists()
+
+
 def test_a_user_mixer_that_learns_nothing_is_no_error(tmp_path, tiny_spec, capsys, registry):
     """An output that no gradient reaches (a null mixer, an ablation) trains: the residual carries the input."""
     plugin = _user_mixer(tmp_path, body="return torch.zeros_like(x), state")

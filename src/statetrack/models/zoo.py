@@ -130,6 +130,13 @@ def resolve(spec: dict | str) -> dict:
     if bad:
         valid = ", ".join(list(MODEL_DEFAULTS) + list(mixer_params))
         raise StatetrackError(f"model {spec['name']!r} has no parameter {bad[0]!r}; its parameters: {valid}")
+    if plugin_of(spec["name"]) is not None:  # statetrack's own mixers check their settings' ranges themselves
+        for key, value in spec.items():
+            if key in mixer_params and not _recordable(value):
+                raise StatetrackError(
+                    f"{where(spec['name'])}: setting {key}={limits.shown(value)} cannot be recorded; "
+                    f"expected {RECORDABLE}"
+                )
     spec = {"name": spec["name"], **MODEL_DEFAULTS, **get_entry(spec["name"]).stack_defaults, **mixer_params, **spec}
     for key, high in (("d_model", limits.MAX_WIDTH), ("num_layers", limits.MAX_LAYERS)):
         limits.check_int(spec[key], f"model {spec['name']!r}: {key}", 1, high)
