@@ -508,6 +508,25 @@ def test_the_page_is_written_only_in_the_checkout_whose_package_runs(tmp_path, c
     assert list((tmp_path / "docs").iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["table", "--write"], ["docs", "--write"]])
+def test_the_page_is_not_written_through_a_link_out_of_the_checkout(tmp_path, capsys, monkeypatch, command):
+    from statetrack import docs
+    from statetrack.results import statetable
+
+    root, outside = tmp_path / "checkout", tmp_path / "outside"
+    outside.mkdir()
+    root.mkdir()
+    (root / "docs").symlink_to(outside)
+    (root / "README.md").write_text("")
+    monkeypatch.setattr(statetable, "page_root", lambda: root)
+    monkeypatch.setattr(docs, "checkout", lambda _: root)
+    monkeypatch.setattr(docs, "wanted_files", lambda _: {root / "docs" / "tasks.md": "generated"})
+    code, _, err = run_cli(capsys, *command)
+    _no_traceback(code, err)
+    assert f"{root / 'docs'}" in err and "outside the folder" in err and "nothing is written there" in err, err
+    assert list(outside.iterdir()) == []
+
+
 COMMITTED = '{"plan": [{"id": "an earlier measurement"}], "runs": [], "parts": []}\n'
 
 

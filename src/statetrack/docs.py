@@ -18,6 +18,7 @@ from pathlib import Path
 from statetrack.catalog import catalogue_files
 from statetrack.errors import StatetrackError
 from statetrack.generated import fill_blocks, sync
+from statetrack.paths import under
 from statetrack.results import statetable
 from statetrack.results.book import book_files, read_snapshots
 
@@ -73,7 +74,11 @@ def wanted_files(root: Path) -> dict[Path, str | None]:
 
 
 def write_docs(root: str | Path = ".", check: bool = False) -> list[Path]:
-    """Write every generated doc under the checkout `root` (with `check`, nothing) and return the
-    files that differ from their generation."""
+    """Write every generated doc under the checkout `root` (with `check`, nothing; none through a
+    link out of it) and return the files that differ from their generation."""
     root = checkout(root)
-    return sync(wanted_files(root), check) + statetable.write_page(check=check, root=root)
+    wanted = wanted_files(root)
+    if not check:  # a link out of the checkout (docs/ to elsewhere, say) is refused before anything is written
+        for path in [*wanted, root / statetable.PAGE, root / statetable.PICTURE]:
+            under(root, *path.relative_to(root).parts)
+    return sync(wanted, check) + statetable.write_page(check=check, root=root)

@@ -101,12 +101,12 @@ _CHOSEN = {
 
 def _write_page(args) -> int:
     """`table --write` / `--check`: docs/state-table.md and its picture from the committed snapshots,
-    in the statetrack checkout whose package runs (`statetable.page_root`)."""
+    in the statetrack checkout whose package runs (`statetable.page_root`), none through a link out of it."""
     from statetrack.results import statetable as st
 
     root = st.page_root()
     if args.write:
-        check_outputs([root / st.PAGE, root / st.PICTURE], "page")
+        check_outputs([under(root, *st.PAGE.parts), under(root, *st.PICTURE.parts)], "page")
     return report_written(st.write_page(check=args.check, root=root), args.check)
 
 
