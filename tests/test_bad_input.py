@@ -576,6 +576,27 @@ def test_an_interrupted_full_budget_leaves_the_committed_snapshot_and_a_finished
     assert committed.read_bytes() == measured.read_bytes() and st.not_done(st.load_snapshot(committed)) == 0
 
 
+def test_sigterm_outside_training_ends_the_command_as_ctrl_c_does(committed_table, tmp_path, capsys, monkeypatch):
+    """SIGTERM while the command plans, checks or reports (no run training, so no pool's handler):
+    one line and status 143, the committed snapshot as it was, SIGTERM's own handling back after."""
+    import os
+    import signal
+
+    from statetrack.cli import table as command
+    from statetrack.results import statetable as st
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the command")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(command, "run_and_report", terminated)
+    code, _, err = run_cli(capsys, "table", "--full-budget", "--results-dir", str(tmp_path / "results"))
+    assert code == 143 and err.count("\n") == 1 and err.startswith("statetrack: interrupted"), err
+    assert st.snapshot_file(st.FULL_BUDGET).read_text() == COMMITTED
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_a_snapshot_with_runs_not_done_is_not_installed(tmp_path, monkeypatch):
     from statetrack.results import statetable as st
 

@@ -24,7 +24,7 @@ from statetrack.cli.run import RUN
 from statetrack.cli.schema import SCHEMA
 from statetrack.cli.table import TABLE_COMMAND
 from statetrack.cli.tasks import TASKS
-from statetrack.errors import StatetrackError
+from statetrack.errors import StatetrackError, Terminated, terminate_as_interrupt
 from statetrack.plugins import load_imports
 from statetrack.store import StoreDamaged
 from statetrack.version import __version__
@@ -132,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()  # large tensors reuse heap memory (statetrack.allocator)
     warnings.showwarning = _one_line_warning
     try:
-        load_imports(command_imports(args), origin="--import")
-        return args.func(args)
+        with terminate_as_interrupt():  # SIGTERM at any moment, as Ctrl-C: one line, the store left whole
+            load_imports(command_imports(args), origin="--import")
+            return args.func(args)
     except StatetrackError as error:
         print(f"statetrack: error: {_one_line(str(error))}", file=sys.stderr)
         return 2
@@ -149,4 +150,4 @@ def main(argv: list[str] | None = None) -> int:
             "statetrack: interrupted; finished runs are in the store, re-run the same command to resume",
             file=sys.stderr,
         )
-        return 143 if type(interrupt).__name__ == "Terminated" else 130  # SIGTERM, SIGINT
+        return 143 if isinstance(interrupt, Terminated) else 130  # SIGTERM, SIGINT

@@ -21,17 +21,15 @@ stops a driver like Ctrl-C: its pool's workers are stopped and its claims releas
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from statetrack.errors import StatetrackError
+from statetrack.errors import StatetrackError, terminate_as_interrupt
 from statetrack.experiments.backends import check_backend, experiment_device, make_backend
 from statetrack.experiments.spec import Experiment, RunSpec
 from statetrack.experiments.worker import checkpoint_path
@@ -110,27 +108,6 @@ class Heartbeat:
     def __exit__(self, *exc) -> None:
         self.stopped.set()
         self.thread.join()
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled as Ctrl-C: the pool's workers are stopped and the driver's leases released."""
-
-
-@contextmanager
-def terminate_as_interrupt():
-    """Within the block, SIGTERM raises `Terminated` (main thread only; elsewhere a no-op)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def training_cost(run: RunSpec, steps: int | None = None) -> float:
