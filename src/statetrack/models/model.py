@@ -93,7 +93,10 @@ class SequenceModel(nn.Module):
             if isinstance(first, Block):
                 first.norm1.requires_grad_(False)
 
-    def forward(self, tokens: torch.Tensor, state: list | None = None):
+    def forward(self, tokens: torch.Tensor, state: list | None = None, keep_state: bool = True):
+        """`keep_state=False` for a caller that reads the logits alone: each layer's state is let go
+        once the next layer runs (a Transformer's key-value cache, [B, H, T, D] twice per layer, would
+        otherwise be held for every layer to the end of the pass), and the state returned is None."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be [B, T], got shape {tuple(tokens.shape)}")
         state = state if state is not None else [None] * len(self.blocks)
@@ -101,8 +104,9 @@ class SequenceModel(nn.Module):
         new_state = []
         for block, s in zip(self.blocks, state):
             x, s = block(x, s)
-            new_state.append(s)
-        return self.readout(self.norm(x)), new_state
+            if keep_state:
+                new_state.append(s)
+        return self.readout(self.norm(x)), (new_state if keep_state else None)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

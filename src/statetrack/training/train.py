@@ -19,7 +19,7 @@ from statetrack.errors import StatetrackError
 from statetrack.paths import replace_atomically
 from statetrack.schema import TrainConfig, lr_factor, parse_device  # the training settings: a section of the spec
 from statetrack.tasks import Batch, Task
-from statetrack.training.evaluate import count_right, scaled_accuracy
+from statetrack.training.evaluate import count_right, logits_only, scaled_accuracy
 
 
 def draw_lengths(lengths: range, size: int, generator: torch.Generator) -> torch.Tensor:
@@ -393,7 +393,7 @@ class Trainer:
         batch = task.sample(self.config.val_samples, stage["max_length"], g).to(self.device)
         self.model.eval()
         with torch.no_grad():
-            logits = self.model(batch.inputs)[0]
+            logits = logits_only(self.model, batch.inputs)
             loss, accuracy = task.loss(logits, batch)
             counts = count_right(logits.argmax(-1), batch)[1]
         diagnostics.drain(self.model)  # validation is not a training batch
