@@ -461,6 +461,20 @@ def test_table_options_that_contradict_are_one_line_before_anything_trains(tmp_p
     assert not results.exists()
 
 
+@pytest.mark.parametrize("lengths", ["eval.lengths=[4]", "eval.lengths=[8, 32]", "eval={lengths: [3, 8]}"])
+def test_the_table_refuses_evaluation_lengths_without_the_training_length(tmp_path, capsys, lengths):
+    """A cell's fit is read at the longest training length: lengths that leave it out would read
+    every cell "did not fit" without measuring it."""
+    results = tmp_path / "results"
+    argv = ["table", "--dry-run", "--results-dir", str(results), "train.min_length=2", "train.max_length=2"]
+    code, _, err = run_cli(capsys, *argv, lengths, "--models", "lstm")
+    _no_traceback(code, err)
+    assert "leave out the longest training length 2, where a cell's fit is read; add it (and 8 and 32" in err, err
+    code, out, err = run_cli(capsys, *argv, "eval.lengths=[2]", "--models", "lstm")
+    assert code == 0 and "dry run" in out, err  # 4x and 16x then read "–", not measured
+    assert not results.exists()
+
+
 def _plant_table(results: Path, thing: str, outside: Path) -> None:
     results.mkdir(parents=True)
     if thing == "link to a folder outside":

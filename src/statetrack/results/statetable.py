@@ -830,17 +830,24 @@ def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrid
 def _resolve(given: list[str], name: str | None, imports=()):
     """The table's spec under the overrides `given`. The reading's lengths follow the training
     lengths: unless `given` sets eval.lengths, the table evaluates at 1, HEADLINE and STRICT times the
-    longest training length (a user's `train.max_length=8` is read at 8, 32 and 128)."""
+    longest training length (a user's `train.max_length=8` is read at 8, 32 and 128); lengths the
+    user gives must hold the longest training length, where a cell's fit is read (one line otherwise)."""
     from statetrack.experiments.spec import load_spec, resolve, train_range
     from statetrack.plugins import load_imports
 
-    if not any(g.split("=", 1)[0].strip() == "eval.lengths" for g in given):
-        load_imports(imports, origin="--import")
-        spec = load_spec(str(spec_file()), "quick", given, name)
-        longest = train_range(spec["train"])[1]
-        lengths = [longest * f for f in (1, *FACTORS)]
-        if not set(lengths) <= set(spec["eval"]["lengths"]):
-            given = [*given, f"eval.lengths={lengths}"]
+    load_imports(imports, origin="--import")
+    spec = load_spec(str(spec_file()), "quick", given, name)
+    longest = train_range(spec["train"])[1]
+    lengths = [longest * f for f in (1, *FACTORS)]
+    if any(g.split("=", 1)[0].strip() in ("eval", "eval.lengths") for g in given):
+        if longest not in spec["eval"]["lengths"]:
+            raise StatetrackError(
+                f"table: eval.lengths {spec['eval']['lengths']} leave out the longest training length {longest}, "
+                f"where a cell's fit is read; add it (and {lengths[1]} and {lengths[2]}, where its extrapolation is "
+                "read)"
+            )
+    elif not set(lengths) <= set(spec["eval"]["lengths"]):
+        given = [*given, f"eval.lengths={lengths}"]
     return resolve(str(spec_file()), "quick", given, name, imports)
 
 
