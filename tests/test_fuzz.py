@@ -10,10 +10,11 @@ The outputs property plants a folder, a FIFO or a read-only file there instead: 
 with nothing written before it, or written; never a hang. The options property gives the validated
 options any value (paths to existing things of every kind among them), and the sizes property any
 size under a small available memory (`limits.available_memory` patched).
-The table property gives `statetrack table` any models, overrides and options, and the plugins
-property any user's mixer (a forward that raises or returns another shape, arity or non-finite
-values, settings a spec cannot record, a display or transition class of the wrong kind, a taken
-name) with any setting: refused in one line before any store, or planned.
+The table property gives `statetrack table` any models, overrides (evaluation lengths among them)
+and options, and the plugins property any user's mixer (a forward that raises or returns another
+shape, arity, dtype or non-finite values, settings a spec cannot record, a display or transition
+class of the wrong kind, a taken name) with any setting, nan among them: refused in one line before
+any store, or planned.
 Nothing here trains but the links property's one two-step run: overrides are checked the way `run` checks them before its first run
 (`load_spec` and `expand`), and CLI invocations are ones that stop before training.
 """
@@ -414,6 +415,8 @@ TABLE_COMMANDS = st.sampled_from([
     ["table", "--full-budget", "--results-dir", "{tmp}", "{param}"],
     ["table", "--zoo", "--results-dir", "{tmp}", "--models", "{text}"],
     ["table", "--write", "--models", "{text}"],
+    ["table", "--dry-run", "--results-dir", "{tmp}", "train.min_length=3", "train.max_length=3", "eval.lengths=[{int}]",
+     "--models", "lstm"],
 ])
 BODIES = st.sampled_from([
     "return torch.tanh(self.w(x)), state",
@@ -427,11 +430,13 @@ BODIES = st.sampled_from([
     "return self.w(x).sum(), state",
     "return self.w(x), (x if state is None else state.unknown)",
     "return torch.zeros_like(x), state",
+    "return self.w(x).long(), state",
+    "return self.w(x).double(), state",
 ])
 PARAMETERS = st.sampled_from(["", ", width", ", **options", ", *rest", ", act=torch.tanh", ", n: int = 3", ", eps=float('inf')",
                               ", names=('a', 'b')", ", cfg={'a': [1, 2]}", ", cls=nn.Linear", ", scale: float = 1.0"])
 DISPLAYS = st.sampled_from(["'Mine'", "'Mine {n}'", "'Mine {missing}'", "lambda spec: 1 / 0", "lambda spec: 42", "lambda spec: ''",
-                            "lambda spec: spec['name'].upper()", "3"])
+                            "lambda spec: spec['name'].upper()", "3", "'Mine\\nTwo'"])
 CLASSES = st.sampled_from(["", "    transition_class = 'nonlinear'\n", "    transition_class = ['dense']\n",
                            "    @staticmethod\n    def transition_class(spec):\n        return 'nonlinaer'\n",
                            "    @staticmethod\n    def transition_class(spec):\n        return 'nonlinear'\n",
@@ -490,5 +495,6 @@ def _or_good(good, strategy):
 test_plugins_quick, test_plugins_long = profiles(
     (_or_good("mine", NAMES), _or_good("return torch.tanh(self.w(x)), state", BODIES), _or_good(", n: int = 3", PARAMETERS), _or_good("'Mine'", DISPLAYS),
      _or_good("", CLASSES),
-     st.one_of(st.just(""), st.builds(lambda k, v: f"{k}: {_yaml(v)}", st.sampled_from(["n", "scale", "eps", "d_model"]), VALUES))),
+     st.one_of(st.just(""), st.builds(lambda k, v: f"{k}: {v}", st.sampled_from(["n", "scale", "eps", "d_model"]),
+                                      st.one_of(VALUES.map(_yaml), st.sampled_from([".nan", "-.inf", "[1, .nan]"]))))),
     a_users_mixer_is_checked_in_one_line_before_any_store, quick=12)
