@@ -62,9 +62,9 @@ def tokens(run: RunSpec) -> int:
     )
 
 
-def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
-    """Seconds per training step of `run`'s model under its settings at its longest stage's lengths
-    (NaN where the loss diverges at once, or the device runs out of memory)."""
+def step_trainer(run: RunSpec, device: str, warmup: int) -> Trainer:
+    """A Trainer of `run`'s model under its settings at its last curriculum stage (that stage's
+    lengths and task), `warmup` steps long, with no early stopping and no validation."""
     assert run.settings is not None
     longest = run.settings.stages()[-1]
     config = run.settings.model_copy(
@@ -83,8 +83,14 @@ def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
     torch.manual_seed(run.seed)
     task = make_task(**run.task)
     model = zoo.build_model(run.model, task.vocab_size, task.num_classes)
+    return Trainer(model, curriculum_tasks(task, run.settings)[-1], config, progress=False)
+
+
+def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
+    """Seconds per training step of `run`'s model under its settings at its longest stage's lengths
+    (NaN where the loss diverges at once, or the device runs out of memory)."""
     try:
-        return seconds_per_step(Trainer(model, task, config, progress=False), steps, device)
+        return seconds_per_step(step_trainer(run, device, warmup), steps, device)
     except torch.OutOfMemoryError:  # a model that does not fit this device at these shapes
         torch.cuda.empty_cache()
         return math.nan
