@@ -281,3 +281,22 @@ def test_an_extrapolation_report_of_one_task_and_lr_names_them_once(tmp_path):
     lines = [line for line in table.splitlines() if line.startswith("|")]
     assert lines[0].startswith("| model |") and "task" not in lines[0] and lines[1].startswith("| :--- | ---: |")
     assert "task parity" in table
+
+
+@pytest.mark.parametrize("models,tasks", [(3, 1), (45, 2)])
+def test_position_plot_lays_out_any_number_of_models(tmp_path, models, tasks):
+    """The per-position figure of a table's 45 rows fits its legend beside each panel (tight_layout
+    warns, and the legend covers the curves, when it does not)."""
+    import warnings
+
+    from statetrack.results.plots import plot_position_accuracy
+
+    series = [
+        ({"task": f"task{t}", "model": f"Model {m}"}, 32, [0.5, 0.75, None, 1.0], "input position")
+        for t in range(tasks)
+        for m in range(models)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = plot_position_accuracy(series, tmp_path / "positions.png", {f"task{t}": 16 for t in range(tasks)})
+    assert path.stat().st_size > 0

@@ -556,7 +556,8 @@ def plot_position_accuracy(
     (`train_lengths`: {run task: length}) where positions are tokens."""
     tasks = sorted({x[0]["task"] for x in series})
     models = list(dict.fromkeys(entry_label(x[0]) for x in series))
-    fig, axes = plt.subplots(len(tasks), 1, figsize=(9, 3.2 * len(tasks)), squeeze=False)
+    columns = -(-(len(models) + 1) // 12)  # legend columns beside each panel, 12 entries a column at most
+    fig, axes = plt.subplots(len(tasks), 1, figsize=(9 + 2.4 * columns, 3.2 * len(tasks)), squeeze=False)
     for ax, task in zip(axes[:, 0], tasks):
         of_task = [x for x in series if x[0]["task"] == task]
         unit = of_task[-1][3] if of_task else "input position"  # what a position is, on the x axis
@@ -573,7 +574,7 @@ def plot_position_accuracy(
         ax.set_xlabel(unit)
         ax.set_ylabel("accuracy")
         ax.set_title(f"{task}, length {', '.join(map(str, sorted(lengths)))}")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, ncol=columns, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.suptitle("Accuracy at each position at the longest evaluation length, mean over seeds at the selected lr")
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
