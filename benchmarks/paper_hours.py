@@ -21,6 +21,7 @@ they lack. Figures only, no assertions.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -37,8 +38,9 @@ os.environ.setdefault("STATETRACK_NO_SIZE_LIMIT", "1")  # the paper scale's runs
 from common import report  # noqa: E402
 from train_step import seconds_per_step  # noqa: E402
 
-from statetrack.experiments.spec import RunSpec, expand, load_spec, shipped_specs  # noqa: E402
-from statetrack.models import zoo  # noqa: E402
+from statetrack import limits  # noqa: E402
+from statetrack.experiments.spec import RunSpec, check_buildable, expand, load_spec, shipped_specs  # noqa: E402
+from statetrack.models import sizing, zoo  # noqa: E402
 from statetrack.tasks import make_task  # noqa: E402
 from statetrack.training.train import Trainer, curriculum_tasks  # noqa: E402
 
@@ -60,6 +62,17 @@ def tokens(run: RunSpec) -> int:
     return (
         run.settings.steps * run.settings.batch_size * max(task.tokens(stage["max_length"]) for task, stage in stages)
     )
+
+
+def step_bytes(run: RunSpec) -> int:
+    """The memory estimate of one training step of `run` (`limits.pass_bytes`): one micro-batch at
+    its longest curriculum stage's tokens, as `statetrack run` bounds it; the model on the meta device."""
+    assert run.settings is not None
+    task = make_task(**run.task)
+    stages = zip(curriculum_tasks(task, run.settings), run.settings.stages())
+    longest = max(each.tokens(stage["max_length"]) for each, stage in stages)
+    micro, widest = limits.micro_batch(run.settings), sizing.token_bytes(run.model) or 0
+    return limits.pass_bytes(check_buildable(run.model, task), run.model, micro, longest, widest, training=True)
 
 
 def step_trainer(run: RunSpec, device: str, warmup: int) -> Trainer:
@@ -89,29 +102,43 @@ def step_trainer(run: RunSpec, device: str, warmup: int) -> Trainer:
 def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
     """Seconds per training step of `run`'s model under its settings at its longest stage's lengths
     (NaN where the loss diverges at once, or the device runs out of memory)."""
+    trainer = step_trainer(run, device, warmup)
     try:
-        return seconds_per_step(step_trainer(run, device, warmup), steps, device)
+        return seconds_per_step(trainer, steps, device)
     except torch.OutOfMemoryError:  # a model that does not fit this device at these shapes
-        torch.cuda.empty_cache()
         return math.nan
+    finally:  # a Trainer sits in a reference cycle: free its model and optimizer before the next setting's
+        del trainer
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def measure(args) -> list[dict]:
     """One row per experiment: runs, settings timed, the steps of its runs, and its hours (None
-    while a setting of it is untimed); each timed setting in `settings`."""
+    while a setting of it is untimed); each setting tried in `settings`, with its step's estimated
+    memory and its time, or why it was skipped."""
     experiments = args.experiments or shipped_specs()
     grids = {name: expand(load_spec(name, "paper"), check=False) for name in experiments}
     order = sorted(grids, key=lambda name: sum(tokens(r) for r in grids[name]))
     deadline = time.perf_counter() + args.budget if args.budget else math.inf
+    memory = args.memory * 2**30 if args.memory is not None else limits.available_memory()
     timed: dict[str, float] = {}
+    refused: set[str] = set()  # settings whose step the estimate puts above `memory`
     rows = []
     for name in order:
         runs, seconds, untimed, settings = grids[name], 0.0, 0, []
         for run in runs:
             key = setting_key(run)
-            if key not in timed and time.perf_counter() < deadline:
-                timed[key] = step_seconds(run, args.device, args.warmup, args.steps)
-                settings.append({"model": run.model_name, "task": run.task_name, "step_ms": timed[key] * 1e3})
+            if key not in timed and key not in refused and time.perf_counter() < deadline:
+                need = step_bytes(run)
+                setting = {"model": run.model_name, "task": run.task_name, "step_gib": round(need / 2**30, 2)}
+                if need > memory:  # it would be killed, and this process with it
+                    refused.add(key)
+                    setting["skipped"] = f"estimated {need / 2**30:.3g} GiB a step, more than {memory / 2**30:.3g} GiB"
+                else:
+                    timed[key] = step_seconds(run, args.device, args.warmup, args.steps)
+                    setting["step_ms"] = timed[key] * 1e3
+                settings.append(setting)
             if key not in timed:
                 untimed += 1
                 continue
@@ -137,7 +164,7 @@ def table(rows: list[dict], markdown: bool = False) -> str:
             r["experiment"],
             str(r["runs"]),
             f"{r['steps']:,}",
-            str(len(r["settings"])),
+            str(sum("step_ms" in s for s in r["settings"])),
             f"{r['hours']:.1f}" if r["hours"] is not None else f"- ({r['untimed_runs']} runs untimed)",
         ]
         for r in rows
@@ -156,6 +183,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per setting (default: 5)")
     parser.add_argument("--budget", type=float, default=None, help="seconds of timing at most (default: no bound)")
+    parser.add_argument(
+        "--memory", type=float, default=None, help="GiB a training step may take (default: the memory available)"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
