@@ -21,7 +21,6 @@ they lack. Figures only, no assertions.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -107,9 +106,8 @@ def step_seconds(run: RunSpec, device: str, warmup: int, steps: int) -> float:
         return seconds_per_step(trainer, steps, device)
     except torch.OutOfMemoryError:  # a model that does not fit this device at these shapes
         return math.nan
-    finally:  # a Trainer sits in a reference cycle: free its model and optimizer before the next setting's
+    finally:  # its model and optimizer go before the next setting's (nothing refers back to a Trainer)
         del trainer
-        gc.collect()
         torch.cuda.empty_cache()
 
 

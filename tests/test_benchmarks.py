@@ -159,39 +159,6 @@ def test_paper_hours_skips_a_setting_whose_step_the_memory_estimate_puts_above_t
         assert setting["skipped"].startswith("estimated ") and setting["skipped"].endswith("more than 0.001 GiB")
 
 
-def test_paper_hours_frees_each_settings_model_before_the_next(monkeypatch):
-    """A Trainer sits in a reference cycle: without a collection the model, its optimizer and its
-    last pass outlive step_seconds, and one process timing several large settings holds them all."""
-    import gc
-    import importlib.util
-    import weakref
-
-    monkeypatch.setenv("STATETRACK_NO_SIZE_LIMIT", "1")  # what paper_hours sets on import, undone after
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "paper_hours.py"
-    monkeypatch.syspath_prepend(str(path.parent))
-    spec = importlib.util.spec_from_file_location("paper_hours", path)
-    paper_hours = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(paper_hours)
-    from statetrack.experiments.spec import expand, load_spec
-
-    run = next(r for r in expand(load_spec("demo", "quick"), check=False) if r.model_name == "LSTM")
-    models = []  # a weak reference to each model step_seconds builds
-    make = paper_hours.step_trainer
-
-    def step_trainer(*args):
-        trainer = make(*args)
-        models.append(weakref.ref(trainer.model))
-        return trainer
-
-    monkeypatch.setattr(paper_hours, "step_trainer", step_trainer)
-    gc.disable()  # only step_seconds' own collection may free it
-    try:
-        assert paper_hours.step_seconds(run, "cpu", 1, 1) > 0
-        assert len(models) == 1 and models[0]() is None
-    finally:
-        gc.enable()
-
-
 def test_pack_slice_keeps_the_store_and_the_paused_runs_checkpoints_within_its_limit(tmp_path):
     """A store with a done and a paused run: the archive holds the store (still a statetrack store),
     the paused run's checkpoint and the table's measured snapshot, not the done run's checkpoint nor

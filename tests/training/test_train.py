@@ -272,3 +272,26 @@ def test_clip_null_trains_without_clipping():
     off, never, always = trained(None), trained(1e9), trained(1e-4)
     assert all(torch.equal(value, never[key]) for key, value in off.items())
     assert not all(torch.equal(value, always[key]) for key, value in off.items())
+
+
+def test_a_finished_trainer_frees_its_model_without_the_cycle_collector(tmp_path):
+    """Nothing a Trainer holds refers back to it (the scheduler's rate function included), so its
+    model, optimizer and last pass go the moment the run lets go of it: a worker that trains run
+    after run, or a benchmark timing setting after setting, holds one model at a time."""
+    import gc
+    import weakref
+
+    task = make_task("parity")
+    config = TrainConfig(steps=4, batch_size=4, min_length=2, max_length=4, warmup=2, schedule="cosine",
+                         early_stop_loss=None, checkpoint_every=2, device="cpu")
+    trainer = Trainer(make({"name": "lstm", "d_model": 8}, task), task, config, tmp_path / "run.pt", progress=False)
+    model, optimizer = weakref.ref(trainer.model), weakref.ref(trainer.optimizer)
+    gc.collect()
+    gc.disable()
+    try:
+        trainer.fit()
+        assert trainer.scheduler.get_last_lr()[0] < config.lr  # the rate function still reads the trainer's schedule
+        del trainer
+        assert model() is None and optimizer() is None
+    finally:
+        gc.enable()

@@ -8,6 +8,7 @@ import math
 import os
 import time
 import warnings
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -253,7 +254,12 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, betas=tuple(config.betas), weight_decay=config.weight_decay, foreach=True
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        trainer = weakref.ref(self)  # the scheduler holds no Trainer: nothing cycles, so a finished run frees at once
+
+        def factor(step: int) -> float:
+            return trainer()._lr_factor(step)  # type: ignore[union-attr]  # the scheduler lives only in its Trainer
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
         self.generator = torch.Generator().manual_seed(config.seed)
         # drawn from the fresh generator, so a resumed run (whose generator state then comes from the
         # checkpoint) re-draws exactly the same set
