@@ -46,7 +46,7 @@ def run_case(name: str, drivers: int, one_thread: bool, shared: bool, overrides:
     start = time.perf_counter()
     procs = []
     for i in range(drivers):
-        results = folder / name.replace(" ", "-") / ("shared" if shared else f"driver{i}")
+        results = folder / re.sub(r"\W+", "-", name) / ("shared" if shared else f"driver{i}")
         procs.append(
             subprocess.Popen(
                 [*command, "--results-dir", str(results)],
@@ -95,9 +95,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     cases = [
-        ("one driver", 1, True, True),
-        ("two drivers, started together", 2, True, True),
-        ("two drivers, torch's threads", 2, False, True),
+        ("one driver, one torch thread (`OMP_NUM_THREADS=1`)", 1, True, True),
+        ("two drivers of one store, one thread each, started together", 2, True, True),
+        ("two drivers of one store, torch's threads", 2, False, True),
     ]
     if args.threads_apart:
         cases += [
