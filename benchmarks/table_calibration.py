@@ -31,6 +31,23 @@ CELLS = [
     "train.early_stop_fit=null",
 ]
 LONG = ["train.steps=3000", "train.warmup=300"]
+RATES = ["lrs=[5.0e-4, 1.0e-3, 2.0e-3]", "seeds=[0, 1, 2]"]
+Z2_MODELS = (
+    "{name: bilinear, structure: rotation}, {name: deltanet, eig_range: '[-1,1]'}, {name: deltanet, eig_range: '[0,1]'}, "
+    "{name: mamba, eig_range: '[-1,1]'}, {name: rwkv7, eig_range: '[-1,1]'}, {name: kda, eig_range: '[-1,1]'}, "
+    "{name: kda, eig_range: '[0,1]'}, {name: deltaproduct, n_h: 2, eig_range: '[-1,1]'}, "
+    "{name: deltaproduct, n_h: 2, eig_range: '[0,1]'}, {name: gated_deltaproduct, eig_range: '[-1,1]'}, "
+    "{name: pdssm}, {name: mamba3, eig_range: '[-1,1]'}, {name: deltaformer, eig_range: '[-1,1]'}, "
+    "{name: path_attention, eig_range: '[-1,1]'}"
+)
+GROUPS = (
+    "{name: word_problem, group: Z3}, {name: word_problem, group: Z5}, {name: word_problem, group: S3}, "
+    "{name: fsm, states: 6, supervise: all}"
+)
+GROUP_MODELS = (
+    "{name: bilinear, structure: rotation}, {name: deltaproduct, n_h: 2, eig_range: '[-1,1]'}, "
+    "{name: gated_deltaproduct, eig_range: '[-1,1]'}, {name: pdssm}, {name: deltanet, eig_range: '[-1,1]'}"
+)
 SETTINGS = {
     "mlp-1000": ["model_defaults.mlp=true", "lrs=[1.0e-3]"],
     "mlp-3000": ["model_defaults.mlp=true", "lrs=[2.0e-3]", *LONG],
@@ -52,6 +69,11 @@ SETTINGS = {
     "no-mlp-1000": ["lrs=[1.0e-3, 2.0e-3]"],
     "no-mlp-3000": ["lrs=[2.0e-3]", *LONG],
     "no-mlp-4000": ["lrs=[2.0e-3]", "train.steps=4000", "train.warmup=400"],
+    # the table's spec with no early stop, every pilot rate and three seeds, on the mixers' known positives
+    # and a few provable negatives beside them: what a rate chosen per cell on the training lengths reads
+    # (benchmarks/table_rates.py reads it: the rate whose seed 0 ends with the lowest training loss)
+    "rates-z2": [*RATES, "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
+    "rates-groups": [*RATES, f"tasks=[{GROUPS}]", f"models=[{GROUP_MODELS}]"],
 }
 
 
