@@ -32,6 +32,13 @@ CELLS = [
 ]
 LONG = ["train.steps=3000", "train.warmup=300"]
 RATES = ["lrs=[5.0e-4, 1.0e-3, 2.0e-3]", "seeds=[0, 1, 2]"]
+LENGTH32 = [
+    "lrs=[1.0e-3, 2.0e-3]",
+    "seeds=[0, 1, 2]",
+    "train.min_length=32",
+    "train.max_length=32",
+    "eval.lengths=[32, 128, 512]",
+]
 Z2_MODELS = (
     "{name: bilinear, structure: rotation}, {name: deltanet, eig_range: '[-1,1]'}, {name: deltanet, eig_range: '[0,1]'}, "
     "{name: mamba, eig_range: '[-1,1]'}, {name: rwkv7, eig_range: '[-1,1]'}, {name: kda, eig_range: '[-1,1]'}, "
@@ -74,6 +81,9 @@ SETTINGS = {
     # (benchmarks/table_rates.py reads it: the rate whose seed 0 ends with the lowest training loss)
     "rates-z2": [*RATES, "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
     "rates-groups": [*RATES, f"tasks=[{GROUPS}]", f"models=[{GROUP_MODELS}]"],
+    # the same cells at twice the training length (32, read at 128 and 512), the works' two rates
+    "length32-z2": [*LENGTH32, "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
+    "length32-groups": [*LENGTH32, f"tasks=[{GROUPS}]", f"models=[{GROUP_MODELS}]"],
 }
 
 
