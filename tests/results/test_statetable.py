@@ -151,6 +151,33 @@ def test_undecided_cells_train_again_with_a_larger_budget_whatever_theory_says()
     assert read[0] is grown and grown.first_reading == first[0].text and read[1:] == first[1:]
 
 
+def test_the_pilot_picks_each_cells_rate_by_its_final_training_loss():
+    """Per cell, the rate whose seed-0 run ends with the lowest training loss, every rate within LOSS_TIE
+    (relative) of it tied; a run with no finite loss counts as the highest; the table trains each cell's
+    chosen rates only (three seeds each)."""
+    from types import SimpleNamespace
+
+    from statetrack.results.selection import final_loss
+
+    pilot = st.pilot_experiment([{"name": "lstm"}], overrides=FAST)
+    z2, fsm = "word_problem(group=Z2)", "fsm(states=6, supervise=all)"
+    loss = {(z2, 5.0e-4): 0.5, (z2, 1.0e-3): 0.105, (z2, 2.0e-3): 0.1, (fsm, 5.0e-4): 0.2, (fsm, 1.0e-3): None,
+            (fsm, 2.0e-3): 0.23}
+    losses = {r.id: loss[(r.task_name, r.lr)] for r in pilot.runs}
+    scored = SimpleNamespace(plan=SimpleNamespace(runs=[r.plan_entry() for r in pilot.runs]),
+                             runs=[{"id": r.id, "status": "done", "final_loss": losses[r.id]} for r in pilot.runs])
+    choice = st.pilot_choice(scored, st.run_losses(scored))
+    assert choice[("LSTM", z2)]["chosen"] == [1.0e-3, 2.0e-3] and choice[("LSTM", fsm)]["chosen"] == [5.0e-4]
+    table = st.table_experiment(scored, pilot, "t", overrides=FAST)
+    assert sorted((r.task_name, r.lr) for r in table.runs if r.seed == 0) == [(fsm, 5.0e-4), (z2, 1.0e-3), (z2, 2.0e-3)]
+    assert len(table.runs) == 3 * 3
+    # read from a store's curves: the mean of the last three finite logged losses
+    curves = {r.id: [{"loss": 9.0}, {"loss": float("nan")}, {"loss": 0.3}, {"loss": 0.1}, {"loss": 0.2}]
+              for r in pilot.runs}
+    assert all(v == pytest.approx(0.2) for v in st.run_losses(scored, curves.__getitem__).values())
+    assert final_loss([{"loss": float("inf")}]) is None and final_loss([]) is None
+
+
 def test_a_budget_of_another_measurement_is_not_read_beside_the_table():
     """The full and larger budgets' snapshots are read only where they train the committed table's
     own cells again (its spec but for the budget), never beside a later measurement of the table."""
@@ -269,7 +296,8 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
     counts = re.findall(r"(\d+) runs, (\d+) already done", capsys.readouterr().out)
     # the pilot, the table, and the larger budget of the cells it left undecided (every one: Zeros fits nothing)
     assert len(counts) == 3 and all(total == done for total, done in counts)
-    assert int(counts[2][0]) == 2 * 3  # two tasks, three seeds
+    # two tasks, three seeds, each of the three rates: Zeros' loss is the same at every rate, so they tie
+    assert int(counts[2][0]) == 2 * 3 * 3
 
 
 def test_a_step_cut_short_by_its_deadline_holds_the_next_step_back(tmp_path, capsys):

@@ -233,11 +233,12 @@ def _measure(args) -> int:
         run_and_report(args, pilot, options)
     finally:
         record(pilot.name, started)
-    pilot_scored = score_store(open_store(args), pilot.name)
+    store = open_store(args)
+    pilot_scored = score_store(store, pilot.name)
     if _stopped(pilot_scored, "the pilot (step 1 of 3)"):
         return 0
     _refuse_a_failed_pilot(pilot_scored)
-    table = st.table_experiment(pilot_scored, pilot, name, imports, args.overrides)
+    table = st.table_experiment(pilot_scored, pilot, name, imports, args.overrides, curves=store.curves)
     started = time.time()
     try:
         scored, _ = run_and_report(args, table, options)
