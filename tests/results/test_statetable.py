@@ -171,6 +171,11 @@ def test_the_pilot_picks_each_cells_rate_by_its_final_training_loss():
     table = st.table_experiment(scored, pilot, "t", overrides=FAST)
     assert sorted((r.task_name, r.lr) for r in table.runs if r.seed == 0) == [(fsm, 5.0e-4), (z2, 1.0e-3), (z2, 2.0e-3)]
     assert len(table.runs) == 3 * 3
+    # a cell whose every pilot run failed trains at each rate (its failures then show in the table)
+    scored.runs = [{**r, "status": "failed"} if r["id"] in {x.id for x in pilot.runs if x.task_name == fsm} else r
+                   for r in scored.runs]
+    table = st.table_experiment(scored, pilot, "t", overrides=FAST)
+    assert sorted(r.lr for r in table.runs if r.seed == 0 and r.task_name == fsm) == [5.0e-4, 1.0e-3, 2.0e-3]
     # read from a store's curves: the mean of the last three finite logged losses
     curves = {r.id: [{"loss": 9.0}, {"loss": float("nan")}, {"loss": 0.3}, {"loss": 0.1}, {"loss": 0.2}]
               for r in pilot.runs}

@@ -838,19 +838,19 @@ def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrid
     from statetrack.experiments.spec import Experiment
 
     choice = pilot_choice(pilot_scored, run_losses(pilot_scored, curves))
+    # a cell whose every pilot run failed tells no rate apart: it trains at each (its failures then show)
+    every = {(r.model_name, r.task_name): [] for r in pilot.runs}
+    for r in pilot.runs:
+        every[(r.model_name, r.task_name)].append(r.lr)
+    chosen = {cell: choice[cell]["chosen"] if cell in choice else sorted(lrs) for cell, lrs in every.items()}
     models: dict[str, dict] = {}
     rates: dict[str, set[float]] = {}
     for run in pilot.runs:
-        cell = choice.get((run.model_name, run.task_name))
-        if cell is None:
-            raise StatetrackError(
-                f"the pilot has no finished runs of {run.model_name} on {run.task_name}: run it to the end first"
-            )
         models.setdefault(run.model_name, run.model)
-        rates.setdefault(run.model_name, set()).update(cell["chosen"])
+        rates.setdefault(run.model_name, set()).update(chosen[(run.model_name, run.task_name)])
     entries = [{**model, "lrs": sorted(rates[label])} for label, model in models.items()]
     table = _resolve([*overrides, _models_override(entries)], name, imports)
-    kept = tuple(r for r in table.runs if r.lr in choice[(r.model_name, r.task_name)]["chosen"])
+    kept = tuple(r for r in table.runs if r.lr in chosen[(r.model_name, r.task_name)])
     return Experiment(table.spec, kept, table.imports)
 
 
