@@ -196,10 +196,10 @@ def test_a_budget_of_another_measurement_is_not_read_beside_the_table():
     other = copy.deepcopy(again)
     other["spec"]["train"]["max_length"] = spec["train"]["max_length"] * 2  # a protocol the table no longer has
     assert not st.trains_again(other, spec)
-    first = sorted(st.cells(st.scored_snapshot(table)), key=lambda c: c.layers)  # the first budget alone
-    read = st.committed_cells(table, full=None, larger=again)[0]
+    first = st.committed_cells(table, larger=other)[0]  # the first budget (and its full-budget check) alone
+    assert [c.first_reading for c in first] == [None] * len(first)  # `other` is not read
+    read = st.committed_cells(table, larger=again)[0]
     assert [c.first_reading for c in read] == [c.text for c in first]  # every cell read from the larger budget
-    assert [c.first_reading for c in st.committed_cells(table, full=None, larger=other)[0]] == [None] * len(first)
 
 
 def test_a_users_row_of_a_committed_model_shows_beside_it():
@@ -344,3 +344,7 @@ def test_the_page_says_how_many_runs_its_wall_time_covers():
     assert st._wall({"plan": [{}, {}], "parts": [part]}) == "2 min 00 s (2 runs)"
     assert st._wall({"plan": [{}, {}, {}], "parts": [part]}) == "2 min 00 s for 2 of its 3 runs"
     assert st._wall(None) == "0 s (0 runs)"
+    # the workers each part trained with
+    assert st._wall({"plan": [{}], "parts": [{**part, "runs": 1, "workers": 1}]}) == "2 min 00 s (1 runs, 1 worker)"
+    two = [{**part, "runs": 1, "workers": 2}, {**part, "runs": 1, "workers": 1}]
+    assert st._wall({"plan": [{}, {}], "parts": two}) == "4 min 00 s (2 runs, 1 or 2 workers)"

@@ -527,7 +527,9 @@ def _wall(snapshot: dict | None) -> str:
     parts, planned = snapshot.get("parts", []), len(snapshot.get("plan", []))
     timed = sum(p["runs"] for p in parts)
     seconds = duration(sum(p["seconds"] for p in parts))
-    return f"{seconds} ({planned} runs)" if timed >= planned else f"{seconds} for {timed} of its {planned} runs"
+    workers = sorted({p["workers"] for p in parts if p.get("workers")})
+    on = f", {' or '.join(map(str, workers))} worker{'s' if workers[-1] > 1 else ''}" if workers else ""
+    return f"{seconds} ({planned} runs{on})" if timed >= planned else f"{seconds} for {timed} of its {planned} runs{on}"
 
 
 def _revisions(table: dict, others: dict[str, dict | None]) -> str:
@@ -705,7 +707,7 @@ def _header(scored: Scored, table: dict, others: dict, notes: dict, picture: str
         f"A cell left undecided trains again with {GROWTH}x the steps, whatever theory predicts.",
         "",
         *([notes["protocol"].strip(), ""] if notes.get("protocol") else []),
-        f"Wall time (2 workers): the table {_wall(table)}"
+        f"Wall time: the table {_wall(table)}"
         + (f", {walls}" if walls else "")
         + (f", on {'; '.join(sorted(machines))}" if machines else "")
         + f"; {_revisions(table, {names[k]: v for k, v in others.items()})}.",
