@@ -293,6 +293,7 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
     assert "Zeros" in out and (results / "table" / "state-table.md").is_file() and (results / "table" / "state-table.png").is_file()
     rows = [r for r in json.loads((results / "table" / "cells.json").read_text()) if r["model"] == "Zeros"]
     assert len(rows) == 2 and all(r["fitted"] == [] and r["seeds"] == [0, 1, 2] for r in rows)  # did not fit anywhere
+    assert all(isinstance(r["lr"], float) and isinstance(r["ties"], list) for r in rows)  # the rates each cell read
     zeros_line = next(line for line in out.splitlines() if line.startswith("Zeros"))
     assert zeros_line.count("did not fit") == 2
     assert {r["theory"] for r in rows} == {theory.UNKNOWN}  # a user's model declares no transition class

@@ -1039,6 +1039,7 @@ def write_user_table(cells_: list[Cell], titles: dict[str, str], folder: Path) -
             "task": titles.get(c.task, c.task),
             "layers": c.layers,
             "lr": c.lr,
+            "ties": c.ties,  # the other rates the cell trained and reads (the weakest reading is the cell's)
             "seeds": c.seeds,
             "fitted": c.fitted,
             "held": {str(f): v for f, v in c.held.items()},
