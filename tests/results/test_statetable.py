@@ -290,6 +290,8 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
             "--no-progress", *FAST]
     assert main(argv) == 0
     out = capsys.readouterr().out
+    # step 2's seed 0 at each chosen rate is the pilot's run (two tasks, three tied rates): not trained twice
+    assert "6 runs are the pilot's" in out and re.search(r"\(quick\): 18 runs, 6 already done", out)
     assert "Zeros" in out and (results / "table" / "state-table.md").is_file() and (results / "table" / "state-table.png").is_file()
     rows = [r for r in json.loads((results / "table" / "cells.json").read_text()) if r["model"] == "Zeros"]
     assert len(rows) == 2 and all(r["fitted"] == [] and r["seeds"] == [0, 1, 2] for r in rows)  # did not fit anywhere

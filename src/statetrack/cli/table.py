@@ -239,6 +239,9 @@ def _measure(args) -> int:
         return 0
     _refuse_a_failed_pilot(pilot_scored)
     table = st.table_experiment(pilot_scored, pilot, name, imports, args.overrides, curves=store.curves)
+    reused = st.reuse_pilot_runs(open_store(args, read_only=False), pilot, table)
+    if reused:
+        print(f"the table's seeds (step 2 of 3): {reused} runs are the pilot's (seed 0 at a cell's chosen rate)")
     started = time.time()
     try:
         scored, _ = run_and_report(args, table, options)

@@ -856,6 +856,24 @@ def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrid
     return Experiment(table.spec, kept, table.imports)
 
 
+def reuse_pilot_runs(store, pilot, table) -> int:
+    """Step 2's runs that the pilot trained already, recorded from the pilot's (`Store.copy_run`)
+    rather than trained again: a cell's seed 0 at a rate the pilot chose is the pilot's run of that
+    cell and rate, the same configuration under another experiment. Returns how many."""
+    from statetrack.experiments.runner import git_revision
+
+    def configuration(run) -> str:  # but for the experiment it belongs to
+        return json.dumps({k: v for k, v in run.config.items() if k != "experiment"}, sort_keys=True)
+
+    trained = {configuration(r): r.id for r in pilot.runs}
+    revision = git_revision()
+    return sum(
+        store.copy_run(trained[key], run.claim(revision))
+        for run in table.runs
+        if (key := configuration(run)) in trained
+    )
+
+
 def _resolve(given: list[str], name: str | None, imports=()):
     """The table's spec under the overrides `given`. The reading's lengths follow the training
     lengths: unless `given` sets eval.lengths, the table evaluates at 1, HEADLINE and STRICT times the
