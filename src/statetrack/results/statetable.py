@@ -841,7 +841,7 @@ def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrid
 
     choice = pilot_choice(pilot_scored, run_losses(pilot_scored, curves))
     # a cell whose every pilot run failed tells no rate apart: it trains at each (its failures then show)
-    every = {(r.model_name, r.task_name): [] for r in pilot.runs}
+    every: dict[tuple[str, str], list[float]] = {(r.model_name, r.task_name): [] for r in pilot.runs}
     for r in pilot.runs:
         every[(r.model_name, r.task_name)].append(r.lr)
     chosen = {cell: choice[cell]["chosen"] if cell in choice else sorted(lrs) for cell, lrs in every.items()}
