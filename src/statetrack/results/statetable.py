@@ -9,7 +9,8 @@ The protocol, the same for the committed zoo rows and for a user's row:
    wins, and every rate within `LOSS_TIE` (relative) of it ties with it (the table then trains each
    tied rate, and a cell's reading holds only if it holds at each);
 2. the table trains three seeds at each cell's chosen rate(s) under the table's spec, its whole
-   budget (no early stop: a stop never decides a reading);
+   budget (no early stop: a stop never decides a reading); seed 0 at a chosen rate is the pilot's
+   run of that cell and rate, recorded from it (`reuse_pilot_runs`), not trained twice;
 3. every cell that step 2 leaves undecided (most seeds do not fit, or fit but do not hold at the
    headline ratio) trains again with `GROWTH` times the steps and no early stop, whatever theory
    predicts; the cell then reads the larger budget, its first reading kept beside it.
