@@ -8,7 +8,7 @@ rates-z2 rates-groups`). Two rules, both on the training length only, side by si
   windows), every rate within `--tie` (relative) of it tied.
 
 A cell reads `fitted · holding 4x · holding 16x` over the seeds at its chosen rate, the weakest over tied
-rates, as the table reads it (statetable.HOLD, FIT_THRESHOLD). Figures only, no assertions.
+rates in the table's order (`weakest`). Figures only, no assertions.
 
     python benchmarks/table_rates.py results/calibration/statetrack.db calibration-rates-z2 calibration-rates-groups
 """
@@ -19,7 +19,7 @@ import argparse
 import sys
 from collections import defaultdict
 
-from statetrack.results.statetable import FACTORS, HOLD, TIE
+from statetrack.results import statetable as st
 from statetrack.schema import FIT_THRESHOLD
 from statetrack.store import Store
 
@@ -32,10 +32,15 @@ def seed_figures(store: Store, run: dict, windows: int) -> dict:
 
 
 def reading(seeds: dict[int, dict], train_length: int) -> tuple[int, ...]:
-    """(fitted, holding 4x, holding 16x) over the seeds of one rate."""
+    """(fitted, holding 4x, holding 16x) over the seeds of one rate, at the table's thresholds."""
     fitted = [f for f in seeds.values() if f["scaled"].get(train_length, 0.0) >= FIT_THRESHOLD]
-    holding = [sum(f["scaled"].get(train_length * k, 0.0) >= HOLD for f in fitted) for k in FACTORS]
+    holding = [sum(f["scaled"].get(train_length * k, 0.0) >= st.HOLD for f in fitted) for k in st.FACTORS]
     return (len(fitted), *holding)
+
+
+def weakest(readings: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The table's weakest reading over tied rates: fewest holding 4x, then 16x, then fewest fitted."""
+    return min(readings, key=lambda r: (r[1], r[2], r[0]))
 
 
 def chosen(per_rate: dict[float, dict[int, dict]], key, best_is_low: bool, tie) -> list[float]:
@@ -65,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         by_rate = {lr: reading(seeds, length) for lr, seeds in sorted(per_rate.items())}
         rules = []
         for key, low, tie in (
-            (lambda f: f["scaled"].get(length, 0.0), False, lambda v, best: v >= best - TIE),
+            (lambda f: f["scaled"].get(length, 0.0), False, lambda v, best: v >= best - st.TIE),
             (lambda f: f["loss"], True, lambda v, best: v <= best * (1 + args.tie)),
         ):
             rates = chosen(per_rate, key, low, tie)
-            weakest = min(by_rate[lr] for lr in rates)
-            rules.append(f"{'·'.join(map(str, weakest))} at {', '.join(f'{lr:g}' for lr in rates)}")
+            rules.append(
+                f"{'·'.join(map(str, weakest([by_rate[lr] for lr in rates])))} at {', '.join(f'{lr:g}' for lr in rates)}"
+            )
         rates_text = "  ".join(
             f"{lr:g}: {'·'.join(map(str, r))} ({per_rate[lr][0]['loss']:.0e})" if 0 in per_rate[lr] else f"{lr:g}: -"
             for lr, r in by_rate.items()
