@@ -83,7 +83,6 @@ SETTINGS = {
     "rates-groups": [*RATES, f"tasks=[{GROUPS}]", f"models=[{GROUP_MODELS}]"],
     # the same cells at twice the training length (32, read at 128 and 512), the works' two rates
     "length32-z2": [*LENGTH32, "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
-    "length32-groups": [*LENGTH32, f"tasks=[{GROUPS}]", f"models=[{GROUP_MODELS}]"],
 }
 
 

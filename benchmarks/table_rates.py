@@ -8,7 +8,7 @@ rates-z2 rates-groups`). Two rules, both on the training length only, side by si
   windows), every rate within `--tie` (relative; default statetable.LOSS_TIE) of it tied: the table's rule.
 
 A cell reads `fitted · holding 4x · holding 16x` over the seeds at its chosen rate, the weakest over tied
-rates, as the table reads it (statetable.HOLD, FIT_THRESHOLD). Figures only, no assertions.
+rates in the table's order (`weakest`). Figures only, no assertions.
 
     python benchmarks/table_rates.py results/calibration/statetrack.db calibration-rates-z2 calibration-rates-groups
 """
@@ -19,8 +19,8 @@ import argparse
 import sys
 from collections import defaultdict
 
+from statetrack.results import statetable as st
 from statetrack.results.selection import final_loss
-from statetrack.results.statetable import FACTORS, HOLD, LOSS_TIE
 from statetrack.schema import FIT_THRESHOLD
 from statetrack.store import Store
 
@@ -35,10 +35,15 @@ def seed_figures(store: Store, run: dict, windows: int) -> dict:
 
 
 def reading(seeds: dict[int, dict], train_length: int) -> tuple[int, ...]:
-    """(fitted, holding 4x, holding 16x) over the seeds of one rate."""
+    """(fitted, holding 4x, holding 16x) over the seeds of one rate, at the table's thresholds."""
     fitted = [f for f in seeds.values() if f["scaled"].get(train_length, 0.0) >= FIT_THRESHOLD]
-    holding = [sum(f["scaled"].get(train_length * k, 0.0) >= HOLD for f in fitted) for k in FACTORS]
+    holding = [sum(f["scaled"].get(train_length * k, 0.0) >= st.HOLD for f in fitted) for k in st.FACTORS]
     return (len(fitted), *holding)
+
+
+def weakest(readings: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The table's weakest reading over tied rates: fewest holding 4x, then 16x, then fewest fitted."""
+    return min(readings, key=lambda r: (r[1], r[2], r[0]))
 
 
 def chosen(per_rate: dict[float, dict[int, dict]], key, best_is_low: bool, tie) -> list[float]:
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("experiments", nargs="+")
     parser.add_argument("--train-length", type=int, default=16)
     parser.add_argument("--windows", type=int, default=3, help="logged training windows averaged (default 3)")
-    parser.add_argument("--tie", type=float, default=LOSS_TIE, help=f"relative loss tie (default {LOSS_TIE:g})")
+    parser.add_argument("--tie", type=float, default=st.LOSS_TIE, help=f"relative loss tie (default {st.LOSS_TIE:g})")
     args = parser.parse_args(argv)
     store = Store(args.store, read_only=True)
     cells: dict[tuple[str, str], dict[float, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
@@ -72,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             (lambda f: f["loss"], True, lambda v, best: v <= best * (1 + args.tie)),
         ):
             rates = chosen(per_rate, key, low, tie)
-            weakest = min(by_rate[lr] for lr in rates)
-            rules.append(f"{'·'.join(map(str, weakest))} at {', '.join(f'{lr:g}' for lr in rates)}")
+            rules.append(
+                f"{'·'.join(map(str, weakest([by_rate[lr] for lr in rates])))} at {', '.join(f'{lr:g}' for lr in rates)}"
+            )
         rates_text = "  ".join(
             f"{lr:g}: {'·'.join(map(str, r))} ({per_rate[lr][0]['loss']:.0e})" if 0 in per_rate[lr] else f"{lr:g}: -"
             for lr, r in by_rate.items()
