@@ -1,6 +1,6 @@
 """The calibration of the state table's protocol: the table's own spec, on the cells whose answer the
 works establish, under each setting of the knobs that decide whether an exact solution is found
-cheaply (the stack, the rate, the steps, the batch, the heads, the training length).
+cheaply (the stack, the rate, the steps, the batch, the heads, the width, the training length).
 
     python benchmarks/table_calibration.py                      # every setting, one after another
     python benchmarks/table_calibration.py no-mlp-1000 no-mlp-4000 --results-dir results/calibration
@@ -83,6 +83,8 @@ SETTINGS = {
     "rates-groups": [*RATES, f"tasks=[{GROUPS}]", f"models=[{GROUP_MODELS}]"],
     # the same cells at twice the training length (32, read at 128 and 512), the works' two rates
     "length32-z2": [*LENGTH32, "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
+    # the Z2 cells at twice the width (64; the works train at 128 to 512), every pilot rate, three seeds
+    "width64-z2": [*RATES, "model_defaults.d_model=64", "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
 }
 
 
