@@ -368,7 +368,7 @@ class _Drive:
                 self.paused.append(run)
                 say(f"  paused: {describe(run)} at step {outcome['steps']} (its checkpoint resumes it)")
             elif not pool.in_process:
-                say(f"done    [{self.finished + 1}/{len(self.todo)}] {describe(run)}")  # the count, where no bar shows it
+                say(f"done    [{self.finished + 1}/{len(self.todo)}] {describe(run)}")  # the count without a bar
             self.steps.pop(run.id, None)
             if outcome_status != "paused":
                 self._count(bar)
