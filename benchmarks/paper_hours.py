@@ -53,14 +53,18 @@ def setting_key(run: RunSpec) -> str:
     return json.dumps([run.model, task.vocab_size, task.num_classes, run.task, train], sort_keys=True, default=str)
 
 
-def tokens(run: RunSpec) -> int:
-    """The tokens a run trains on at most (steps x batch x the tokens of its longest input, `Task.tokens`):
-    what orders the experiments, cheaply (no model is built)."""
+def longest_input(run: RunSpec, task) -> int:
+    """The tokens of `run`'s longest training input (`Task.tokens` at its longest curriculum stage)."""
     assert run.settings is not None
-    stages = zip(curriculum_tasks(make_task(**run.task), run.settings), run.settings.stages())
-    return (
-        run.settings.steps * run.settings.batch_size * max(task.tokens(stage["max_length"]) for task, stage in stages)
-    )
+    stages = zip(curriculum_tasks(task, run.settings), run.settings.stages())
+    return max(each.tokens(stage["max_length"]) for each, stage in stages)
+
+
+def tokens(run: RunSpec) -> int:
+    """The tokens a run trains on at most (steps x batch x the tokens of its longest input): what
+    orders the experiments, cheaply (no model is built)."""
+    assert run.settings is not None
+    return run.settings.steps * run.settings.batch_size * longest_input(run, make_task(**run.task))
 
 
 def step_bytes(run: RunSpec) -> int:
@@ -68,8 +72,7 @@ def step_bytes(run: RunSpec) -> int:
     its longest curriculum stage's tokens, as `statetrack run` bounds it; the model on the meta device."""
     assert run.settings is not None
     task = make_task(**run.task)
-    stages = zip(curriculum_tasks(task, run.settings), run.settings.stages())
-    longest = max(each.tokens(stage["max_length"]) for each, stage in stages)
+    longest = longest_input(run, task)
     micro, widest = limits.micro_batch(run.settings), sizing.token_bytes(run.model) or 0
     return limits.pass_bytes(check_buildable(run.model, task), run.model, micro, longest, widest, training=True)
 

@@ -1,6 +1,6 @@
 """The calibration of the state table's protocol: the table's own spec, on the cells whose answer the
 works establish, under each setting of the knobs that decide whether an exact solution is found
-cheaply (the stack, the rate, the steps, the batch, the heads, the training length).
+cheaply (the stack, the rate, the steps, the batch, the heads, the width, the training length).
 
     python benchmarks/table_calibration.py                      # every setting, one after another
     python benchmarks/table_calibration.py no-mlp-1000 no-mlp-4000 --results-dir results/calibration
@@ -55,6 +55,9 @@ GROUP_MODELS = (
     "{name: bilinear, structure: rotation}, {name: deltaproduct, n_h: 2, eig_range: '[-1,1]'}, "
     "{name: gated_deltaproduct, eig_range: '[-1,1]'}, {name: pdssm}, {name: deltanet, eig_range: '[-1,1]'}"
 )
+# the known positives that the table's first budget (1000 steps) leaves undecided, each at the rate its
+# pilot chose, with 16x the steps: whether a larger budget is what they lack
+BUDGET16K = ["seeds=[0, 1, 2]", "train.steps=16000", "train.warmup=1600"]
 SETTINGS = {
     "mlp-1000": ["model_defaults.mlp=true", "lrs=[1.0e-3]"],
     "mlp-3000": ["model_defaults.mlp=true", "lrs=[2.0e-3]", *LONG],
@@ -83,6 +86,26 @@ SETTINGS = {
     "rates-groups": [*RATES, f"tasks=[{GROUPS}]", f"models=[{GROUP_MODELS}]"],
     # the same cells at twice the training length (32, read at 128 and 512), the works' two rates
     "length32-z2": [*LENGTH32, "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
+    # the Z2 cells at twice the width (64; the works train at 128 to 512), every pilot rate, three seeds
+    "width64-z2": [*RATES, "model_defaults.d_model=64", "tasks=[{name: word_problem, group: Z2}]", f"models=[{Z2_MODELS}]"],
+    "budget16k-z2": [
+        *BUDGET16K,
+        "tasks=[{name: word_problem, group: Z2}]",
+        "models=[{name: deltanet, eig_range: '[-1,1]', lrs: [1.0e-3]}, {name: rwkv7, eig_range: '[-1,1]', lrs: [5.0e-4]}, "
+        "{name: gated_deltaproduct, eig_range: '[-1,1]', lrs: [2.0e-3]}, {name: pdssm, lrs: [2.0e-3]}, "
+        "{name: path_attention, eig_range: '[-1,1]', lrs: [5.0e-4]}, {name: deltaformer, eig_range: '[-1,1]', lrs: [2.0e-3]}]",
+    ],
+    "budget16k-z3": [
+        *BUDGET16K,
+        "tasks=[{name: word_problem, group: Z3}]",
+        "models=[{name: deltaproduct, n_h: 2, eig_range: '[-1,1]', lrs: [5.0e-4]}]",
+    ],
+    "budget16k-groups": [
+        *BUDGET16K,
+        "lrs=[2.0e-3]",
+        "tasks=[{name: word_problem, group: Z5}, {name: word_problem, group: S3}, {name: fsm, states: 6, supervise: all}]",
+        "models=[{name: deltaproduct, n_h: 2, eig_range: '[-1,1]'}, {name: pdssm}]",
+    ],
 }
 
 

@@ -109,6 +109,9 @@ def test_store_survives_a_run_killed_midway(tiny_spec, tmp_path, workers):
     killed_at = time.time()
     rerun = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600, env=env)
     assert f"{expected_runs} runs, {len(done_before)} already done" in rerun.stdout
+    if workers == "2":  # a pool's lines count the runs, as the bar does where it shows
+        left = expected_runs - len(done_before)
+        assert f"done    [{left}/{left}] " in rerun.stdout and f"done    [{left + 1}/" not in rerun.stdout
     after = {r["id"]: r for r in store.runs("tiny")}
     assert len(after) == expected_runs and all(r["status"] == "done" for r in after.values())
     for run_id in done_before:  # finished runs were skipped, not redone

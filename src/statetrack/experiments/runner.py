@@ -285,7 +285,7 @@ class _Drive:
     def __init__(self, pool, store: Store, options: RunOptions, git_rev: str, status: dict, todo: list[RunSpec], log):
         self.pool, self.store, self.options, self.git_rev, self.status = pool, store, options, git_rev, status
         self.todo, self.log = todo, log
-        self.pending, self.started = list(todo), 0
+        self.pending, self.started, self.finished = list(todo), 0, 0
         self.in_flight: dict[Any, RunSpec] = {}  # the backend's handle -> its run
         self.elsewhere: list[RunSpec] = []  # runs that another driver trains
         self.steps: dict[str, tuple[int, int]] = {}  # run id -> (step, total) as pool workers report it
@@ -333,7 +333,7 @@ class _Drive:
             if self.store.status(run.id) == "running":  # another driver trains it: wait for it, or its lease to lapse
                 self.elsewhere.append(run)
             else:  # another driver finished it since
-                bar.update(1)
+                self._count(bar)
             return
         self.heartbeat.hold(run.id)
         self.started += 1
@@ -365,10 +365,10 @@ class _Drive:
                 self.paused.append(run)
                 say(f"  paused: {describe(run)} at step {outcome['steps']} (its checkpoint resumes it)")
             elif not pool.in_process:
-                say(f"done    {describe(run)}")
+                say(f"done    [{self.finished + 1}/{len(self.todo)}] {describe(run)}")  # the count without a bar
             self.steps.pop(run.id, None)
             if outcome_status != "paused":
-                bar.update(1)
+                self._count(bar)
         if reports:
             self.steps.update(pool.reports())
             if self.steps and self.options.progress:
@@ -377,13 +377,18 @@ class _Drive:
                     refresh=True,
                 )
 
+    def _count(self, bar) -> None:
+        """One more run of the plan finished (here or by another driver)."""
+        self.finished += 1
+        bar.update(1)
+
     def _check_elsewhere(self, bar, say) -> None:
         """The runs other drivers train: counted once finished, taken over once free again (that
         driver was killed)."""
         still = []
         for run in self.elsewhere:
             if self.store.status(run.id) != "running":
-                bar.update(1)
+                self._count(bar)
             elif self.store.holder(run.id, self.options.lease) is None:
                 say(f"taking over {describe(run)} (its driver stopped renewing its lease)")
                 self.pending.append(run)
