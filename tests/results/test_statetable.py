@@ -351,3 +351,16 @@ def test_the_page_says_how_many_runs_its_wall_time_covers():
     assert st._wall({"plan": [{}], "parts": [{**part, "runs": 1, "workers": 1}]}) == "2 min 00 s (1 runs, 1 worker)"
     two = [{**part, "runs": 1, "workers": 2}, {**part, "runs": 1, "workers": 1}]
     assert st._wall({"plan": [{}, {}], "parts": two}) == "4 min 00 s (2 runs, 1 or 2 workers)"
+
+
+def test_the_early_stopping_section_says_whether_a_cell_rests_on_a_stopped_run():
+    whole, stopped, checked = _cell(theory.CAN, 3, 2), _cell(theory.CAN, 3, 2), _cell(theory.CAN, 3, 2)
+    stopped.stopped = [1]
+    checked.stopped_reading = "3·1·0"
+
+    def said(*cells_):
+        return "\n".join(st._early_stopping_section(list(cells_), {"t": "t"}))
+
+    assert "No run the table reads stopped before its budget" in said(whole)
+    assert "1 cells rest on a run that stopped early" in said(whole, stopped)
+    assert "1 of them read otherwise than their stopped runs" in said(whole, checked)

@@ -787,6 +787,15 @@ def _larger_budget_section(cells_: list[Cell], titles: dict[str, str], larger: d
 def _early_stopping_section(cells_: list[Cell], titles: dict[str, str]) -> list[str]:
     retrained = [c for c in cells_ if c.stopped_reading is not None]
     changed = [c for c in retrained if c.stopped_reading != c.text]
+    if not retrained:
+        resting = sum(1 for c in cells_ if c.stopped)
+        said = (
+            f"{resting} cells rest on a run that stopped early (fit and converged at three validations in a row); "
+            "`statetrack table --full-budget` trains them again at the full budget with no stop."
+            if resting
+            else "No run the table reads stopped before its budget."
+        )
+        return ["## Early stopping", "", said, ""]
     return [
         "## Early stopping",
         "",
