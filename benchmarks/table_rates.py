@@ -3,9 +3,9 @@ lengths, from a store where every rate trained every seed (`python benchmarks/ta
 rates-z2 rates-groups`). Two rules, both on the training length only, side by side:
 
 - accuracy: the rate whose seed 0 has the best scaled accuracy at the training length, every rate within
-  statetable.TIE of it tied (the table's pilot rule, applied per cell instead of per model);
+  ACCURACY_TIE of it tied;
 - loss: the rate whose seed 0 ends with the lowest training loss (the mean of the last `--windows` logged
-  windows), every rate within `--tie` (relative) of it tied.
+  windows), every rate within `--tie` (relative; default statetable.LOSS_TIE) of it tied: the table's rule.
 
 A cell reads `fitted · holding 4x · holding 16x` over the seeds at its chosen rate, the weakest over tied
 rates in the table's order (`weakest`). Figures only, no assertions.
@@ -20,15 +20,18 @@ import sys
 from collections import defaultdict
 
 from statetrack.results import statetable as st
+from statetrack.results.selection import final_loss
 from statetrack.schema import FIT_THRESHOLD
 from statetrack.store import Store
+
+ACCURACY_TIE = 0.005  # the accuracy rule's tie: scaled accuracies this close to the best
 
 
 def seed_figures(store: Store, run: dict, windows: int) -> dict:
     """One run's scaled accuracy by length and its final training loss."""
     scaled = {e["length"]: e["scaled_accuracy"] for e in store.evals(run["id"])}
-    losses = [p["loss"] for p in store.curves(run["id"])][-windows:]
-    return {"scaled": scaled, "loss": sum(losses) / len(losses) if losses else float("inf")}
+    loss = final_loss(store.curves(run["id"]), windows)
+    return {"scaled": scaled, "loss": float("inf") if loss is None else loss}
 
 
 def reading(seeds: dict[int, dict], train_length: int) -> tuple[int, ...]:
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("experiments", nargs="+")
     parser.add_argument("--train-length", type=int, default=16)
     parser.add_argument("--windows", type=int, default=3, help="logged training windows averaged (default 3)")
-    parser.add_argument("--tie", type=float, default=0.1, help="relative loss tie (default 0.1)")
+    parser.add_argument("--tie", type=float, default=st.LOSS_TIE, help=f"relative loss tie (default {st.LOSS_TIE:g})")
     args = parser.parse_args(argv)
     store = Store(args.store, read_only=True)
     cells: dict[tuple[str, str], dict[float, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         by_rate = {lr: reading(seeds, length) for lr, seeds in sorted(per_rate.items())}
         rules = []
         for key, low, tie in (
-            (lambda f: f["scaled"].get(length, 0.0), False, lambda v, best: v >= best - st.TIE),
+            (lambda f: f["scaled"].get(length, 0.0), False, lambda v, best: v >= best - ACCURACY_TIE),
             (lambda f: f["loss"], True, lambda v, best: v <= best * (1 + args.tie)),
         ):
             rates = chosen(per_rate, key, low, tie)

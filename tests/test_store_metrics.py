@@ -3,6 +3,7 @@ stored per evaluation length and curve point, flattened into the `results --json
 by the report and TensorBoard only when present."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -37,6 +38,23 @@ def _eval(length, accuracy, sequence=None, **metrics):
 
 
 # ---- the store -----------------------------------------------------------------------------------
+def test_a_run_copied_from_another_experiments_run_keeps_every_record_and_its_revision(tmp_path):
+    """`Store.copy_run`: the same configuration under another experiment (the state table's seed 0
+    at a rate its pilot trained) is recorded from the done run, not trained again."""
+    store = Store(tmp_path / "s.db")
+    evals = [_eval(8, 0.9, 0.7, iterations_median=4.0), {**_eval(64, 0.6), "position_accuracy": [1.0, None, 0.5]}]
+    evals[0]["traces"] = [{"inputs": [1, 2], "targets": [0, 1], "mask": [1, 1], "probabilities": [[0.9, 0.1], [0.2, 0.8]]}]
+    _add_run(store, "source", "FP", "Z2", 0.01, 0, evals, [{"step": 5, "loss": 1.0, "accuracy": 0.5, "stage": 0}])
+    copy = RunClaim("copy", "fp-table", "FP", "word_problem(group=Z2)", 0, 0.01, {**_config("Z2"), "experiment": "fp-table"}, "def")
+    assert store.copy_run("source", copy)
+    assert store.evals("copy", None) == store.evals("source", None) and store.curves("copy") == store.curves("source")
+    assert [t["examples"] for t in store.traces("copy")] == [evals[0]["traces"]]
+    (row,) = store.runs("fp-table")
+    assert row["status"] == "done" and row["git_rev"] == "abc" and row["steps"] == 10  # the source's revision
+    assert not store.copy_run("source", copy)  # done already: nothing written
+    assert not store.copy_run("no-such-run", replace(copy, id="other"))  # no done source
+
+
 def test_results_rows_carry_task_params_sequence_accuracy_and_metrics(tmp_path):
     store = Store(tmp_path / "s.db")
     _add_run(store, "r1", "FP-RNN", "A5", 0.01, 0,

@@ -679,6 +679,35 @@ class Store:
                 ),
             )
 
+    def copy_run(self, source_id: str, claim: RunClaim) -> bool:
+        """Record `claim` done with the records of the done run `source_id`, which trained the same
+        configuration under another experiment (what training it again gives, bit for bit at the
+        source's thread count): its evaluations, traces, curve, steps and timings, under the source's
+        revision. False (nothing written) when the source is not done or `claim` is not free
+        (`start_run`)."""
+        with self._connect() as db:
+            source = db.execute("SELECT * FROM runs WHERE id = ? AND status = 'done'", (source_id,)).fetchone()
+        if source is None or not self.start_run(replace(claim, git_rev=source["git_rev"] or claim.git_rev)):
+            return False
+        traces = {(t["variant"], t["length"]): t["examples"] for t in self.traces(source_id)}
+        evals = [
+            {**e, **({"traces": traces[key]} if (key := (e.get("variant", ""), e["length"])) in traces else {})}
+            for e in self.evals(source_id, None)
+        ]
+        outcome = Outcome(
+            evals,
+            self.curves(source_id),
+            source["steps"],
+            source["num_parameters"],
+            source["train_seconds"],
+            source["eval_seconds"],
+            source["host"],
+            source["diverged_at"],
+            source["threads"],
+        )
+        self.finish_run(claim.id, outcome)
+        return True
+
     def fail_run(self, run_id: str, error: str, host: str | None = None) -> None:
         with self._connect() as db:
             db.execute(

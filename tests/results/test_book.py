@@ -15,6 +15,7 @@ from statetrack.experiments import spec as spec_module
 from statetrack.experiments.runner import RunOptions
 from statetrack.experiments.spec import resolve
 from statetrack.results import book
+from statetrack.results.selection import final_loss
 from statetrack.schema import REASONS
 from statetrack.store import Store
 
@@ -167,6 +168,8 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
     # the snapshot names the revisions its runs were trained at, the most runs' first
     trained_at = {r["git_rev"] for r in snapshot["runs"]}
     assert len(trained_at) == 1 and snapshot["git_rev"] == trained_at.pop()
+    # and each run's final training loss (the state table's pilot chooses its rates by it)
+    assert all(r["final_loss"] == final_loss(store.curves(r["id"])) > 0 for r in snapshot["runs"])
     with sqlite3.connect(tmp_path / "results/statetrack.db") as db:
         db.execute("UPDATE runs SET git_rev = 'abc1234' WHERE id = (SELECT min(id) FROM runs)")
     book.write_snapshot(store, "demo", path=SNAPSHOT)

@@ -151,6 +151,38 @@ def test_undecided_cells_train_again_with_a_larger_budget_whatever_theory_says()
     assert read[0] is grown and grown.first_reading == first[0].text and read[1:] == first[1:]
 
 
+def test_the_pilot_picks_each_cells_rate_by_its_final_training_loss():
+    """Per cell, the rate whose seed-0 run ends with the lowest training loss, every rate within LOSS_TIE
+    (relative) of it tied; a run with no finite loss counts as the highest; the table trains each cell's
+    chosen rates only (three seeds each)."""
+    from types import SimpleNamespace
+
+    from statetrack.results.selection import final_loss
+
+    pilot = st.pilot_experiment([{"name": "lstm"}], overrides=FAST)
+    z2, fsm = "word_problem(group=Z2)", "fsm(states=6, supervise=all)"
+    loss = {(z2, 5.0e-4): 0.5, (z2, 1.0e-3): 0.1015, (z2, 2.0e-3): 0.1, (fsm, 5.0e-4): 0.2, (fsm, 1.0e-3): None,
+            (fsm, 2.0e-3): 0.23}
+    losses = {r.id: loss[(r.task_name, r.lr)] for r in pilot.runs}
+    scored = SimpleNamespace(plan=SimpleNamespace(runs=[r.plan_entry() for r in pilot.runs]),
+                             runs=[{"id": r.id, "status": "done", "final_loss": losses[r.id]} for r in pilot.runs])
+    choice = st.pilot_choice(scored, st.run_losses(scored))
+    assert choice[("LSTM", z2)]["chosen"] == [1.0e-3, 2.0e-3] and choice[("LSTM", fsm)]["chosen"] == [5.0e-4]
+    table = st.table_experiment(scored, pilot, "t", overrides=FAST)
+    assert sorted((r.task_name, r.lr) for r in table.runs if r.seed == 0) == [(fsm, 5.0e-4), (z2, 1.0e-3), (z2, 2.0e-3)]
+    assert len(table.runs) == 3 * 3
+    # a cell whose every pilot run failed trains at each rate (its failures then show in the table)
+    scored.runs = [{**r, "status": "failed"} if r["id"] in {x.id for x in pilot.runs if x.task_name == fsm} else r
+                   for r in scored.runs]
+    table = st.table_experiment(scored, pilot, "t", overrides=FAST)
+    assert sorted(r.lr for r in table.runs if r.seed == 0 and r.task_name == fsm) == [5.0e-4, 1.0e-3, 2.0e-3]
+    # read from a store's curves: the mean of the last three finite logged losses
+    curves = {r.id: [{"loss": 9.0}, {"loss": float("nan")}, {"loss": 0.3}, {"loss": 0.1}, {"loss": 0.2}]
+              for r in pilot.runs}
+    assert all(v == pytest.approx(0.2) for v in st.run_losses(scored, curves.__getitem__).values())
+    assert final_loss([{"loss": float("inf")}]) is None and final_loss([]) is None
+
+
 def test_a_budget_of_another_measurement_is_not_read_beside_the_table():
     """The full and larger budgets' snapshots are read only where they train the committed table's
     own cells again (its spec but for the budget), never beside a later measurement of the table."""
@@ -258,6 +290,8 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
             "--no-progress", *FAST]
     assert main(argv) == 0
     out = capsys.readouterr().out
+    # step 2's seed 0 at each chosen rate is the pilot's run (two tasks, three tied rates): not trained twice
+    assert "6 runs are the pilot's" in out and re.search(r"\(quick\): 18 runs, 6 already done", out)
     assert "Zeros" in out and (results / "table" / "state-table.md").is_file() and (results / "table" / "state-table.png").is_file()
     rows = [r for r in json.loads((results / "table" / "cells.json").read_text()) if r["model"] == "Zeros"]
     assert len(rows) == 2 and all(r["fitted"] == [] and r["seeds"] == [0, 1, 2] for r in rows)  # did not fit anywhere
@@ -270,7 +304,8 @@ def test_a_users_model_gets_its_row_with_one_command(tmp_path, capsys):
     counts = re.findall(r"(\d+) runs, (\d+) already done", capsys.readouterr().out)
     # the pilot, the table, and the larger budget of the cells it left undecided (every one: Zeros fits nothing)
     assert len(counts) == 3 and all(total == done for total, done in counts)
-    assert int(counts[2][0]) == 2 * 3  # two tasks, three seeds
+    # two tasks, three seeds, each of the three rates: Zeros' loss is the same at every rate, so they tie
+    assert int(counts[2][0]) == 2 * 3 * 3
 
 
 def test_a_step_cut_short_by_its_deadline_holds_the_next_step_back(tmp_path, capsys):
@@ -316,3 +351,16 @@ def test_the_page_says_how_many_runs_its_wall_time_covers():
     assert st._wall({"plan": [{}], "parts": [{**part, "runs": 1, "workers": 1}]}) == "2 min 00 s (1 runs, 1 worker)"
     two = [{**part, "runs": 1, "workers": 2}, {**part, "runs": 1, "workers": 1}]
     assert st._wall({"plan": [{}, {}], "parts": two}) == "4 min 00 s (2 runs, 1 or 2 workers)"
+
+
+def test_the_early_stopping_section_says_whether_a_cell_rests_on_a_stopped_run():
+    whole, stopped, checked = _cell(theory.CAN, 3, 2), _cell(theory.CAN, 3, 2), _cell(theory.CAN, 3, 2)
+    stopped.stopped = [1]
+    checked.stopped_reading = "3·1·0"
+
+    def said(*cells_):
+        return "\n".join(st._early_stopping_section(list(cells_), {"t": "t"}))
+
+    assert "No run the table reads stopped before its budget" in said(whole)
+    assert "1 cells rest on a run that stopped early" in said(whole, stopped)
+    assert "1 of them read otherwise than their stopped runs" in said(whole, checked)

@@ -233,11 +233,15 @@ def _measure(args) -> int:
         run_and_report(args, pilot, options)
     finally:
         record(pilot.name, started)
-    pilot_scored = score_store(open_store(args), pilot.name)
+    store = open_store(args)
+    pilot_scored = score_store(store, pilot.name)
     if _stopped(pilot_scored, "the pilot (step 1 of 3)"):
         return 0
     _refuse_a_failed_pilot(pilot_scored)
-    table = st.table_experiment(pilot_scored, pilot, name, imports, args.overrides)
+    table = st.table_experiment(pilot_scored, pilot, name, imports, args.overrides, curves=store.curves)
+    reused = st.reuse_pilot_runs(open_store(args, read_only=False), pilot, table)
+    if reused:
+        print(f"the table's seeds (step 2 of 3): {reused} runs are the pilot's (seed 0 at a cell's chosen rate)")
     started = time.time()
     try:
         scored, _ = run_and_report(args, table, options)

@@ -36,7 +36,7 @@ from statetrack.experiments.worker import checkpoint_path
 from statetrack.models.sizing import pass_flops
 from statetrack.options import RunOptions
 from statetrack.paths import SNAPSHOTS, check_output, check_outputs, check_writable, report_outputs, store_file
-from statetrack.store import Outcome, Plan, RunClaim, Store
+from statetrack.store import Outcome, Plan, Store
 from statetrack.training.loggers import check_log_to, tensorboard_dir
 from statetrack.training.train import now
 
@@ -329,10 +329,7 @@ class _Drive:
         """Claim `run` in the store and hand it to the pool; a run another driver holds is waited
         for, one it finished since is counted."""
         retry = self.options.retry_failed and self.status[run.id] == "failed"
-        claim = RunClaim(
-            run.id, run.experiment, run.model_name, run.task_name, run.seed, run.lr, run.config, self.git_rev
-        )
-        if not self.store.start_run(claim, lease=self.options.lease, retry_failed=retry):
+        if not self.store.start_run(run.claim(self.git_rev), lease=self.options.lease, retry_failed=retry):
             if self.store.status(run.id) == "running":  # another driver trains it: wait for it, or its lease to lapse
                 self.elsewhere.append(run)
             else:  # another driver finished it since

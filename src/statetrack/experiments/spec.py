@@ -43,7 +43,7 @@ from statetrack.schema import (
     selection_of,
     validate_spec,
 )
-from statetrack.store import Plan
+from statetrack.store import Plan, RunClaim
 from statetrack.tasks import make_task
 from statetrack.training.train import TrainConfig, curriculum_tasks
 
@@ -291,6 +291,12 @@ class RunSpec:
     @property
     def id(self) -> str:
         return hashlib.sha1(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:16]
+
+    def claim(self, git_rev: str) -> RunClaim:
+        """The run as a driver claims it in the store, trained by the code at `git_rev`."""
+        return RunClaim(
+            self.id, self.experiment, self.model_name, self.task_name, self.seed, self.lr, self.config, git_rev
+        )
 
     @property
     def model_name(self) -> str:

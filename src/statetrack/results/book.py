@@ -54,7 +54,7 @@ from statetrack.results.report import (
     verdict_line,
 )
 from statetrack.results.scoring import Scored, fit_table, score
-from statetrack.results.selection import SummaryEntry, learning_runs
+from statetrack.results.selection import SummaryEntry, final_loss, learning_runs
 from statetrack.results.tables import fit_rows, markdown_table, table_rows
 from statetrack.schema import SCALES
 from statetrack.store import Plan
@@ -171,6 +171,7 @@ def write_snapshot(store, experiment: str, part: dict | None = None, path: Path 
             "diverged_at": r.get("diverged_at"),
             "error": (r["error"] or "").splitlines()[0] if r["error"] else None,
             "still_learning": r["id"] in learning,
+            "final_loss": final_loss(store.curves(r["id"])) if r["status"] == "done" else None,
         }
         for r in stored
     ]

@@ -312,6 +312,13 @@ def still_learning(
     return earlier - later >= max(drop * earlier, 1e-3)
 
 
+def final_loss(curve: list[dict], windows: int = 3) -> float | None:
+    """A run's training loss at the end of its budget: the mean of its last `windows` logged points
+    (each the mean over one logging window of steps); None when it logged none that is finite."""
+    points = [p["loss"] for p in curve if p["loss"] is not None and math.isfinite(p["loss"])][-windows:]
+    return statistics.mean(points) if points else None
+
+
 def learning_runs(runs: list[dict], plan: Plan, curves) -> set[str]:
     """The ids of the done runs that used their whole budget (the plan's steps) with the training
     loss still falling at the end (`still_learning` of `curves(run id)`, weighed by the run's

@@ -3,13 +3,14 @@ automata, theory's prediction (`statetrack.theory`) beside each measured cell.
 
 The protocol, the same for the committed zoo rows and for a user's row:
 
-1. a pilot picks each model's learning rate on the training lengths: seed 0 at each of
-   `PILOT_RATES` (the works' range, with warm-up and a cosine decay), every task of the table; the
-   rate with the best mean scaled accuracy at the longest training length over the tasks wins, and
-   every rate within `TIE` of it ties with it (the table then trains each tied rate, and a cell's
-   reading holds only if it holds at each);
-2. the table trains three seeds at the chosen rate(s) under the table's spec (its budget, its
-   stopping rule: a run stops only once fit and converged over a window of validations);
+1. a pilot picks each cell's learning rate on its training length: seed 0 at each of `PILOT_RATES`
+   (the works' range, with warm-up and a cosine decay) on every task of the table; the rate whose
+   run ends with the lowest training loss (`selection.final_loss`, the training length's own loss)
+   wins, and every rate within `LOSS_TIE` (relative) of it ties with it (the table then trains each
+   tied rate, and a cell's reading holds only if it holds at each);
+2. the table trains three seeds at each cell's chosen rate(s) under the table's spec, its whole
+   budget (no early stop: a stop never decides a reading); seed 0 at a chosen rate is the pilot's
+   run of that cell and rate, recorded from it (`reuse_pilot_runs`), not trained twice;
 3. every cell that step 2 leaves undecided (most seeds do not fit, or fit but do not hold at the
    headline ratio) trains again with `GROWTH` times the steps and no early stop, whatever theory
    predicts; the cell then reads the larger budget, its first reading kept beside it.
@@ -37,13 +38,16 @@ from statetrack.paths import replace_atomically, under, write_text
 from statetrack.paths import snapshot_file as committed_snapshot
 from statetrack.results.claims import fit_figure
 from statetrack.results.scoring import Scored, collapsed_seeds, score
+from statetrack.results.selection import final_loss
 from statetrack.results.tables import markdown_table, text_table
 from statetrack.schema import FIT_THRESHOLD
 from statetrack.store import Plan
 
 TABLE = "state-table"
 PILOT_RATES = (5.0e-4, 1.0e-3, 2.0e-3)  # the works' range (Deletang et al. 2023 to Terzić et al. 2025)
-TIE = 0.005  # pilot means this close to the best tie with it
+# a pilot rate whose final training loss is within this fraction of the lowest ties with it: a run's final loss
+# moves about 1.4% between its last two windows of 150 steps (the median over the table's calibration runs)
+LOSS_TIE = 0.02
 HOLD = 0.9  # the scaled accuracy a fitted seed keeps to extrapolate
 FACTORS = (4, 16)  # extrapolation read at these multiples of the longest training length
 HEADLINE, STRICT = FACTORS  # 4x: the works' test ratio (the reading and the picture's colour); 16x beside it
@@ -351,26 +355,33 @@ def grid(cells_: list[Cell]) -> tuple[list[str], list[str], dict]:
     return rows, sorted(tasks, key=lambda t: tasks[t]), by
 
 
-# ---- the pilot: one learning rate per model, chosen on the training lengths ----------------------------
-def pilot_choice(scored: Scored) -> dict[str, dict]:
-    """{model label: {"means": {lr: mean over tasks of the seed-0 scaled accuracy at the longest
-    training length}, "chosen": [the best rate and the rates within TIE of it]}}."""
-    by_model: dict[str, dict[float, list[float]]] = {}
-    for entry in scored.summary:
-        if entry["variant"]:
-            continue
-        length = entry.get("train_length")
-        if length is None:
-            continue
-        rates = {entry["lr"]: entry, **(entry.get("rates") or {})}
-        for lr, figures in rates.items():
-            values = [fit_figure(r, "scaled", length) or 0.0 for r in figures["per_seed"].values()]
-            by_model.setdefault(entry["model"], {}).setdefault(float(lr), []).append(sum(values) / max(len(values), 1))
+# ---- the pilot: one learning rate per cell, chosen on its training length ----------------------------
+def run_losses(scored: Scored, curves=None) -> dict[str, float | None]:
+    """{run id: its final training loss} of the done runs of `scored`: the snapshot's record
+    (`final_loss`), or read from `curves` (a store's `curves`) where the runs come from a store."""
     out = {}
-    for model, per_rate in by_model.items():
-        means = {lr: sum(v) / len(v) for lr, v in sorted(per_rate.items())}
-        best = max(means.values())
-        out[model] = {"means": means, "chosen": [lr for lr, m in means.items() if m >= best - TIE]}
+    for r in scored.runs:
+        if r.get("status") != "done":
+            continue
+        out[r["id"]] = final_loss(curves(r["id"])) if curves is not None else r.get("final_loss")
+    return out
+
+
+def pilot_choice(scored: Scored, losses: dict[str, float | None]) -> dict[tuple[str, str], dict]:
+    """{(model label, task label): {"losses": {lr: final training loss of the cell's seed-0 run},
+    "chosen": [the rate with the lowest loss and every rate within LOSS_TIE of it]}} over the pilot's
+    done runs (`losses`: `run_losses`; a run with no finite loss counts as the highest)."""
+    out: dict[tuple[str, str], dict] = {}
+    for p in scored.plan.runs:
+        if p["id"] in losses:
+            cell = out.setdefault((p["model"], p["task"]), {"losses": {}})
+            cell["losses"][float(p["lr"])] = losses[p["id"]]
+    for cell in out.values():
+        finite = [v for v in cell["losses"].values() if v is not None]
+        best = min(finite, default=None)
+        cell["chosen"] = sorted(
+            lr for lr, v in cell["losses"].items() if best is None or (v is not None and v <= best * (1 + LOSS_TIE))
+        )
     return out
 
 
@@ -538,8 +549,9 @@ def _settings(spec: dict) -> str:
 
     train, model = spec.get("train") or {}, spec.get("model_defaults") or {}
     warmup = f"{train.get('warmup')} warm-up steps, " if train.get("warmup") else ""
+    budget = "for up to" if train.get("early_stop_fit") is not None else "for"
     return (
-        f"width {model.get('d_model')}, trained on lengths {train_lengths_text(train)} for up to {train.get('steps')} "
+        f"width {model.get('d_model')}, trained on lengths {train_lengths_text(train)} {budget} {train.get('steps')} "
         f"steps (batch {train.get('batch_size')}, {warmup}{train.get('schedule', 'constant')} schedule), three seeds"
     )
 
@@ -570,16 +582,22 @@ def theory_markdown(scored: Scored) -> str:
 
 
 def pilot_markdown(pilot: Scored) -> str:
-    choice = pilot_choice(pilot)
-    rates = sorted({lr for c in choice.values() for lr in c["means"]})
-    header = ["model", *(f"{lr:g}" for lr in rates), "trained"]
+    """Each cell's rate(s) trained, with the final training loss of its seed-0 run there."""
+    choice = pilot_choice(pilot, run_losses(pilot))
+    models, tasks = labelled(pilot)
+    header = ["model", *(task_title(t) for t in tasks.values())]
     body = []
-    for model, c in choice.items():
-        cells_ = [
-            (f"**{c['means'][lr]:.3f}**" if lr in c["chosen"] else f"{c['means'][lr]:.3f}") if lr in c["means"] else "-"
-            for lr in rates
-        ]
-        body.append([model_title(model) + _layers_suffix(model), *cells_, ", ".join(f"{lr:g}" for lr in c["chosen"])])
+    for model in models:
+        row = []
+        for task in tasks:
+            cell = choice.get((model, task))
+            if cell is None:
+                row.append("-")
+                continue
+            loss = min((v for v in cell["losses"].values() if v is not None), default=None)
+            rates = ", ".join(f"{lr:g}" for lr in cell["chosen"])
+            row.append(rates + (f" ({loss:.1e})" if loss is not None else ""))
+        body.append([model_title(model) + _layers_suffix(model), *row])
     return markdown_table(header, body, left=1)
 
 
@@ -650,9 +668,10 @@ def page(table: dict, pilot: dict | None, notes: dict | None = None, picture: st
     ]
     if pilot is not None:
         lines += [
-            f"Seed 0 at each rate on every task; the figure is the mean over the tasks of the scaled accuracy at the "
-            f"longest training length. Bold: the rate trained (the best and any within {TIE:g} of it, each then read "
-            "as the cell's: a cell shows the weakest reading over its tied rates, marked `(tie)` where they differ).",
+            "Seed 0 at each rate on every task; each cell trains the rate whose run ends with the lowest training "
+            "loss at the training length (the mean of its last logged windows; in brackets) and every rate within "
+            f"{LOSS_TIE:.0%} of it, each then read as the cell's: a cell shows the weakest reading over its tied "
+            "rates, marked `(tie)` where they differ.",
             "",
             pilot_markdown(scored_snapshot(pilot)),
         ]
@@ -683,9 +702,10 @@ def _header(scored: Scored, table: dict, others: dict, notes: dict, picture: str
         f"Protocol: {_settings(scored.spec)}; every task in the word-problem form (the state at every position); "
         f"a seed *fits* at scaled accuracy >= {FIT_THRESHOLD:g} at the longest training length, and *holds* a length "
         f"at >= {HOLD:g}; a cell *extrapolates* when most seeds fit and hold {HEADLINE}x (the works' test ratio; "
-        f"{STRICT}x is read beside it as the strict reading). Each model's learning rate is chosen among "
-        f"{_pilot_rates(others.get('pilot'))} on the training lengths by a pilot (below), never on the "
-        f"test lengths. A cell left undecided trains again with {GROWTH}x the steps, whatever theory predicts.",
+        f"{STRICT}x is read beside it as the strict reading). Each cell's learning rate is chosen among "
+        f"{_pilot_rates(others.get('pilot'))} on its training length by a pilot (below: the lowest final "
+        "training loss), never on the test lengths. "
+        f"A cell left undecided trains again with {GROWTH}x the steps, whatever theory predicts.",
         "",
         *([notes["protocol"].strip(), ""] if notes.get("protocol") else []),
         f"Wall time: the table {_wall(table)}"
@@ -767,6 +787,15 @@ def _larger_budget_section(cells_: list[Cell], titles: dict[str, str], larger: d
 def _early_stopping_section(cells_: list[Cell], titles: dict[str, str]) -> list[str]:
     retrained = [c for c in cells_ if c.stopped_reading is not None]
     changed = [c for c in retrained if c.stopped_reading != c.text]
+    if not retrained:
+        resting = sum(1 for c in cells_ if c.stopped)
+        said = (
+            f"{resting} cells rest on a run that stopped early (fit and converged at three validations in a row); "
+            "`statetrack table --full-budget` trains them again at the full budget with no stop."
+            if resting
+            else "No run the table reads stopped before its budget."
+        )
+        return ["## Early stopping", "", said, ""]
     return [
         "## Early stopping",
         "",
@@ -815,18 +844,44 @@ def pilot_experiment(models: list[dict] | None = None, imports=(), overrides=())
     return _resolve(given, None if models or overrides else PILOT_NAME, imports)
 
 
-def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrides=()):
-    """The table's experiment: each model of the pilot at the rate(s) the pilot chose."""
-    choice = pilot_choice(pilot_scored)
-    models, seen = [], set()
+def table_experiment(pilot_scored: Scored, pilot, name: str, imports=(), overrides=(), curves=None):
+    """The table's experiment: each cell of the pilot at the rate(s) the pilot chose for it
+    (`curves`: the store's, where `pilot_scored` was read from a store; see `run_losses`)."""
+    from statetrack.experiments.spec import Experiment
+
+    choice = pilot_choice(pilot_scored, run_losses(pilot_scored, curves))
+    # a cell whose every pilot run failed tells no rate apart: it trains at each (its failures then show)
+    every: dict[tuple[str, str], list[float]] = {(r.model_name, r.task_name): [] for r in pilot.runs}
+    for r in pilot.runs:
+        every[(r.model_name, r.task_name)].append(r.lr)
+    chosen = {cell: choice[cell]["chosen"] if cell in choice else sorted(lrs) for cell, lrs in every.items()}
+    models: dict[str, dict] = {}
+    rates: dict[str, set[float]] = {}
     for run in pilot.runs:
-        if run.model_name in seen:
-            continue
-        seen.add(run.model_name)
-        if run.model_name not in choice:
-            raise StatetrackError(f"the pilot has no finished runs of {run.model_name}: run it to the end first")
-        models.append({**run.model, "lrs": choice[run.model_name]["chosen"]})
-    return _resolve([*overrides, _models_override(models)], name, imports)
+        models.setdefault(run.model_name, run.model)
+        rates.setdefault(run.model_name, set()).update(chosen[(run.model_name, run.task_name)])
+    entries = [{**model, "lrs": sorted(rates[label])} for label, model in models.items()]
+    table = _resolve([*overrides, _models_override(entries)], name, imports)
+    kept = tuple(r for r in table.runs if r.lr in chosen[(r.model_name, r.task_name)])
+    return Experiment(table.spec, kept, table.imports)
+
+
+def reuse_pilot_runs(store, pilot, table) -> int:
+    """Step 2's runs that the pilot trained already, recorded from the pilot's (`Store.copy_run`)
+    rather than trained again: a cell's seed 0 at a rate the pilot chose is the pilot's run of that
+    cell and rate, the same configuration under another experiment. Returns how many."""
+    from statetrack.experiments.runner import git_revision
+
+    def configuration(run) -> str:  # but for the experiment it belongs to
+        return json.dumps({k: v for k, v in run.config.items() if k != "experiment"}, sort_keys=True)
+
+    trained = {configuration(r): r.id for r in pilot.runs}
+    revision = git_revision()
+    return sum(
+        store.copy_run(trained[key], run.claim(revision))
+        for run in table.runs
+        if (key := configuration(run)) in trained
+    )
 
 
 def _resolve(given: list[str], name: str | None, imports=()):
@@ -1079,7 +1134,7 @@ def _again(scored: Scored, name: str, which: set[tuple[str, str]], growth: int, 
     first = {r.id: r for r in expand({**copy.deepcopy(scored.spec), "scale": spec["scale"]}, check=False)}
     runs = []
     for run, again in zip(first.values(), expand(spec, check=False), strict=True):
-        if label_of.get(run.id, (run.model_name, run.task_name)) in which:
+        if label_of.get(run.id) in which:  # a run of the table's plan (a cell trains its chosen rates only)
             runs.append(again)
     return Experiment(spec, tuple(runs), tuple(imports))
 
