@@ -220,3 +220,19 @@ def test_a_slice_whose_run_goes_on_next_session_keeps_its_time(tmp_path):
     assert part["runs"] == 0 and part["paused"] == 1 and part["seconds"] >= 5
     book.record_part(store, name, time.time(), 1, path=path)  # a part that trained nothing adds nothing
     assert len(json.loads(path.read_text())["parts"]) == 1
+
+
+def test_a_seed_with_some_of_its_runs_done_reads_as_measured_in_part(tmp_path):
+    def a_second_rate_running(snapshot):  # every seed but 0 still running; seed 0 gains a second rate, not done
+        entries = [e for e in snapshot["plan"] if e["model"] == "DeltaNet [-1,1]"]
+        for run in snapshot["runs"]:
+            if run["model"] == "DeltaNet [-1,1]" and run["seed"] != 0:
+                run["status"] = "running"
+        [first] = [e for e in entries if e["seed"] == 0]
+        snapshot["plan"].append(first | {"id": "second-rate", "lr": 2 * first["lr"]})
+        snapshot["runs"].append({"id": "second-rate", "model": "DeltaNet [-1,1]", "seed": 0, "status": "running"})
+
+    snapshots = _as_paper(tmp_path, "negeig-parity", a_second_rate_running)
+    assert _row(snapshots, "negeig-parity")["seeds"] == "0 of 3 (1 of 4 runs)"
+    section = "\n".join(book.headlines_section(snapshots, book.scored_snapshots(snapshots)))
+    assert "0 of 5 cells measured (1 more in part" in section

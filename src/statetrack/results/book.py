@@ -604,8 +604,9 @@ def _setting(spec: dict, key: str):
 def headline_cells(snapshots: dict, scores: dict) -> list[dict]:
     """Each work's headline cell (`statetrack.experiments.headlines`) with what its experiment's
     paper-scale snapshot measured of it: {experiment, headline, measure, planned (seeds of the paper
-    scale), seeds (those whose every run of the cell is done), measured (the figure `paper.measure`
-    reads, None before any), fitted (measured at the `largest_fit` settings), snapshot}."""
+    scale), seeds (those whose every run of the cell is done), partial ((runs done, runs planned) of
+    the cell when a seed has some of its runs done and not all, else None), measured (the figure
+    `paper.measure` reads, None before any), fitted (measured at the `largest_fit` settings), snapshot}."""
     from statetrack.experiments.spec import covers
 
     cells = []
@@ -613,7 +614,7 @@ def headline_cells(snapshots: dict, scores: dict) -> list[dict]:
         now = spec_now(name, "paper") or {}
         snapshot = snapshots.get((name, "paper"))
         cell = {"experiment": name, "headline": headline, "measure": (now.get("paper") or {}).get("measure", "scaled")}
-        cell |= {"planned": len(now.get("seeds") or []), "seeds": 0, "measured": None, "fitted": False}
+        cell |= {"planned": len(now.get("seeds") or []), "seeds": 0, "partial": None, "measured": None, "fitted": False}
         cell["snapshot"] = snapshot
         if snapshot is not None:
             task = headline["task"]
@@ -625,6 +626,9 @@ def headline_cells(snapshots: dict, scores: dict) -> list[dict]:
             for e in entries:
                 by_seed[e["seed"]].append(status.get(e["id"]) == "done")
             cell["seeds"] = sum(all(done) for done in by_seed.values())
+            if any(0 < sum(done) < len(done) for done in by_seed.values()):
+                runs = [d for done in by_seed.values() for d in done]
+                cell["partial"] = (sum(runs), len(runs))
             s = scores[(name, "paper")]
             if s.paper is not None:
                 rows = [
@@ -644,6 +648,13 @@ def _cell_name(cell: dict, prefix: str = "") -> str:
     headline = cell["headline"]
     task = f" on {headline['task']}" if headline["task"] else ""
     return f"{page_link(cell['experiment'], prefix)}: {headline['model']}{task}"
+
+
+def _seeds_text(cell: dict) -> str:
+    """The seeds measured of those planned, and the runs done where a seed is measured in part (a
+    cell whose seed trains several runs, one per rate)."""
+    partial = f" ({cell['partial'][0]} of {cell['partial'][1]} runs)" if cell["partial"] else ""
+    return f"{cell['seeds']} of {cell['planned']}{partial}"
 
 
 def _cell_text(cell: dict) -> str:
@@ -677,7 +688,7 @@ def headlines_table(cells: list[dict]) -> tuple[list[str], list[list[str]]]:
                 _cell_text(cell),
                 f'{figure_text(headline["figure"], cell["measure"])} ("{headline["quote"]}")',
                 measured,
-                f"{cell['seeds']} of {cell['planned']}",
+                _seeds_text(cell),
                 duration(wall_seconds(snapshot)) if parts else "-",
                 "; ".join(machines) or "-",
                 snapshot["git_rev"] if snapshot and cell["seeds"] else "-",
@@ -689,14 +700,17 @@ def headlines_table(cells: list[dict]) -> tuple[list[str], list[list[str]]]:
 def headlines_section(snapshots: dict, scores: dict) -> list[str]:
     """The claims page's section of the headline cells (under its paper scale)."""
     cells = headline_cells(snapshots, scores)
-    measured = sum(1 for c in cells if c["measured"] is not None)
+    measured = sum(1 for c in cells if c["seeds"])
+    in_part = sum(1 for c in cells if c["measured"] is not None and not c["seeds"])
     return [
         "### Headline cells",
         "",
         "One cell per work: the figure its abstract or main table leads with, as one model on one task at the "
         "paper's scale (or, where that does not fit one machine, the largest scale that does, named beside the "
         "paper's). `statetrack reproduce --scale paper --headlines` trains them, every cell's first seed before "
-        f"any cell's second. {measured} of {len(cells)} cells measured. Measured: the paper scale's figure "
+        f"any cell's second. {measured} of {len(cells)} cells measured"
+        + (f" ({in_part} more in part: a seed with some of its runs done)" if in_part else "")
+        + ". Measured: the paper scale's figure "
         "(each experiment's `paper.measure` over its lengths, as its page's \"Paper vs measured\" reads it).",
         "",
         markdown_table(*headlines_table(cells)),
@@ -832,7 +846,7 @@ def paper_hours_block(snapshots: dict, scores: dict) -> str:
         body.append(
             [
                 _cell_name(cell),
-                f"{cell['seeds']} of {cell['planned']}",
+                _seeds_text(cell),
                 duration(wall_seconds(cell["snapshot"])) if parts else "-",
                 f"{hours:.1f}" if parts else "not measured yet",
                 "; ".join(machines) or "-",
