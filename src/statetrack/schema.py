@@ -839,6 +839,11 @@ class Headline(Section):
     largest_fit: LargestFit | None = Field(
         default=None, description="the largest scale that fits one machine, where the paper's does not"
     )
+    note: Text | None = Field(
+        default=None,
+        description="where the measured figure falls short of the paper's: what the runs read and why, with "
+        "the budget they had (the book sets it under the cells' table)",
+    )
 
     _root = ("paper", "headline")
 

@@ -179,6 +179,16 @@ def test_a_cell_measured_at_the_largest_scale_that_fits_is_named_so(tmp_path, mo
     assert "the largest scale that fits one machine: train.steps 2000 (the paper scale's 20000)" in row["cell"]
 
 
+def test_a_cells_note_on_a_figure_short_of_the_papers_is_set_under_the_table(monkeypatch):
+    cells = {name: c | {"note": None} for name, c in headlines().items()}
+    monkeypatch.setattr(book, "headlines", lambda: cells)
+    assert "falls short of the paper's" not in "\n".join(book.headlines_section({}, {}))
+    cells["negeig-parity"]["note"] = "a test's reason, with the budgets tried"
+    section = "\n".join(book.headlines_section({}, {}))
+    assert "| not measured yet |" in section.split("Where a measured figure falls short of the paper's:")[0]
+    assert "\n- [`negeig-parity`](experiments/negeig-parity.md): a test's reason, with the budgets tried" in section
+
+
 @pytest.mark.slow  # three rounds, each trained, reported and recorded, then the book: minutes on 2 loaded cores
 def test_reproduce_headlines_trains_the_cells_seeds_in_rounds_into_the_experiments_snapshot(monkeypatch, tmp_path):
     """End to end on a tiny version of the negeig-parity cell (8 wide, 20 steps): three rounds, one

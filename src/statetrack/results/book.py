@@ -702,7 +702,7 @@ def headlines_section(snapshots: dict, scores: dict) -> list[str]:
     cells = headline_cells(snapshots, scores)
     measured = sum(1 for c in cells if c["seeds"])
     in_part = sum(1 for c in cells if c["measured"] is not None and not c["seeds"])
-    return [
+    md = [
         "### Headline cells",
         "",
         "One cell per work: the figure its abstract or main table leads with, as one model on one task at the "
@@ -715,23 +715,26 @@ def headlines_section(snapshots: dict, scores: dict) -> list[str]:
         "",
         markdown_table(*headlines_table(cells)),
         "",
-    ] + (
-        [
+    ]
+    notes = [f"- {page_link(c['experiment'])}: {c['headline']['note']}" for c in cells if c["headline"]["note"]]
+    if notes:
+        md += ["Where a measured figure falls short of the paper's:", "", *notes, ""]
+    fits = [
+        f"- {page_link(c['experiment'])}: {c['headline']['largest_fit']['reason']}."
+        for c in cells
+        if c["headline"]["largest_fit"]
+    ]
+    if fits:
+        md += [
             "Where the paper's scale does not fit one machine (24 GiB, about 6 CPU hours a seed). The hours are "
             "the training arithmetic of `statetrack reproduce --scale paper --headlines --dry-run` at 27 GFLOP/s a "
             "core, the rate of negeig-parity's paper scale as `benchmarks/paper_hours.py` timed it on a 2-core "
             "machine (6.4 PFLOP in 32.9 h; [its table](scaling.md#how-long-the-paper-scale-takes)):",
             "",
+            *fits,
+            "",
         ]
-        + [
-            f"- {page_link(c['experiment'])}: {c['headline']['largest_fit']['reason']}."
-            for c in cells
-            if c["headline"]["largest_fit"]
-        ]
-        + [""]
-        if any(c["headline"]["largest_fit"] for c in cells)
-        else []
-    )
+    return md
 
 
 def claims_page(snapshots: dict, scores: dict) -> str:
