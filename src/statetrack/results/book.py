@@ -716,7 +716,7 @@ def headlines_section(snapshots: dict, scores: dict) -> list[str]:
         markdown_table(*headlines_table(cells)),
         "",
     ]
-    notes = [f"- {page_link(c['experiment'])}: {c['headline']['note']}" for c in cells if c["headline"]["note"]]
+    notes = [f"- {page_link(c['experiment'])}: {c['headline']['note']}." for c in cells if c["headline"]["note"]]
     if notes:
         md += ["Where a measured figure falls short of the paper's:", "", *notes, ""]
     fits = [
