@@ -16,7 +16,8 @@
 # command next session goes on where this one stopped. DEVICE=cuda trains on a GPU
 # (benchmarks/gpu_session.sh runs this first when one is lent); RESULTS, ARCHIVE and PYTHON name
 # other places (FROM: the archive a session starts from, default ARCHIVE); EXPERIMENTS names some
-# cells only (default: every one).
+# cells only (default: every one); LIMIT_MIB is the largest archive pack_slice writes (default 24:
+# repl-traces' paused checkpoint alone is 15.9 MB, over pack_slice's own default of 16).
 set -u
 SECONDS_LEFT=${1:?give the seconds to train, e.g. 20000}
 RESULTS=${RESULTS:-results/headlines}
@@ -25,6 +26,7 @@ FROM=${FROM:-$ARCHIVE}
 DEVICE=${DEVICE:-cpu}
 PYTHON=${PYTHON:-python}
 EXPERIMENTS=${EXPERIMENTS:-}
+LIMIT_MIB=${LIMIT_MIB:-24}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 if [ -f "$FROM" ] && [ ! -f "$RESULTS/statetrack.db" ]; then
     "$PYTHON" benchmarks/pack_slice.py --unpack "$FROM" "$RESULTS" || exit 1
@@ -38,8 +40,9 @@ status=$?
 echo "== reproduce: exit $status ($(date -u +%FT%TZ))"
 if [ -f "$RESULTS/statetrack.db" ]; then
     mkdir -p "$(dirname "$ARCHIVE")"
-    "$PYTHON" benchmarks/pack_slice.py "$RESULTS" "$ARCHIVE" \
-        || "$PYTHON" benchmarks/pack_slice.py --without-checkpoints "$RESULTS" "$ARCHIVE" || exit 1
+    "$PYTHON" benchmarks/pack_slice.py --limit-mib "$LIMIT_MIB" "$RESULTS" "$ARCHIVE" \
+        || "$PYTHON" benchmarks/pack_slice.py --limit-mib "$LIMIT_MIB" --without-checkpoints "$RESULTS" "$ARCHIVE" \
+        || exit 1
 fi
 echo "commit: git add $ARCHIVE src/statetrack/experiments/snapshots/*.paper.json docs README.md"
 exit $status
