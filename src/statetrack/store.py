@@ -131,6 +131,7 @@ RESULT_KEYS = (
 # A driver renews the lease on each run it trains every LEASE_SECONDS / 4; a run whose heartbeat is
 # older than LEASE_SECONDS (or whose driver's process is gone, on the same host) is free again.
 LEASE_SECONDS = 120.0
+REVISIONS_JOINED = " and "  # a run's git_rev when it trained at several revisions (`Outcome.revisions`)
 
 
 def _process_exists(pid: int) -> bool:
@@ -276,7 +277,9 @@ class Outcome:
     it ran, when not here; `diverged_at`: the step at which its training loss became non-finite (its
     evaluations are then at chance, experiments/worker.py `chance_evals`), None for a run that
     trained to the end; `threads`: the torch threads it trained with (its figures are bit-identical
-    at that count).
+    at that count); `revisions`: the code's revisions it trained at, in order (a run resumed from a
+    checkpoint written at another has two or more; stored as its git_rev, "a2fad05 and 4b6edf7";
+    none: the revision its claim named stands).
 
     Each evaluation: length, accuracy, scaled_accuracy, samples, and optionally variant (the
     `eval.variants` entry it scores; '' or absent for the training task), sequence_accuracy (the
@@ -294,6 +297,7 @@ class Outcome:
     host: str | None = None
     diverged_at: int | None = None
     threads: int | None = None
+    revisions: tuple[str, ...] = ()
 
 
 class StoreDamaged(UserWarning):
@@ -664,8 +668,8 @@ class Store:
             )
             db.execute(
                 "UPDATE runs SET status = 'done', error = NULL, steps = ?, num_parameters = ?, train_seconds = ?,"
-                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ?, threads = ?"
-                " WHERE id = ?",
+                " eval_seconds = ?, finished_at = ?, host = COALESCE(?, host), diverged_at = ?, threads = ?,"
+                " git_rev = COALESCE(?, git_rev) WHERE id = ?",
                 (
                     outcome.steps,
                     outcome.num_parameters,
@@ -675,6 +679,7 @@ class Store:
                     outcome.host,
                     outcome.diverged_at,
                     outcome.threads,
+                    REVISIONS_JOINED.join(outcome.revisions) or None,
                     run_id,
                 ),
             )

@@ -98,6 +98,27 @@ def test_the_driver_stops_at_the_deadline_and_the_same_command_resumes(tmp_path,
     assert store.results("slices") == straight  # bit for bit: the pause changed nothing
 
 
+def test_a_run_resumed_at_another_revision_records_both(tmp_path, monkeypatch):
+    """The checkpoint carries the revisions a run trained at; the store's git_rev names each, in order."""
+    spec = tmp_path / "slices.yaml"
+    spec.write_text(SPEC)
+    monkeypatch.setattr(runner, "git_revision", lambda: "aaa1111")  # the trainer's revision and the driver's claim
+    _clock(monkeypatch, deadline_at=3)
+    run_experiment(resolve(str(spec)), tmp_path, RunOptions(workers=1, progress=False, deadline=0.5), log=lambda *_: None)
+    store = Store(tmp_path / "statetrack.db")
+    (paused,) = store.runs("slices")
+    checkpoint = torch.load(runner.checkpoint_path(tmp_path, "slices", paused["id"]), weights_only=True)
+    assert checkpoint["revisions"] == ["aaa1111"]
+
+    monkeypatch.setattr(runner, "git_revision", lambda: "bbb2222")
+    monkeypatch.setattr(train, "now", time.time)
+    monkeypatch.setattr(runner, "now", time.time)
+    run_experiment(resolve(str(spec)), tmp_path, RunOptions(workers=1, progress=False), log=lambda *_: None)
+    revisions = {r["id"]: r["git_rev"] for r in store.runs("slices")}
+    assert revisions.pop(paused["id"]) == "aaa1111 and bbb2222"
+    assert list(revisions.values()) == ["bbb2222"]  # the run that started after the pause trained at one
+
+
 def test_stop_after_is_a_positive_number_of_seconds(capsys):
     from statetrack.cli import main
 

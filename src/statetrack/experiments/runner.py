@@ -156,6 +156,7 @@ def record(store: Store, run: RunSpec, outcome: dict) -> str:
                 host=outcome.get("host"),
                 diverged_at=outcome.get("diverged_at"),
                 threads=outcome.get("threads"),
+                revisions=tuple(outcome.get("revisions", ())),
             ),
         )
     else:

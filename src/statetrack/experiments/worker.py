@@ -182,7 +182,8 @@ def train_and_evaluate(
     {status: 'paused', steps, host} when training reached `deadline` (a `time.time()`) first, its
     checkpoint saved (`Trainer.fit`); or {status: 'failed', error, host} for an exception (the grid
     goes on). `threads`: the torch threads it trained with (a run is bit-identical at a fixed thread
-    count only).
+    count only); `revisions`: the code's revisions it trained at, in order (more than one when it was
+    resumed from a checkpoint written at another).
     """
     threads = torch.get_num_threads()
     loggers, ended = [], "failed"  # how the run ended, as the trackers are told
@@ -196,7 +197,9 @@ def train_and_evaluate(
         loggers = run_loggers(run, log_to or {})
         if progress_queue is not None:
             loggers.append(ProgressLogger(progress_queue, run.id, config.steps))
-        trainer = Trainer(model, task, config, path, progress=progress, loggers=loggers)
+        from statetrack.experiments.runner import git_revision  # the runner imports this module
+
+        trainer = Trainer(model, task, config, path, progress=progress, loggers=loggers, revision=git_revision())
         try:
             trainer.fit(deadline)
         except Paused:
@@ -219,6 +222,7 @@ def train_and_evaluate(
                 "eval_seconds": 0.0,
                 "host": socket.gethostname(),
                 "threads": threads,
+                "revisions": trainer.revisions,
             }
         start = time.perf_counter()
         evals = evaluate_run(run, model, task, progress)
@@ -235,6 +239,7 @@ def train_and_evaluate(
             "eval_seconds": time.perf_counter() - start,
             "host": socket.gethostname(),
             "threads": threads,
+            "revisions": trainer.revisions,
         }
     except KeyboardInterrupt:
         ended = "killed"

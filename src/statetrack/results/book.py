@@ -57,7 +57,7 @@ from statetrack.results.scoring import Scored, fit_table, score
 from statetrack.results.selection import SummaryEntry, final_loss, learning_runs
 from statetrack.results.tables import fit_rows, markdown_table, table_rows
 from statetrack.schema import SCALES
-from statetrack.store import Plan
+from statetrack.store import REVISIONS_JOINED, Plan
 
 BOOK_DIR = Path("docs")
 SNAPSHOT_VERSION = 1
@@ -110,9 +110,13 @@ def describe_machine(info: dict) -> str:
 def runs_revision(runs: list[dict]) -> str:
     """The revisions `runs` were trained at, the most runs' first ("b213846 and 173eddd"), or '' for
     none: a snapshot names what measured it, not the code that exported it (a resumed measurement
-    spans revisions; a snapshot written again from a store names its runs' revision still)."""
-    counts = collections.Counter(r["git_rev"] for r in runs if r.get("git_rev"))
-    return " and ".join(rev for rev, _ in counts.most_common())
+    spans revisions, and so does a run resumed from a checkpoint written at another, whose git_rev
+    names each: `Outcome.revisions`; a snapshot written again from a store names its runs' revision
+    still)."""
+    counts = collections.Counter(
+        rev for r in runs if r.get("git_rev") for rev in dict.fromkeys(r["git_rev"].split(REVISIONS_JOINED))
+    )
+    return REVISIONS_JOINED.join(rev for rev, _ in counts.most_common())
 
 
 def write_snapshot(store, experiment: str, part: dict | None = None, path: Path | None = None) -> Path:

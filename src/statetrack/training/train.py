@@ -227,6 +227,8 @@ class Trainer:
     """Trains `model` on `task`. Saves a checkpoint every `checkpoint_every` steps and at the end;
     a run restarted with the same checkpoint path continues where it stopped. A checkpoint that
     cannot be read is moved aside (`<name>.corrupt`, with a warning) and the run starts again.
+    `revision`: the code's revision (`statetrack.experiments.runner.git_revision`); `revisions` lists
+    every one the run trained at, in order, carried in its checkpoint across resumptions.
     `loggers` (statetrack.training.loggers) get each point of the training curve as it is written."""
 
     def __init__(
@@ -237,6 +239,7 @@ class Trainer:
         checkpoint_path: str | Path | None = None,
         progress: bool = True,
         loggers: Sequence = (),
+        revision: str | None = None,
     ):
         config = TrainConfig(**config.model_dump())  # checked again: a caller may have changed a setting since
         self.plan, self.tasks = config.stages(), curriculum_tasks(task, config)  # one stage without a curriculum
@@ -284,6 +287,8 @@ class Trainer:
         self.stopped_early = False
         self.fits_in_a_row = 0  # validations in a row that fit (train.early_stop_window)
         self.seconds = 0.0
+        self.revision = revision
+        self.revisions: list[str] = []  # the revisions this run trained at (a checkpoint's, then this one)
 
     def _lr_factor(self, step: int) -> float:
         """The learning rate over its peak at `step` (`statetrack.schema.lr_factor`)."""
@@ -308,6 +313,7 @@ class Trainer:
                     "stopped_early": self.stopped_early,
                     "fits_in_a_row": self.fits_in_a_row,
                     "seconds": self.seconds,
+                    "revisions": self.revisions,
                 },
                 f,
             )
@@ -330,6 +336,7 @@ class Trainer:
             self.step, self.curve = int(saved["step"]), list(saved["curve"])
             self.stopped_early, self.seconds = bool(saved["stopped_early"]), float(saved["seconds"])
             self.fits_in_a_row = int(saved.get("fits_in_a_row", 0))  # a checkpoint written before it: none
+            self.revisions = [str(r) for r in saved.get("revisions", [])]  # one written before them: unrecorded
         except (KeyError, ValueError, TypeError, RuntimeError) as error:
             detail = " ".join(str(error).split()[:40])
             raise UnreadableCheckpoint(f"checkpoint {path} does not fit this run: {detail}") from None
@@ -353,7 +360,7 @@ class Trainer:
             self.scheduler.load_state_dict(fresh["scheduler"])
             self.generator.set_state(generator)
             self.step, self.curve, self.stopped_early, self.seconds = 0, [], False, 0.0
-            self.fits_in_a_row = 0
+            self.fits_in_a_row, self.revisions = 0, []
             aside = path.with_name(path.name + ".corrupt")
             os.replace(path, aside)
             warnings.warn(f"{error}; moved to {aside}, the run starts again from step 0", RuntimeWarning, stacklevel=3)
@@ -457,6 +464,8 @@ class Trainer:
         c = self.config
         if self.checkpoint_path and self.checkpoint_path.exists():
             self._resume(self.checkpoint_path)
+        if self.revision and self.revision != "unknown" and self.revisions[-1:] != [self.revision]:
+            self.revisions.append(self.revision)
         self.model.train()
         start = time.perf_counter() - self.seconds
         window_records: dict[str, list[float]]  # what the layers recorded over the logging window
