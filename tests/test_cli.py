@@ -95,6 +95,17 @@ def test_version_prints_the_package_version(capsys):
     assert code == 0 and out == f"statetrack {statetrack.__version__}\n"
 
 
+def test_output_to_a_file_or_pipe_is_written_line_by_line():
+    """A long run's log (`statetrack reproduce ... > log`) shows each line as it is printed, not a
+    block later: a watcher reading it sees a new round start when it starts."""
+    import subprocess
+    import sys
+
+    code = "import sys; from statetrack.cli import main; main(['tasks']); print('line_buffering', sys.stdout.line_buffering)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "line_buffering True"
+
+
 def test_tasks_show_takes_lengths_and_prints_examples_at_each(capsys):
     code, out, _ = run_cli(capsys, "tasks", "show", "parity", "--lengths", "3", "5", "--count", "2")
     lines = out.splitlines()

@@ -4,6 +4,7 @@ parses a command line, runs its handler and turns every error into one line and 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import warnings
 
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     keep_freed_memory()  # large tensors reuse heap memory (statetrack.allocator)
     warnings.showwarning = _one_line_warning
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a log file a long run writes to reads each line as it is printed
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         with terminate_as_interrupt():  # SIGTERM at any moment, as Ctrl-C: one line, the store left whole
             load_imports(command_imports(args), origin="--import")
