@@ -176,7 +176,7 @@ def test_an_interrupted_part_keeps_its_time_and_the_next_part_adds_up(monkeypatc
     assert json.loads((tmp_path / SNAPSHOT).read_text())["git_rev"] == f"{snapshot['git_rev']} and abc1234"
     assert book.runs_revision([]) == "" and book.runs_revision([{"git_rev": "a"}, {"git_rev": "b"}, {"git_rev": "b"}]) == "b and a"
     # a run resumed at another revision names both; each counts once per run
-    assert book.runs_revision([{"git_rev": "a and b"}, {"git_rev": "b"}, {"git_rev": "c and c"}]) == "b and a and c"
+    assert book.runs_revision([{"git_rev": "a and b"}, {"git_rev": "b"}, {"git_rev": "c and b and c"}]) == "b and a and c"
     # another plan (other seeds): the parts start afresh
     runner.run_experiment(resolve("demo", "quick", TINY[:2] + ["seeds=[1]", "eval.samples=16"], name="demo"), options=RunOptions(workers=1, progress=False))
     book.write_snapshot(store, "demo", {"seconds": 2.0, "runs": 3, "workers": 1}, path=SNAPSHOT)
